@@ -1,0 +1,87 @@
+"""Attention implementations by name; all share one signature (q, k, v, causal, scale).
+
+q, k, v are [batch, heads, seq, head_dim]. Adding an implementation is one function plus one
+line in `_FACTORIES`. A name that cannot run on the given device raises `Unsupported`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+
+import torch
+import torch.nn.functional as F
+
+from trainperf.attention.reference import naive_attention
+from trainperf.core.errors import Unsupported
+
+AttentionFn = Callable[..., torch.Tensor]
+
+SDPA_BACKENDS = {
+    "sdpa-flash": "FLASH_ATTENTION",
+    "sdpa-efficient": "EFFICIENT_ATTENTION",
+    "sdpa-cudnn": "CUDNN_ATTENTION",
+    "sdpa-math": "MATH",
+}
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
+         scale: float | None = None) -> torch.Tensor:
+    """PyTorch SDPA with whichever backend PyTorch picks."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+
+def sdpa_pinned(backend_name: str) -> AttentionFn:
+    """SDPA restricted to one backend: it runs that kernel or raises, never falls back."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = getattr(SDPBackend, backend_name)
+
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
+                  scale: float | None = None) -> torch.Tensor:
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+    attention.__name__ = f"sdpa_{backend_name.lower()}"
+    return attention
+
+
+@cache
+def _compiled_naive() -> AttentionFn:
+    return torch.compile(naive_attention, dynamic=False)
+
+
+def _torch_fa2() -> AttentionFn:
+    from trainperf.attention.flash_torch import flash_attention_torch
+    return flash_attention_torch
+
+
+def _triton_fa2() -> AttentionFn:
+    from trainperf.attention.flash_triton import flash_attention_triton
+    return flash_attention_triton
+
+
+_FACTORIES: dict[str, Callable[[], AttentionFn]] = {
+    "naive": lambda: naive_attention,
+    "naive-compiled": _compiled_naive,
+    "sdpa": lambda: sdpa,
+    **{name: (lambda b=b: sdpa_pinned(b)) for name, b in SDPA_BACKENDS.items()},
+    "torch-fa2": _torch_fa2,
+    "triton-fa2": _triton_fa2,
+}
+
+NAMES = tuple(_FACTORIES)
+GPU_ONLY = {"sdpa-flash", "sdpa-efficient", "sdpa-cudnn"}
+
+
+def get_attention(name: str, device: torch.device | None = None) -> AttentionFn:
+    """The implementation called `name` for `device`; ValueError for an unknown name."""
+    if name not in _FACTORIES:
+        raise ValueError(f"unknown attention {name!r}; valid choices: {', '.join(NAMES)}")
+    if device is not None and device.type != "cuda" and name in GPU_ONLY:
+        raise Unsupported(f"{name} needs a CUDA GPU")
+    if name == "triton-fa2" and device is not None and device.type != "cuda":
+        import os
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            raise Unsupported("triton-fa2 needs a CUDA GPU (or TRITON_INTERPRET=1 on the CPU)")
+    return _FACTORIES[name]()

@@ -1,0 +1,215 @@
+"""The trainperf command line: one sub-command per workload, plus results/export/env."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from trainperf.core import env as envmod
+from trainperf.core import report
+from trainperf.core.errors import SpecError
+from trainperf.core.record import Record
+from trainperf.core.runner import run_sweep
+from trainperf.core.spec import on_off, parse_list, positive_int, sweep
+from trainperf.core.store import DEFAULT_DB, Store, to_frame
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Measure and explain how fast a Transformer LM trains.")
+# Wide tables stay readable in logs and CI, where there is no terminal to size them by.
+console = Console() if sys.stdout.isatty() else Console(width=220)
+err_console = Console(stderr=True)
+
+DbOpt = typer.Option(DEFAULT_DB, "--db", help="SQLite results store.")
+DeviceOpt = typer.Option("auto", help="auto | cpu | cuda | cuda:N")
+RerunOpt = typer.Option(False, "--rerun", help="Measure again cases already in the store.")
+QuietOpt = typer.Option(False, "--quiet", help="No progress bar.")
+JsonOpt = typer.Option(False, "--json", help="Print the records as JSON instead of a table.")
+
+
+def fail(message: str) -> None:
+    """One-line error, exit code 2, nothing written."""
+    err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def cli_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Bad input → one line + exit 2; Ctrl-C → say what is kept + exit 130."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SpecError as exc:
+            fail(str(exc))
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted[/yellow]: every finished case is in the store; "
+                              "run the same command again to resume.")
+            raise typer.Exit(130) from None
+    return wrapper
+
+
+def device_or_fail(name: str):
+    try:
+        return envmod.resolve_device(name)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def run_and_show(workload: str, specs: Sequence[Any], measure: Callable[[Any], dict[str, Any]],
+                 columns: Sequence[report.Column], *, db: Path, device, rerun: bool, quiet: bool,
+                 as_json: bool, title: str) -> list[Record]:
+    """The shared tail of every workload command: sweep into the store, then show the table."""
+    store = Store(db)
+    env = envmod.capture(device)
+    records = run_sweep(workload, specs, measure, store, env, rerun=rerun, quiet=quiet or as_json,
+                        label=lambda s: s.label(), console=err_console)
+    if as_json:
+        sys.stdout.write(report.export(to_frame(records), "json"))
+    else:
+        console.print(report.rich_table(records, columns, title=title))
+        gpu = env.get("gpu_name") or f"CPU ({env['cpu_count']} cores)"
+        console.print(f"[dim]{len(records)} cases on {gpu}, torch {env['torch']}; stored in {db}[/dim]")
+    return records
+
+
+STEP_COLUMNS: list[report.Column] = [
+    ("size", report.spec("size")), ("ctx", report.spec("context")), ("bs", report.spec("batch")),
+    ("prec", report.spec("precision")), ("compile", report.spec("compile")),
+    ("mode", report.spec("mode")),
+    ("fwd ms", report.timing("forward")), ("bwd ms", report.timing("backward")),
+    ("opt ms", report.timing("optimizer")), ("step ms", report.timing("step")),
+    ("tok/s", report.metric("tokens_per_s", 4)), ("TFLOP/s", report.metric("tflops")),
+    ("MFU", report.metric("mfu", 2, 100.0)), ("peak GB", report.metric("peak_mem_gb")),
+    ("status", report.status), ("notes", report.notes),
+]
+
+
+@app.command()
+@cli_errors
+def step(
+    size: str = typer.Option(None, help="Presets, comma-separated: tiny,small,medium,large,xl,2.7B."),
+    context: str = typer.Option(None, help="Context lengths, comma-separated."),
+    batch: str = typer.Option(None, help="Batch sizes, comma-separated."),
+    precision: str = typer.Option(None, help="fp32,bf16,fp16 (autocast; fp16 with a grad scaler)."),
+    compile: str = typer.Option("off", help="torch.compile: off,on."),
+    mode: str = typer.Option("train", help="train | forward | forward-backward (comma list ok)."),
+    attention: str = typer.Option("sdpa", help="Attention implementation(s) by name."),
+    norm: str = typer.Option("torch", help="RMSNorm implementation(s): torch,fused."),
+    tf32: str = typer.Option("on", help="TF32 matmuls for fp32: on | off."),
+    warmup: int = typer.Option(None, help="Warm-up steps (not measured)."),
+    steps: int = typer.Option(None, help="Measured steps."),
+    vocab: int = typer.Option(10_000, help="Vocabulary size."),
+    d_model: int = typer.Option(None, help="Override the preset's d_model."),
+    d_ff: int = typer.Option(None, help="Override the preset's d_ff."),
+    layers: int = typer.Option(None, help="Override the preset's number of layers."),
+    heads: int = typer.Option(None, help="Override the preset's number of heads."),
+    peak_tflops: float = typer.Option(None, help="Peak TFLOP/s for MFU (default: known-GPU table)."),
+    device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt, quiet: bool = QuietOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Time forward, backward and optimizer steps of the GPT-style LM across a sweep."""
+    from trainperf.attention.registry import NAMES as ATTN
+    from trainperf.models.norms import NORMS
+    from trainperf.models.presets import PRESETS
+    from trainperf.workloads.step import MODES, StepSpec, measure_step, validate
+
+    dev = device_or_fail(device)
+    gpu = dev.type == "cuda"
+    defaults = ({"size": "small,medium,large", "context": "256,512,1024", "batch": "4",
+                 "precision": "bf16", "warmup": 5, "steps": 10} if gpu else
+                {"size": "tiny", "context": "64,128", "batch": "4", "precision": "fp32",
+                 "warmup": 2, "steps": 5})
+    axes = sweep(
+        size=parse_list(size or defaults["size"], str, "--size", PRESETS),
+        context=parse_list(context or defaults["context"], positive_int, "--context"),
+        batch=parse_list(batch or defaults["batch"], positive_int, "--batch"),
+        precision=parse_list(precision or defaults["precision"], str, "--precision",
+                             ("fp32", "bf16", "fp16")),
+        compile=parse_list(compile, on_off, "--compile"),
+        mode=parse_list(mode, str, "--mode", MODES),
+        attention=parse_list(attention, str, "--attention", ATTN),
+        norm=parse_list(norm, str, "--norm", NORMS),
+    )
+    common = {"device": dev.type if dev.index is None else str(dev), "tf32": on_off(tf32),
+              "vocab": vocab, "warmup": defaults["warmup"] if warmup is None else warmup,
+              "steps": defaults["steps"] if steps is None else steps, "d_model": d_model,
+              "d_ff": d_ff, "n_layers": layers, "n_heads": heads}
+    specs = [StepSpec.from_preset(a.pop("size"), **a, **common) for a in axes]
+    for s in specs:
+        validate(s)
+    run_and_show("step", specs, functools.partial(measure_step, peak_override=peak_tflops),
+                 STEP_COLUMNS, db=db, device=dev, rerun=rerun, quiet=quiet, as_json=as_json,
+                 title="trainperf step")
+
+
+@app.command()
+@cli_errors
+def results(
+    workload: str = typer.Option(None, help="Only this workload."),
+    status: str = typer.Option(None, help="Only this status: ok, oom, unsupported, error."),
+    last: int = typer.Option(50, help="Show at most this many (newest)."),
+    db: Path = DbOpt,
+) -> None:
+    """List stored records."""
+    if not db.exists():
+        fail(f"no results store at {db}")
+    recs = Store(db).records(workload=workload, status=status)[-last:]
+    cols: list[report.Column] = [
+        ("workload", lambda r: r.workload), ("case", lambda r: _case_text(r)),
+        ("status", report.status), ("main metric", _headline),
+        ("gpu", lambda r: r.env.get("gpu_name") or "cpu"),
+        ("when", lambda r: r.created_at[:19]), ("notes", report.notes)]
+    console.print(report.rich_table(recs, cols, title=f"{len(recs)} records in {db}"))
+
+
+def _case_text(r: Record) -> str:
+    skip = {"device", "warmup", "steps", "iters"}
+    return " ".join(f"{k}={v}" for k, v in r.spec.items() if k not in skip)
+
+
+def _headline(r: Record) -> str:
+    for key in ("step_ms_median", "time_ms_median", "iter_s_median", "busbw_gbps"):
+        if key in r.metrics:
+            return f"{key}={report.fmt(r.metrics[key])}"
+    return "-" if r.status == "ok" else r.status.upper()
+
+
+@app.command()
+@cli_errors
+def export(
+    format: str = typer.Option("csv", "--format", help="csv | json | markdown"),
+    output: Path = typer.Option(None, "--output", "-o", help="File to write (default: stdout)."),
+    workload: str = typer.Option(None, help="Only this workload."),
+    db: Path = DbOpt,
+) -> None:
+    """Write stored records as CSV, JSON or markdown."""
+    if format not in ("csv", "json", "markdown"):
+        fail(f"unknown format {format!r}; valid choices: csv, json, markdown")
+    if not db.exists():
+        fail(f"no results store at {db}")
+    text = report.export(to_frame(Store(db).records(workload=workload)), format)
+    if output:
+        output.write_text(text)
+        err_console.print(f"wrote {output}")
+    else:
+        sys.stdout.write(text)
+
+
+@app.command("env")
+def env_cmd(device: str = DeviceOpt) -> None:
+    """Print the environment as trainperf records it."""
+    try:
+        dev = envmod.resolve_device(device)
+    except ValueError as exc:
+        fail(str(exc))
+    console.print_json(json.dumps(envmod.capture(dev), default=str))
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,84 @@
+"""The sweep loop: measure each spec, store a Record at once, turn failures into records.
+
+The runner knows nothing about models: a workload is a `measure(spec) -> metrics` callable that
+raises `Unsupported` for cases it cannot run and lets OOM propagate.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+import traceback
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from trainperf.core.errors import Unsupported
+from trainperf.core.record import Record, spec_dict
+from trainperf.core.store import Store
+
+Measure = Callable[[Any], dict[str, Any]]
+
+
+def _oom_reason(exc: BaseException) -> tuple[str, dict[str, Any]]:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    m = re.search(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB)", text)
+    metrics: dict[str, Any] = {}
+    if m:
+        scale = {"GiB": 1.0, "MiB": 1 / 1024, "KiB": 1 / 2**20}[m.group(2)]
+        metrics["oom_tried_gb"] = round(float(m.group(1)) * scale, 3)
+    return text[:500], metrics
+
+
+def _free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def measure_case(workload: str, spec: Any, measure: Measure, env: dict[str, Any],
+                 run_id: str | None = None) -> Record:
+    """Run one case and describe the outcome as a Record (never raises, except Ctrl-C)."""
+    sd = spec_dict(spec)
+    try:
+        metrics = measure(spec)
+        return Record(workload, sd, "ok", metrics, env=env, run_id=run_id)
+    except (torch.cuda.OutOfMemoryError, MemoryError) as exc:
+        reason, metrics = _oom_reason(exc)
+        return Record(workload, sd, "oom", metrics, reason=reason, env=env, run_id=run_id)
+    except Unsupported as exc:
+        return Record(workload, sd, "unsupported", reason=str(exc), env=env, run_id=run_id)
+    except Exception as exc:  # noqa: BLE001 - a failed case is a record, not a crashed sweep
+        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        return Record(workload, sd, "error", reason=last[:1000], env=env, run_id=run_id)
+    finally:
+        _free_memory()
+
+
+def run_sweep(workload: str, specs: Sequence[Any], measure: Measure, store: Store,
+              env: dict[str, Any], *, rerun: bool = False, label: Callable[[Any], str] = str,
+              quiet: bool = False, console: Console | None = None) -> list[Record]:
+    """Measure every spec not already stored; return the records for all specs, in order."""
+    run_id = uuid.uuid4().hex[:12]
+    out: list[Record] = []
+    console = console or Console(stderr=True)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.fields[case]}"), console=console,
+                  disable=quiet, transient=False) as progress:
+        task = progress.add_task(workload, total=len(specs), case="")
+        for spec in specs:
+            progress.update(task, case=label(spec))
+            probe = Record(workload, spec_dict(spec), "ok", env=env)
+            stored = None if rerun else store.find_case(probe.key)
+            if stored is not None:
+                out.append(stored)
+            else:
+                record = measure_case(workload, spec, measure, env, run_id)
+                store.append(record)
+                out.append(record)
+            progress.advance(task)
+    return out

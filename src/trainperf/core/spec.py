@@ -1,0 +1,48 @@
+"""Turning CLI axes into sweeps: comma-list parsing and the cartesian product of axes."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from trainperf.core.errors import SpecError
+
+T = TypeVar("T")
+
+ON_OFF = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False}
+
+
+def parse_list(text: str, convert: Callable[[str], T], option: str,
+               choices: Iterable[str] | None = None) -> list[T]:
+    """'a,b,c' → [convert(a), …]; SpecError naming the option and the bad item otherwise."""
+    items = [t.strip() for t in str(text).split(",") if t.strip()]
+    if not items:
+        raise SpecError(f"{option} needs at least one value")
+    allowed = list(choices) if choices is not None else None
+    out = []
+    for item in items:
+        if allowed is not None and item not in allowed:
+            raise SpecError(f"{option}: unknown value {item!r}; valid choices: {', '.join(allowed)}")
+        try:
+            out.append(convert(item))
+        except (ValueError, KeyError):
+            raise SpecError(f"{option}: cannot read {item!r}") from None
+    return out
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError(text)
+    return value
+
+
+def on_off(text: str) -> bool:
+    return ON_OFF[text.lower()]
+
+
+def sweep(**axes: list[Any]) -> list[dict[str, Any]]:
+    """Every combination of the axes, the first axis varying slowest."""
+    names = list(axes)
+    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*axes.values())]

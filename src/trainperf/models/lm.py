@@ -1,0 +1,162 @@
+"""A readable GPT-style LM: RMSNorm pre-norm blocks, RoPE, causal attention, SwiGLU, untied head.
+
+Module names match the profiling ranges (`layers.N.attn.qkv_proj` → `fwd.layer.attn.qkv_proj`),
+and attention and normalisation are chosen by name from their registries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainperf.attention.registry import NAMES as ATTENTION_NAMES
+from trainperf.attention.registry import get_attention
+from trainperf.models.norms import NORMS, make_norm
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    vocab_size: int = 10_000
+    context_length: int = 1024
+    d_model: int = 768
+    d_ff: int = 3072
+    n_layers: int = 12
+    n_heads: int = 12
+    rope_theta: float = 10_000.0
+    attention: str = "sdpa"
+    norm: str = "torch"
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "context_length", "d_model", "d_ff", "n_layers", "n_heads"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if (self.d_model // self.n_heads) % 2:
+            raise ValueError(f"head dim {self.d_model // self.n_heads} must be even for RoPE")
+        if self.attention not in ATTENTION_NAMES:
+            raise ValueError(f"unknown attention {self.attention!r}; valid choices: "
+                             f"{', '.join(ATTENTION_NAMES)}")
+        if self.norm not in NORMS:
+            raise ValueError(f"unknown norm {self.norm!r}; valid choices: {', '.join(NORMS)}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+class Rope(nn.Module):
+    """Rotary position embedding (rotate-half form) applied to q and k."""
+
+    def __init__(self, head_dim: int, context_length: int, theta: float) -> None:
+        super().__init__()
+        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        angles = torch.outer(torch.arange(context_length, dtype=torch.float32), inv_freq)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def _rotate(self, x: torch.Tensor) -> torch.Tensor:
+        seq = x.shape[-2]
+        cos, sin = self.cos[:seq].to(x.dtype), self.sin[:seq].to(x.dtype)
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._rotate(q), self._rotate(k)
+
+
+class AttentionOp(nn.Module):
+    """The attention kernel itself, as a module so it gets its own profiling range."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+        self._fn = None
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self._fn is None:
+            self._fn = get_attention(self.name, q.device)
+        return self._fn(q, k, v, causal=True)
+
+
+class SelfAttention(nn.Module):
+    """Pre-norm causal multi-head self-attention sublayer (returns the residual update)."""
+
+    def __init__(self, cfg: LMConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.prenorm = make_norm(cfg.norm, cfg.d_model)
+        self.qkv_proj = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.rope = Rope(cfg.head_dim, cfg.context_length, cfg.rope_theta)
+        self.sdpa = AttentionOp(cfg.attention)
+        self.o_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        qkv = self.qkv_proj(self.prenorm(x)).view(b, t, 3, self.n_heads, d // self.n_heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [b, heads, t, head_dim]
+        q, k = self.rope(q, k)
+        y = self.sdpa(q, k, v)
+        return self.o_proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class FeedForward(nn.Module):
+    """Pre-norm SwiGLU feed-forward sublayer: down(silu(gate(x)) · up(x))."""
+
+    def __init__(self, cfg: LMConfig) -> None:
+        super().__init__()
+        self.prenorm = make_norm(cfg.norm, cfg.d_model)
+        self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.prenorm(x)
+        return self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: LMConfig) -> None:
+        super().__init__()
+        self.attn = SelfAttention(cfg)
+        self.mlp = FeedForward(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(x)
+        return x + self.mlp(x)
+
+
+class TransformerLM(nn.Module):
+    def __init__(self, cfg: LMConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.output_norm = make_norm(cfg.norm, cfg.d_model)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        if tokens.shape[-1] > self.cfg.context_length:
+            raise ValueError(f"sequence {tokens.shape[-1]} > context {self.cfg.context_length}")
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        return self.lm_head(self.output_norm(x))
+
+    def matmul_params(self) -> int:
+        """Parameters inside matrix multiplies (what the 2·N·tokens FLOP term counts)."""
+        return sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy in float32."""
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))

@@ -1,0 +1,40 @@
+"""RMSNorm implementations by name, so a model can swap its normalisation layer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """Plain PyTorch RMSNorm (several element-wise kernels), computed in float32."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (y * self.weight.float()).to(x.dtype)
+
+
+class FusedRMSNorm(RMSNorm):
+    """PyTorch's own `F.rms_norm` (a fused kernel where PyTorch has one)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight.to(x.dtype), self.eps)
+
+
+NORMS: dict[str, Callable[[int], nn.Module]] = {"torch": RMSNorm, "fused": FusedRMSNorm}
+
+
+def make_norm(name: str, dim: int) -> nn.Module:
+    """A norm layer called `name`; ValueError naming the choices otherwise."""
+    if name not in NORMS:
+        raise ValueError(f"unknown norm {name!r}; valid choices: {', '.join(NORMS)}")
+    return NORMS[name](dim)

@@ -1,0 +1,50 @@
+"""Precision modes shared by workloads: autocast context, grad scaler, validation per device."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+
+import torch
+
+from trainperf.core.errors import SpecError
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """Autocast to bf16/fp16, or nothing for fp32."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=DTYPES[precision])
+
+
+def grad_scaler(device: torch.device, precision: str) -> torch.amp.GradScaler:
+    """A loss scaler, active only for fp16 (bf16 and fp32 need none)."""
+    return torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+
+
+def check_precision(precision: str, device: torch.device) -> None:
+    """SpecError when `precision` is unknown or this device cannot run it."""
+    if precision not in PRECISIONS:
+        raise SpecError(f"unknown precision {precision!r}; valid choices: {', '.join(PRECISIONS)}")
+    if device.type == "cuda" and precision == "bf16" and not torch.cuda.is_bf16_supported():
+        raise SpecError(f"precision 'bf16' is not supported by {torch.cuda.get_device_name(device)}"
+                        "; valid choices here: fp32, fp16")
+    if device.type == "cpu" and precision == "fp16":
+        raise SpecError("precision 'fp16' (autocast + grad scaler) needs a CUDA GPU; "
+                        "valid choices on the CPU: fp32, bf16")
+
+
+def check_compiler(device: torch.device) -> None:
+    """SpecError when torch.compile cannot generate code for this device."""
+    if device.type == "cuda":
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            raise SpecError("--compile on needs Triton for CUDA, which is not installed; "
+                            "valid choices here: off") from None
+    elif not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
+        raise SpecError("--compile on needs a C++ compiler on the CPU (none found on PATH); "
+                        "valid choices here: off")

@@ -1,0 +1,158 @@
+"""Forward / backward / optimizer timing of the GPT-style LM (`trainperf step`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from trainperf.core import env as envmod
+from trainperf.core.errors import SpecError
+from trainperf.core.flops import peak_tflops, transformer_flops
+from trainperf.core.stats import HIGH_CV, summarize
+from trainperf.core.timing import LAUNCH_BOUND_RATIO, PhaseTimer, start_measured_window
+from trainperf.models.lm import LMConfig, TransformerLM, lm_loss
+from trainperf.models.presets import get_preset
+from trainperf.workloads.precision import autocast, check_compiler, check_precision, grad_scaler
+
+MODES = ("train", "forward", "forward-backward")
+PHASES = {"train": ("forward", "backward", "optimizer"), "forward": ("forward",),
+          "forward-backward": ("forward", "backward")}
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One case of the step benchmark. Model dims are resolved from `size` unless overridden."""
+
+    size: str
+    context: int
+    batch: int
+    precision: str
+    compile: bool
+    mode: str
+    device: str
+    d_model: int
+    d_ff: int
+    n_layers: int
+    n_heads: int
+    attention: str = "sdpa"
+    norm: str = "torch"
+    tf32: bool = True
+    vocab: int = 10_000
+    warmup: int = 5
+    steps: int = 10
+
+    @classmethod
+    def from_preset(cls, size: str, **kw: Any) -> StepSpec:
+        p = get_preset(size)
+        dims = {"d_model": p.d_model, "d_ff": p.d_ff, "n_layers": p.n_layers, "n_heads": p.n_heads}
+        dims.update({k: v for k, v in kw.items() if k in dims and v is not None})
+        rest = {k: v for k, v in kw.items() if k not in dims}
+        return cls(size=size, **dims, **rest)
+
+    def model_config(self) -> LMConfig:
+        return LMConfig(vocab_size=self.vocab, context_length=self.context, d_model=self.d_model,
+                        d_ff=self.d_ff, n_layers=self.n_layers, n_heads=self.n_heads,
+                        attention=self.attention, norm=self.norm)
+
+    def label(self) -> str:
+        return (f"{self.size} ctx={self.context} bs={self.batch} {self.precision}"
+                f"{' compiled' if self.compile else ''} {self.mode}")
+
+
+def validate(spec: StepSpec) -> None:
+    """SpecError (one line: bad value and valid choices) for anything that cannot run at all."""
+    for name in ("context", "batch", "vocab", "steps"):
+        if getattr(spec, name) <= 0:
+            raise SpecError(f"--{name} must be positive, got {getattr(spec, name)}")
+    if spec.warmup < 0:
+        raise SpecError(f"--warmup must be >= 0, got {spec.warmup}")
+    if spec.mode not in MODES:
+        raise SpecError(f"unknown mode {spec.mode!r}; valid choices: {', '.join(MODES)}")
+    try:
+        spec.model_config()
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    device = torch.device(spec.device)
+    check_precision(spec.precision, device)
+    if spec.compile:
+        check_compiler(device)
+
+
+def measure_step(spec: StepSpec, peak_override: float | None = None) -> dict[str, Any]:
+    """Time `spec.steps` steps after `spec.warmup`; return flat metrics (see README)."""
+    device = torch.device(spec.device)
+    torch.manual_seed(0)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = spec.tf32
+        torch.backends.cudnn.allow_tf32 = spec.tf32
+    model = TransformerLM(spec.model_config()).to(device)
+    train = spec.mode == "train"
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda") if train else None
+    scaler = grad_scaler(device, spec.precision)
+    run = torch.compile(model) if spec.compile else model
+    tokens = torch.randint(0, spec.vocab, (spec.batch, spec.context + 1), device=device)
+    x, y = tokens[:, :-1], tokens[:, 1:]
+    grad_ctx = torch.no_grad if spec.mode == "forward" else torch.enable_grad
+
+    timer = PhaseTimer(device)
+    for i in range(spec.warmup + spec.steps):
+        if i == spec.warmup:
+            start_measured_window(device)
+        timer.enabled = i >= spec.warmup
+        with timer.phase("step"):
+            with timer.phase("forward"), grad_ctx(), autocast(device, spec.precision):
+                loss = lm_loss(run(x), y)
+            if spec.mode != "forward":
+                with timer.phase("backward"):
+                    scaler.scale(loss).backward()
+            if train:
+                with timer.phase("optimizer"):
+                    scaler.step(opt)
+                    scaler.update()
+                    opt.zero_grad(set_to_none=True)
+            elif spec.mode == "forward-backward":
+                model.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()  # each step starts on an idle queue, so host times mean launch
+
+    metrics = phase_metrics(timer, PHASES[spec.mode])
+    tokens_per_step = spec.batch * spec.context
+    flops = transformer_flops(model.matmul_params(), spec.n_layers, spec.d_model, spec.context,
+                              tokens_per_step, causal=True, mode=spec.mode)
+    step_s = metrics["step_ms_median"] / 1e3
+    metrics["params_m"] = round(sum(p.numel() for p in model.parameters()) / 1e6, 2)
+    metrics["tokens_per_s"] = tokens_per_step / step_s
+    metrics["tflops"] = flops / step_s / 1e12
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    peak = peak_override or peak_tflops(gpu, spec.precision, spec.tf32)
+    metrics["peak_tflops"] = peak
+    metrics["mfu"] = metrics["tflops"] / peak if peak else None
+    metrics["loss"] = float(loss.detach())
+    if device.type == "cuda":
+        metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
+        metrics["peak_reserved_gb"] = torch.cuda.max_memory_reserved(device) / 2**30
+    metrics.update(envmod.gpu_clocks(device))
+    return metrics
+
+
+def phase_metrics(timer: PhaseTimer, phases: tuple[str, ...]) -> dict[str, Any]:
+    """Per-phase mean/std/median (+ full stats for the step) and noise/launch-bound notes."""
+    samples, host = timer.samples(), timer.host_samples()
+    metrics: dict[str, Any] = {}
+    notes = []
+    for phase in (*phases, "step"):
+        s = summarize(samples[phase])
+        keys = ("mean", "std", "median", "iqr", "ci95", "cv", "min", "n") if phase == "step" \
+            else ("mean", "std", "median")
+        metrics.update({f"{phase}_ms_{k}": s[k] for k in keys})
+        if s["cv"] > HIGH_CV:
+            notes.append(f"noisy {phase} (cv {s['cv']:.0%})")
+        if timer.cuda and phase != "step":
+            ratio = summarize(host[phase])["median"] / s["median"]
+            metrics[f"{phase}_host_ratio"] = ratio
+            if ratio >= LAUNCH_BOUND_RATIO:
+                notes.append(f"launch-bound {phase}")
+    metrics["notes"] = "; ".join(notes)
+    return metrics

@@ -1,0 +1,63 @@
+import pytest
+import torch
+
+from trainperf.core.errors import SpecError
+from trainperf.core.runner import measure_case
+from trainperf.workloads import step as stepmod
+from trainperf.workloads.step import StepSpec, measure_step, validate
+
+
+def tiny(**kw):
+    base = {"context": 16, "batch": 2, "precision": "fp32", "compile": False, "mode": "train",
+            "device": "cpu", "warmup": 1, "steps": 3, "vocab": 50}
+    return StepSpec.from_preset("tiny", **{**base, **kw})
+
+
+@pytest.mark.parametrize("mode, phases", [("train", {"forward", "backward", "optimizer"}),
+                                          ("forward", {"forward"}),
+                                          ("forward-backward", {"forward", "backward"})])
+def test_step_metrics_per_mode(mode, phases):
+    m = measure_step(tiny(mode=mode))
+    for phase in (*phases, "step"):
+        assert m[f"{phase}_ms_median"] > 0
+    for phase in {"forward", "backward", "optimizer"} - phases:
+        assert f"{phase}_ms_median" not in m
+    assert m["step_ms_n"] == 3
+    assert m["tokens_per_s"] == pytest.approx(2 * 16 / (m["step_ms_median"] / 1e3))
+    assert m["tflops"] > 0 and m["mfu"] is None  # no peak is known for a CPU
+
+
+def test_bf16_autocast_runs_on_cpu():
+    assert measure_step(tiny(precision="bf16"))["step_ms_median"] > 0
+
+
+def test_overrides_replace_preset_dims():
+    s = tiny(d_model=32, n_heads=2)
+    assert (s.d_model, s.n_heads, s.n_layers) == (32, 2, 2)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"context": 0}, "--context must be positive"),
+    ({"d_model": 30, "n_heads": 4}, "not divisible"),
+    ({"precision": "fp8"}, "valid choices: fp32, bf16, fp16"),
+    ({"precision": "fp16"}, "needs a CUDA GPU"),
+    ({"mode": "sideways"}, "valid choices: train"),
+])
+def test_validation_errors_name_the_bad_value(kw, message):
+    with pytest.raises(SpecError, match=message):
+        validate(tiny(**kw))
+
+
+def test_missing_compiler_is_a_spec_error(monkeypatch):
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    with pytest.raises(SpecError, match="--compile on needs a C\\+\\+ compiler"):
+        validate(tiny(compile=True))
+
+
+def test_oom_inside_the_workload_becomes_an_oom_record(monkeypatch):
+    def explode(*a, **k):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB.")
+    monkeypatch.setattr(stepmod, "lm_loss", explode)
+    rec = measure_case("step", tiny(), measure_step, {"device": "cpu"})
+    assert rec.status == "oom"
+    assert rec.metrics["oom_tried_gb"] == pytest.approx(20 / 1024, abs=1e-3)
