@@ -148,6 +148,79 @@ def step(
                  title="trainperf step")
 
 
+ATTENTION_COLUMNS: list[report.Column] = [
+    ("impl", report.spec("impl")), ("mode", report.spec("mode")), ("b", report.spec("batch")),
+    ("h", report.spec("heads")), ("seq", report.spec("seq")), ("d", report.spec("head_dim")),
+    ("dtype", report.spec("dtype")), ("causal", report.spec("causal")),
+    ("time ms", report.timing("time")), ("TFLOP/s", report.metric("tflops")),
+    ("peak MB", report.metric("peak_mem_mb", 4)), ("status", report.status), ("notes", report.notes),
+]
+OutOpt = typer.Option(Path("trainperf-out"), "--out", help="Folder for plots and CSV files.")
+
+
+@app.command()
+@cli_errors
+def attention(
+    impl: str = typer.Option(None, help="Implementations, comma-separated, or 'all'."),
+    head_dim: str = typer.Option(None, help="Head dims, comma-separated."),
+    seq: str = typer.Option(None, help="Sequence lengths, comma-separated."),
+    batch: int = typer.Option(None, help="Batch size."),
+    heads: int = typer.Option(16, help="Number of heads."),
+    dtype: str = typer.Option(None, help="fp32,fp16,bf16."),
+    mode: str = typer.Option("fwd+bwd", help="fwd,bwd,fwd+bwd."),
+    causal: str = typer.Option("on", help="Causal masking: on,off."),
+    warmup: int = typer.Option(5, help="Untimed calls first."),
+    reps: int = typer.Option(20, help="Timed calls."),
+    out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
+    quiet: bool = QuietOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Time attention implementations (forward, backward) and their peak memory."""
+    from trainperf.attention.registry import NAMES
+    from trainperf.workloads.attention import MODES, AttentionSpec, measure_attention, validate
+
+    dev = device_or_fail(device)
+    gpu = dev.type == "cuda"
+    defaults = ({"impl": "all", "head_dim": "64", "seq": "256,1024,4096", "batch": 8, "dtype": "bf16"}
+                if gpu else {"impl": "naive,sdpa,sdpa-math,torch-fa2", "head_dim": "32",
+                             "seq": "128,256", "batch": 1, "dtype": "fp32"})
+    impls = impl or defaults["impl"]
+    pinned = [n for n in NAMES if n != "sdpa"]
+    axes = sweep(
+        impl=pinned if impls == "all" else parse_list(impls, str, "--impl", NAMES),
+        head_dim=parse_list(head_dim or defaults["head_dim"], positive_int, "--head-dim"),
+        seq=parse_list(seq or defaults["seq"], positive_int, "--seq"),
+        dtype=parse_list(dtype or defaults["dtype"], str, "--dtype", ("fp32", "fp16", "bf16")),
+        mode=parse_list(mode, str, "--mode", MODES),
+        causal=parse_list(causal, on_off, "--causal"),
+    )
+    specs = [AttentionSpec(batch=batch or defaults["batch"], heads=heads, device=dev.type,
+                           warmup=warmup, reps=reps, **a) for a in axes]
+    for s in specs:
+        validate(s)
+    records = run_and_show("attention", specs, measure_attention, ATTENTION_COLUMNS, db=db,
+                           device=dev, rerun=rerun, quiet=quiet, as_json=as_json,
+                           title="trainperf attention")
+    _attention_plots(records, out, quiet or as_json)
+
+
+def _attention_plots(records: list[Record], out: Path, quiet: bool) -> None:
+    """Time and peak memory against sequence length, one figure per (mode, head dim, dtype)."""
+    from trainperf.core.plots import line_grid
+
+    df = to_frame(r for r in records if r.status == "ok")
+    if df.empty:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    panels = [("time_ms_median", "median time (ms)")]
+    if "peak_mem_mb" in df:
+        panels.append(("peak_mem_mb", "peak memory (MB)"))
+    for (mode, hd, dt), group in df.groupby(["mode", "head_dim", "dtype"]):
+        path = out / f"attention_{mode.replace('+', '_')}_d{hd}_{dt}.png"
+        line_grid(group, "seq", panels, "impl", path, title=f"attention {mode}, head dim {hd}, {dt}")
+        if not quiet:
+            err_console.print(f"wrote {path}")
+
+
 @app.command()
 @cli_errors
 def results(

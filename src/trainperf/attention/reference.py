@@ -16,9 +16,8 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     """softmax(q·kᵀ·scale + causal mask)·v for [batch, heads, seq, head_dim] tensors."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = torch.matmul(q, k.transpose(-2, -1)) * scale
-    if causal:
-        sq, sk = q.shape[-2], k.shape[-2]
-        mask = torch.ones(sq, sk, dtype=torch.bool, device=q.device).tril(sk - sq)
+    if causal:  # top-left aligned, like SDPA's is_causal: query i sees keys 0..i
+        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
         scores = scores.masked_fill(~mask, float("-inf"))
     probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
     return torch.matmul(probs, v)

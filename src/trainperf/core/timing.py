@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -62,3 +62,15 @@ def start_measured_window(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
+
+
+def time_op(fn: Callable[[], object], device: torch.device, warmup: int, reps: int) -> list[float]:
+    """Milliseconds of `reps` calls of `fn` after `warmup` calls (CUDA events on the GPU)."""
+    for _ in range(warmup):
+        fn()
+    timer = PhaseTimer(device)
+    start_measured_window(device)
+    for _ in range(reps):
+        with timer.phase("op"):
+            fn()
+    return timer.samples()["op"]

@@ -91,7 +91,8 @@ def measure_step(spec: StepSpec, peak_override: float | None = None) -> dict[str
     train = spec.mode == "train"
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda") if train else None
     scaler = grad_scaler(device, spec.precision)
-    run = torch.compile(model) if spec.compile else model
+    if spec.compile:
+        compile_regions(model)
     tokens = torch.randint(0, spec.vocab, (spec.batch, spec.context + 1), device=device)
     x, y = tokens[:, :-1], tokens[:, 1:]
     grad_ctx = torch.no_grad if spec.mode == "forward" else torch.enable_grad
@@ -103,7 +104,7 @@ def measure_step(spec: StepSpec, peak_override: float | None = None) -> dict[str
         timer.enabled = i >= spec.warmup
         with timer.phase("step"):
             with timer.phase("forward"), grad_ctx(), autocast(device, spec.precision):
-                loss = lm_loss(run(x), y)
+                loss = lm_loss(model(x), y)
             if spec.mode != "forward":
                 with timer.phase("backward"):
                     scaler.scale(loss).backward()
@@ -135,6 +136,17 @@ def measure_step(spec: StepSpec, peak_override: float | None = None) -> dict[str
         metrics["peak_reserved_gb"] = torch.cuda.max_memory_reserved(device) / 2**30
     metrics.update(envmod.gpu_clocks(device))
     return metrics
+
+
+def compile_regions(model: TransformerLM) -> None:
+    """torch.compile each block and the output head in place ("regional" compilation).
+
+    Identical blocks share one compiled graph, so compile time no longer grows with depth
+    (minutes → seconds for the 48-layer preset) at the cost of fusions across block borders.
+    """
+    for layer in model.layers:
+        layer.compile()
+    model.output_norm.compile()
 
 
 def phase_metrics(timer: PhaseTimer, phases: tuple[str, ...]) -> dict[str, Any]:

@@ -1,0 +1,67 @@
+"""Figures people would rather look at than read: lines over an axis, grouped bars."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise RuntimeError("plots need matplotlib: pip install 'trainperf[plots]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def line_grid(df: pd.DataFrame, x: str, ys: list[tuple[str, str]], hue: str, path: Path,
+              title: str = "", logx: bool = True, logy: bool = True):
+    """One panel per (column, y-label) in `ys`, a line per `hue` value; saved to `path`."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(ys), figsize=(6 * len(ys), 4.5), squeeze=False)
+    for ax, (col, label) in zip(axes[0], ys, strict=True):
+        for name, group in df.dropna(subset=[col]).groupby(hue, sort=True):
+            g = group.sort_values(x)
+            ax.plot(g[x], g[col], marker="o", label=str(name))
+        ax.set_xlabel(x)
+        ax.set_ylabel(label)
+        if logx:
+            ax.set_xscale("log", base=2)
+        if logy:
+            ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][-1].legend(title=hue, fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return fig
+
+
+def grouped_bars(df: pd.DataFrame, category: str, hue: str, value: str, path: Path,
+                 ylabel: str, title: str = "", reference_line: float | None = None):
+    """Bars of `value` per `category`, one bar per `hue` value side by side; saved to `path`."""
+    plt = _pyplot()
+    cats = list(dict.fromkeys(df[category]))
+    hues = list(dict.fromkeys(df[hue]))
+    width = 0.8 / max(len(hues), 1)
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(cats) * max(len(hues), 1) / 2), 4.5))
+    for i, h in enumerate(hues):
+        sub = df[df[hue] == h].set_index(category)
+        heights = [sub[value].get(c, float("nan")) for c in cats]
+        ax.bar([j + i * width for j in range(len(cats))], heights, width, label=str(h))
+    ax.set_xticks([j + width * (len(hues) - 1) / 2 for j in range(len(cats))], cats, rotation=20)
+    ax.set_ylabel(ylabel)
+    ax.set_xlabel(category)
+    if reference_line is not None:
+        ax.axhline(reference_line, color="black", linewidth=0.8, linestyle="--")
+    ax.legend(title=hue, fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return fig

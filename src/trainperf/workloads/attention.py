@@ -1,0 +1,110 @@
+"""Attention op timing and peak memory per implementation (`trainperf attention`).
+
+FLOPs (the convention of the FlashAttention papers): forward = 4·B·H·N²·D, halved when causal;
+backward = 2.5 × forward (five matmuls to the forward's two; recomputation not counted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from trainperf.attention.registry import get_attention
+from trainperf.core import env as envmod
+from trainperf.core.errors import SpecError, Unsupported
+from trainperf.core.stats import summarize
+from trainperf.core.timing import time_op
+from trainperf.workloads.precision import DTYPES
+
+MODES = ("fwd", "bwd", "fwd+bwd")
+FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
+# What PyTorch says when a pinned SDPA backend cannot take the inputs.
+_UNSUPPORTED_HINTS = ("No available kernel", "not supported", "Unsupported", "only supports")
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    impl: str
+    batch: int
+    heads: int
+    seq: int
+    head_dim: int
+    dtype: str
+    mode: str
+    causal: bool
+    device: str
+    warmup: int = 5
+    reps: int = 20
+
+    def label(self) -> str:
+        return (f"{self.impl} {self.mode} b={self.batch} h={self.heads} n={self.seq} "
+                f"d={self.head_dim} {self.dtype}{' causal' if self.causal else ''}")
+
+
+def validate(spec: AttentionSpec) -> None:
+    for name in ("batch", "heads", "seq", "head_dim", "reps"):
+        if getattr(spec, name) <= 0:
+            raise SpecError(f"--{name.replace('_', '-')} must be positive, got {getattr(spec, name)}")
+    if spec.mode not in MODES:
+        raise SpecError(f"unknown mode {spec.mode!r}; valid choices: {', '.join(MODES)}")
+    if spec.dtype not in DTYPES:
+        raise SpecError(f"unknown dtype {spec.dtype!r}; valid choices: {', '.join(DTYPES)}")
+
+
+def attention_flops(spec: AttentionSpec) -> float:
+    fwd = 4.0 * spec.batch * spec.heads * spec.seq**2 * spec.head_dim * (0.5 if spec.causal else 1.0)
+    return FLOP_FACTOR[spec.mode] * fwd
+
+
+def _operation(spec: AttentionSpec, device: torch.device):
+    """The callable to time for this mode, built on fresh random inputs."""
+    fn = get_attention(spec.impl, device)
+    shape = (spec.batch, spec.heads, spec.seq, spec.head_dim)
+    grad = spec.mode != "fwd"
+    q, k, v = (torch.randn(shape, dtype=DTYPES[spec.dtype], device=device, requires_grad=grad)
+               for _ in range(3))
+
+    def forward() -> torch.Tensor:
+        return fn(q, k, v, causal=spec.causal)
+
+    if spec.mode == "fwd":
+        def op() -> object:
+            with torch.no_grad():
+                return forward()
+        return op
+    dout = torch.randn(shape, dtype=DTYPES[spec.dtype], device=device)
+    if spec.mode == "fwd+bwd":
+        return lambda: torch.autograd.grad(forward(), (q, k, v), dout)
+    out = forward()
+    return lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+
+
+def measure_attention(spec: AttentionSpec) -> dict[str, Any]:
+    device = torch.device(spec.device)
+    torch.manual_seed(0)
+    try:
+        op = _operation(spec, device)
+        op()  # first call: compile / reject inputs here, not inside the timed loop
+    except RuntimeError as exc:
+        if isinstance(exc, torch.cuda.OutOfMemoryError) or not any(
+                h in str(exc) for h in _UNSUPPORTED_HINTS):
+            raise
+        raise Unsupported(str(exc).strip().splitlines()[0][:300]) from None
+    except (ValueError, NotImplementedError) as exc:
+        raise Unsupported(str(exc)[:300]) from None
+    samples = time_op(op, device, warmup=spec.warmup, reps=spec.reps)
+    metrics: dict[str, Any] = {}
+    if device.type == "cuda":
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        op()
+        torch.cuda.synchronize(device)
+        peak = torch.cuda.max_memory_allocated(device)
+        metrics.update(peak_mem_mb=peak / 2**20, op_mem_mb=(peak - base) / 2**20)
+    s = summarize(samples)
+    metrics.update({f"time_ms_{k}": s[k] for k in ("median", "mean", "std", "iqr", "min", "cv", "n")})
+    metrics["tflops"] = attention_flops(spec) / (s["median"] / 1e3) / 1e12
+    metrics.update(envmod.gpu_clocks(device))
+    return metrics

@@ -1,0 +1,86 @@
+"""FlashAttention-2 (PyTorch and Triton) and the registry against the float64 reference."""
+
+import pytest
+import torch
+from conftest import rel_err
+
+from trainperf.attention.reference import naive_attention
+from trainperf.attention.registry import get_attention
+from trainperf.core.errors import Unsupported
+
+TOL = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 3e-2}
+
+
+def check_against_reference(fn, b, h, n, d, dtype, causal, device="cpu"):
+    """Output and all three gradients of fn vs naive attention in float64 on fresh inputs."""
+    q, k, v = (torch.randn(b, h, n, d, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+    out = fn(q, k, v, causal=causal)
+    assert out.dtype == dtype and out.shape == q.shape
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    ref_in = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    ref = naive_attention(*ref_in, causal=causal)
+    ref_grads = torch.autograd.grad(ref, ref_in, dout.double())
+    tol = TOL[dtype]
+    assert rel_err(out, ref) < tol
+    for name, g, r in zip("qkv", grads, ref_grads, strict=True):
+        assert torch.isfinite(g).all(), f"d{name} has non-finite values"
+        assert rel_err(g, r) < 4 * tol, f"d{name} error {rel_err(g, r):.2e}"
+
+
+SHAPES = [(2, 3, 37, 16), (1, 2, 70, 40), (1, 2, 33, 64)]  # ragged lengths, non-power-of-2 dim
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_torch_fa2_matches_reference(shape, causal):
+    from trainperf.attention.flash_torch import flash_attention_torch
+    check_against_reference(lambda q, k, v, causal: flash_attention_torch(q, k, v, causal, tile=16),
+                            *shape, torch.float32, causal)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_triton_fa2_matches_reference(shape, causal, dtype):
+    pytest.importorskip("triton")
+    from trainperf.attention.flash_triton import flash_attention_triton
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    check_against_reference(flash_attention_triton, *shape, dtype, causal, device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("shape", [(2, 8, 1000, 64), (1, 4, 2048, 128), (2, 4, 4099, 32)])
+def test_triton_fa2_on_gpu_at_real_sizes(shape, causal, dtype):
+    from trainperf.attention.flash_triton import flash_attention_triton
+    check_against_reference(flash_attention_triton, *shape, dtype, causal, "cuda")
+
+
+@pytest.mark.parametrize("name", ["sdpa", "sdpa-math"])
+def test_sdpa_agrees_with_naive(name):
+    check_against_reference(get_attention(name, torch.device("cpu")), 2, 2, 29, 16, torch.float32, True)
+
+
+def test_naive_float64_is_causal():
+    q, k, v = (torch.randn(1, 1, 8, 4, dtype=torch.float64) for _ in range(3))
+    v2 = v.clone()
+    v2[..., 5:, :] += 1.0
+    assert torch.equal(naive_attention(q, k, v)[..., :5, :], naive_attention(q, k, v2)[..., :5, :])
+
+
+def test_gpu_backends_are_unsupported_on_cpu():
+    with pytest.raises(Unsupported, match="needs a CUDA GPU"):
+        get_attention("sdpa-flash", torch.device("cpu"))
+
+
+def test_unknown_attention_name():
+    with pytest.raises(ValueError, match="valid choices: naive"):
+        get_attention("magic")
+
+
+def test_flash_rejects_mismatched_shapes():
+    from trainperf.attention.flash_torch import flash_attention_torch
+    with pytest.raises(ValueError, match="one shape"):
+        flash_attention_torch(torch.randn(1, 1, 4, 8), torch.randn(1, 1, 5, 8), torch.randn(1, 1, 5, 8))
