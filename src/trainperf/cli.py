@@ -221,6 +221,108 @@ def _attention_plots(records: list[Record], out: Path, quiet: bool) -> None:
             err_console.print(f"wrote {path}")
 
 
+LLAMA_COLUMNS: list[report.Column] = [
+    ("backend", report.spec("backend")), ("batch", report.spec("batch")), ("seq", report.spec("seq")),
+    ("s/iter mean", report.metric("iter_s_mean")), ("median", report.metric("iter_s_median")),
+    ("std", report.metric("iter_s_std", 2)), ("tok/s", report.metric("tokens_per_s", 4)),
+    ("TFLOP/s", report.metric("tflops")), ("peak GB", report.metric("peak_mem_gb")),
+    ("K/V heads", report.metric("kv_heads")), ("status", report.status), ("notes", report.notes),
+]
+
+
+def _batch_seq(text: str) -> tuple[int, int]:
+    b, n = text.lower().split("x")
+    return positive_int(b), positive_int(n)
+
+
+@app.command()
+@cli_errors
+def llama(
+    batch_seq: str = typer.Option(None, help="Batch x sequence pairs, e.g. 1x16384,2x8192."),
+    backend: str = typer.Option(None, help="SDPA backends: CUDNN_ATTENTION,EFFICIENT_ATTENTION,"
+                                           "FLASH_ATTENTION,MATH."),
+    iters: int = typer.Option(None, help="Timed iterations (default 100 on a GPU)."),
+    warmup: int = typer.Option(5, help="Untimed iterations first."),
+    optimizer: str = typer.Option("sgd", help="sgd | adamw | none."),
+    inputs: str = typer.Option("embeds", "--input", help="embeds (random input embeddings) | ids."),
+    compile: str = typer.Option("off", help="torch.compile the model: off,on."),
+    dtype: str = typer.Option("bf16", help="Weight dtype: bf16 | fp16 | fp32."),
+    layers: int = typer.Option(None, help="Use only this many decoder layers (quick runs)."),
+    preset: str = typer.Option(None, help="Shipped config: llama-3.2-1b (GPU default) | tiny (CPU default)."),
+    config: str = typer.Option(None, help="A local config.json or model folder instead of a preset."),
+    model: str = typer.Option(None, help="A hub model id (the only option that uses the network)."),
+    baseline: str = typer.Option(None, help="Backend that speed-ups are relative to."),
+    out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
+    quiet: bool = QuietOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Time a random-init Llama training iteration across SDPA backends and batch x seq pairs."""
+    from trainperf.models.hf_llama import BACKENDS
+    from trainperf.workloads.llama_sdpa import (
+        CPU_GRID,
+        DEFAULT_GRID,
+        LlamaSpec,
+        measure_llama,
+        timing_table,
+        validate,
+        write_outputs,
+    )
+
+    dev = device_or_fail(device)
+    gpu = dev.type == "cuda"
+    grid = parse_list(batch_seq, _batch_seq, "--batch-seq") if batch_seq else list(
+        DEFAULT_GRID if gpu else CPU_GRID)
+    backends = parse_list(backend or ("CUDNN_ATTENTION,EFFICIENT_ATTENTION,FLASH_ATTENTION" if gpu
+                                      else "MATH,FLASH_ATTENTION"), str, "--backend", BACKENDS)
+    base = baseline or ("EFFICIENT_ATTENTION" if "EFFICIENT_ATTENTION" in backends else backends[0])
+    if base not in BACKENDS:
+        raise SpecError(f"--baseline {base!r}; valid choices: {', '.join(BACKENDS)}")
+    common = dict(dtype=dtype, optimizer=optimizer, inputs=inputs, preset=preset or (
+        None if config or model else ("llama-3.2-1b" if gpu else "tiny")), config=config, model=model,
+        layers=layers, device=dev.type, warmup=warmup, iters=iters or (100 if gpu else 5))
+    specs = [LlamaSpec(backend=be, batch=b, seq=n, compile=c, **common)
+             for c in parse_list(compile, on_off, "--compile") for (b, n) in grid for be in backends]
+    for s in specs:
+        validate(s)
+    records = run_and_show("llama", specs, measure_llama, LLAMA_COLUMNS, db=db, device=dev,
+                           rerun=rerun, quiet=quiet, as_json=as_json, title="trainperf llama")
+    for path in write_outputs(timing_table(records, base), out, base):
+        if not (quiet or as_json):
+            err_console.print(f"wrote {path}")
+
+
+@app.command()
+@cli_errors
+def compare(
+    sets: list[Path] = typer.Argument(..., help="Two or more training_timing.csv files or .db stores."),
+    axis: str = typer.Option("gpu", help="What the sets are meant to differ in (not warned about)."),
+    out: Path = OutOpt,
+) -> None:
+    """Set llama result sets from different runs side by side, with speed-ups and plots."""
+    from trainperf.profiling.compare import (
+        context_warnings,
+        label_sets,
+        load_result_set,
+        plot_comparison,
+        side_by_side,
+    )
+
+    if len(sets) < 2:
+        raise SpecError("compare needs at least two result sets")
+    try:
+        frames = [load_result_set(p) for p in sets]
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    labels = label_sets(sets, frames)
+    for w in context_warnings(frames, labels, axis):
+        err_console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
+    table = side_by_side(frames, labels)
+    cols: list[report.Column] = [(c, (lambda r, c=c: report.fmt(r[c]))) for c in table.columns]
+    rich = report.rich_table([row for _, row in table.iterrows()], cols, title="trainperf compare")
+    console.print(rich)
+    for path in plot_comparison(table, labels, out):
+        err_console.print(f"wrote {path}")
+
+
 @app.command()
 @cli_errors
 def results(

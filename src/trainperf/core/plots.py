@@ -58,7 +58,10 @@ def grouped_bars(df: pd.DataFrame, category: str, hue: str, value: str, path: Pa
     ax.set_xlabel(category)
     if reference_line is not None:
         ax.axhline(reference_line, color="black", linewidth=0.8, linestyle="--")
-    ax.legend(title=hue, fontsize=8)
+    if hues:
+        ax.legend(title=hue, fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no successful cases", ha="center", va="center", transform=ax.transAxes)
     ax.grid(True, axis="y", alpha=0.3)
     ax.set_title(title)
     fig.tight_layout()

@@ -67,12 +67,13 @@ def notes(r: Record) -> str:
 STATUS_STYLE = {"ok": "", "oom": "yellow", "unsupported": "magenta", "error": "red"}
 
 
-def rich_table(records: Sequence[Record], columns: Sequence[Column], title: str = "") -> Table:
+def rich_table(records: Sequence[Any], columns: Sequence[Column], title: str = "") -> Table:
     table = Table(title=title, header_style="bold")
     for header, _ in columns:
         table.add_column(header, overflow="fold", max_width=48 if header == "notes" else None)
     for r in records:
-        table.add_row(*(str(get(r)) for _, get in columns), style=STATUS_STYLE.get(r.status, ""))
+        style = STATUS_STYLE.get(getattr(r, "status", "ok"), "")
+        table.add_row(*(str(get(r)) for _, get in columns), style=style)
     return table
 
 

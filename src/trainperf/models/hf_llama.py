@@ -1,0 +1,101 @@
+"""Random-init Hugging Face Llama models from a local config, with SDPA pinned to one backend.
+
+No token and no network: configs ship with trainperf (`llama-3.2-1b`, `tiny`); `--config` takes a
+local config.json or model folder, and a hub id is only used when the user names one.
+
+Attention goes through trainperf's own entry in transformers' AttentionInterface: it calls
+transformers' SDPA path inside `sdpa_kernel(backend)`, so the chosen backend runs or raises —
+never a silent fallback. Backends that reject grouped-query attention get K/V heads expanded
+(`repeat_kv`) first; the workload records which of the two it used.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+PRESETS = {"llama-3.2-1b": CONFIG_DIR / "llama-3.2-1b.json", "tiny": CONFIG_DIR / "llama-tiny.json"}
+BACKENDS = ("CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "FLASH_ATTENTION", "MATH")
+# The aten op that each backend dispatches to; what the profiler shows when it really ran.
+BACKEND_OPS = {
+    "CUDNN_ATTENTION": "aten::_scaled_dot_product_cudnn_attention",
+    "EFFICIENT_ATTENTION": "aten::_scaled_dot_product_efficient_attention",
+    "FLASH_ATTENTION": "aten::_scaled_dot_product_flash_attention",
+    "MATH": "aten::_scaled_dot_product_attention_math",
+}
+
+
+def load_config(preset: str | None = None, config: str | None = None, model: str | None = None,
+                layers: int | None = None):
+    """A LlamaConfig (or any causal-LM config) from a preset, a local path or a hub id."""
+    from transformers import AutoConfig
+
+    if sum(x is not None for x in (config, model)) > 1:
+        raise ValueError("give at most one of --config and --model")
+    if config is not None:
+        path = Path(config)
+        if not path.exists():
+            raise ValueError(f"--config {config!r}: no such file or folder")
+        cfg = _from_json(path) if path.is_file() else AutoConfig.from_pretrained(path)
+    elif model is not None:
+        cfg = AutoConfig.from_pretrained(model)  # the hub, only because the user asked
+    else:
+        name = preset or "llama-3.2-1b"
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; valid choices: {', '.join(PRESETS)}")
+        cfg = _from_json(PRESETS[name])
+    if layers is not None:
+        if layers <= 0:
+            raise ValueError(f"--layers must be positive, got {layers}")
+        cfg.num_hidden_layers = layers
+    cfg.use_cache = False
+    return cfg
+
+
+def _from_json(path: Path):
+    """A transformers config from one JSON file of any name."""
+    from transformers import AutoConfig
+
+    data = json.loads(path.read_text())
+    if "model_type" not in data:
+        raise ValueError(f"{path} has no 'model_type'; is it a transformers config.json?")
+    return AutoConfig.for_model(data.pop("model_type"), **data)
+
+
+def attention_name(backend: str, expand_kv: bool) -> str:
+    """Register (once) and return the transformers attention name for this backend and KV mode."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    name = f"trainperf_{backend.lower()}_{'expanded' if expand_kv else 'native'}"
+    sdp_backend = getattr(SDPBackend, backend)
+
+    def attention(module, query, key, value, attention_mask, **kwargs):  # noqa: ANN001, ANN202
+        groups = getattr(module, "num_key_value_groups", 1)
+        if expand_kv and groups > 1:
+            key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+        with sdpa_kernel(sdp_backend):
+            return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    AttentionInterface.register(name, attention)
+    AttentionMaskInterface.register(name, sdpa_mask)
+    return name
+
+
+def build_model(cfg, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
+    """A randomly initialised causal LM for `cfg` on `device`, in `dtype`, in train mode."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(cfg)
+    return model.to(dtype).train()
+
+
+def set_attention(model: torch.nn.Module, name: str) -> None:
+    """Point every attention layer (they read the shared config at call time) at `name`."""
+    model.config._attn_implementation = name

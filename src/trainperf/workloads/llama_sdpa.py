@@ -1,0 +1,215 @@
+"""A Hugging Face Llama training iteration across SDPA backends (`trainperf llama`).
+
+One iteration is what the reference benchmark times: forward from random input embeddings with
+an all-ones attention mask, cross-entropy against random targets, zero_grad, backward, SGD step
+(lr 1e-6). FLOPs: 6·N·tokens plus the causal attention term (see core/flops.py), N counting the
+weights inside matrix multiplies (the tied LM head included).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from trainperf.core import env as envmod
+from trainperf.core.errors import SpecError, Unsupported
+from trainperf.core.flops import transformer_flops
+from trainperf.core.record import Record
+from trainperf.core.stats import summarize
+from trainperf.core.timing import PhaseTimer, start_measured_window
+from trainperf.models import hf_llama
+from trainperf.workloads.precision import DTYPES
+
+DEFAULT_GRID = ((1, 16384), (2, 8192), (3, 4096), (6, 2048), (12, 1024), (24, 768))
+CPU_GRID = ((1, 128), (2, 64))
+OPTIMIZERS = ("sgd", "adamw", "none")
+INPUTS = ("embeds", "ids")
+# Phrases PyTorch uses when a pinned SDPA backend cannot take the call.
+NO_KERNEL = ("No available kernel", "No viable backend")
+
+
+@dataclass(frozen=True)
+class LlamaSpec:
+    backend: str
+    batch: int
+    seq: int
+    dtype: str = "bf16"
+    optimizer: str = "sgd"
+    inputs: str = "embeds"
+    compile: bool = False
+    preset: str = "llama-3.2-1b"
+    config: str | None = None
+    model: str | None = None
+    layers: int | None = None
+    device: str = "cuda"
+    warmup: int = 5
+    iters: int = 100
+
+    def label(self) -> str:
+        return f"{self.backend} {self.batch}x{self.seq}{' compiled' if self.compile else ''}"
+
+
+def validate(spec: LlamaSpec) -> None:
+    if spec.backend not in hf_llama.BACKENDS:
+        raise SpecError(f"unknown backend {spec.backend!r}; valid choices: {', '.join(hf_llama.BACKENDS)}")
+    for name in ("batch", "seq", "iters"):
+        if getattr(spec, name) <= 0:
+            raise SpecError(f"{name} must be positive, got {getattr(spec, name)}")
+    if spec.optimizer not in OPTIMIZERS:
+        raise SpecError(f"unknown optimizer {spec.optimizer!r}; valid choices: {', '.join(OPTIMIZERS)}")
+    if spec.inputs not in INPUTS:
+        raise SpecError(f"unknown input {spec.inputs!r}; valid choices: {', '.join(INPUTS)}")
+    if spec.dtype not in DTYPES:
+        raise SpecError(f"unknown dtype {spec.dtype!r}; valid choices: {', '.join(DTYPES)}")
+    try:
+        hf_llama.load_config(spec.preset, spec.config, spec.model, spec.layers)
+    except (ValueError, OSError) as exc:
+        raise SpecError(str(exc).splitlines()[0]) from None
+
+
+def _no_kernel(exc: BaseException) -> bool:
+    return isinstance(exc, RuntimeError) and any(p in str(exc) for p in NO_KERNEL)
+
+
+class LlamaStep:
+    """The model, its inputs and one training iteration, built once per case."""
+
+    def __init__(self, spec: LlamaSpec, device: torch.device) -> None:
+        torch.manual_seed(0)
+        self.cfg = hf_llama.load_config(spec.preset, spec.config, spec.model, spec.layers)
+        self.model = hf_llama.build_model(self.cfg, DTYPES[spec.dtype], device)
+        self.forward = torch.compile(self.model) if spec.compile else self.model
+        params = self.model.parameters()
+        self.opt = {"sgd": lambda: torch.optim.SGD(params, lr=1e-6),
+                    "adamw": lambda: torch.optim.AdamW(params, lr=1e-6),
+                    "none": lambda: None}[spec.optimizer]()
+        b, n, vocab = spec.batch, spec.seq, self.cfg.vocab_size
+        if spec.inputs == "embeds":
+            self.inputs = {"inputs_embeds": torch.randn(b, n, self.cfg.hidden_size, device=device,
+                                                        dtype=DTYPES[spec.dtype])}
+        else:
+            self.inputs = {"input_ids": torch.randint(0, vocab, (b, n), device=device)}
+        self.inputs["attention_mask"] = torch.ones(b, n, dtype=torch.long, device=device)
+        self.targets = torch.randint(0, vocab, (b, n), device=device)
+
+    def __call__(self) -> torch.Tensor:
+        logits = self.forward(**self.inputs).logits
+        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), self.targets.view(-1))
+        self.model.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.opt is not None:
+            self.opt.step()
+        return loss
+
+    def matmul_params(self) -> int:
+        return sum(m.weight.numel() for m in self.model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def _choose_kv_mode(step: LlamaStep, backend: str) -> str:
+    """Run one iteration natively; if the backend refuses GQA, retry with K/V heads expanded."""
+    hf_llama.set_attention(step.model, hf_llama.attention_name(backend, expand_kv=False))
+    try:
+        step()
+        return "native"
+    except RuntimeError as exc:
+        if not _no_kernel(exc):
+            raise
+        native_reason = str(exc).strip().splitlines()[0]
+    hf_llama.set_attention(step.model, hf_llama.attention_name(backend, expand_kv=True))
+    try:
+        step()
+        return "expanded"
+    except RuntimeError as exc:
+        if not _no_kernel(exc):
+            raise
+        raise Unsupported(f"{backend}: {native_reason} (also with K/V heads expanded)") from None
+
+
+def attention_ops_seen(step: LlamaStep) -> list[str]:
+    """The aten SDPA ops one iteration really dispatched to, read from the profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    return sorted({e.key for e in prof.key_averages() if e.key.startswith("aten::_scaled_dot_product")
+                   or e.key.startswith("aten::_flash_attention") or e.key.startswith("aten::_efficient")
+                   or e.key.startswith("aten::_cudnn_attention")})
+
+
+def measure_llama(spec: LlamaSpec) -> dict[str, Any]:
+    device = torch.device(spec.device)
+    step = LlamaStep(spec, device)
+    kv_mode = _choose_kv_mode(step, spec.backend)
+    ops = attention_ops_seen(step)
+    expected = hf_llama.BACKEND_OPS[spec.backend]
+    if not any(op.startswith(expected) for op in ops):
+        raise RuntimeError(f"{spec.backend} was asked for but the profiler saw {ops or 'no SDPA op'}")
+    for _ in range(max(spec.warmup - 2, 0)):  # two iterations already ran above
+        step()
+    timer = PhaseTimer(device)
+    start_measured_window(device)
+    for _ in range(spec.iters):
+        with timer.phase("iter"):
+            loss = step()
+    s = summarize([ms / 1e3 for ms in timer.samples()["iter"]])
+    tokens = spec.batch * spec.seq
+    d_attn = step.cfg.num_attention_heads * getattr(step.cfg, "head_dim", step.cfg.hidden_size
+                                                    // step.cfg.num_attention_heads)
+    mode = "train" if spec.optimizer != "none" else "forward-backward"
+    flops = transformer_flops(step.matmul_params(), step.cfg.num_hidden_layers, d_attn, spec.seq,
+                              tokens, causal=True, mode=mode)
+    keys = ("mean", "median", "std", "iqr", "min", "cv", "n")
+    metrics: dict[str, Any] = {f"iter_s_{k}": s[k] for k in keys}
+    metrics.update(tokens_per_s=tokens / s["mean"], tflops=flops / s["mean"] / 1e12,
+                   kv_heads=kv_mode, sdpa_ops=",".join(ops), loss=float(loss.detach()),
+                   params_m=round(sum(p.numel() for p in step.model.parameters()) / 1e6, 1))
+    if device.type == "cuda":
+        metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
+    metrics.update(envmod.gpu_clocks(device))
+    return metrics
+
+
+CSV_COLUMNS = ["backend", "batch_size", "seq_len", "mean_s", "median_s", "std_s", "tokens_per_s",
+               "tflops", "peak_mem_gb", "status", "speedup", "kv_heads", "reason", "gpu", "torch",
+               "cuda", "cudnn", "sm_clock_mhz", "dtype", "compile"]
+
+
+def timing_table(records: list[Record], baseline: str = "EFFICIENT_ATTENTION") -> pd.DataFrame:
+    """The training_timing.csv table: one row per case, speed-up over `baseline` per (batch, seq)."""
+    rows = []
+    for r in records:
+        m = r.metrics
+        rows.append({"backend": r.spec["backend"], "batch_size": r.spec["batch"], "seq_len": r.spec["seq"],
+                     "mean_s": m.get("iter_s_mean"), "median_s": m.get("iter_s_median"),
+                     "std_s": m.get("iter_s_std"), "tokens_per_s": m.get("tokens_per_s"),
+                     "tflops": m.get("tflops"), "peak_mem_gb": m.get("peak_mem_gb"), "status": r.status,
+                     "kv_heads": m.get("kv_heads"), "reason": r.reason, "gpu": r.env.get("gpu_name") or "cpu",
+                     "torch": r.env.get("torch"), "cuda": r.env.get("cuda"), "cudnn": r.env.get("cudnn"),
+                     "sm_clock_mhz": m.get("sm_clock_mhz"), "dtype": r.spec["dtype"],
+                     "compile": r.spec["compile"]})
+    df = pd.DataFrame(rows, columns=[c for c in CSV_COLUMNS if c != "speedup"])
+    base = df[(df.backend == baseline) & (df.status == "ok")].set_index(["batch_size", "seq_len"])["mean_s"]
+    df.insert(CSV_COLUMNS.index("speedup"), "speedup",
+              [base.get((b, n), float("nan")) / t if t else float("nan")
+               for b, n, t in zip(df.batch_size, df.seq_len, df.mean_s, strict=True)])
+    return df
+
+
+def write_outputs(df: pd.DataFrame, out, baseline: str) -> list:
+    """training_timing.csv, iteration_time.png and speedup.png in folder `out`."""
+    from trainperf.core.plots import grouped_bars
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "training_timing.csv", out / "iteration_time.png", out / "speedup.png"]
+    df.to_csv(paths[0], index=False)
+    ok = df[df.status == "ok"].assign(case=lambda d: d.batch_size.astype(str) + "x" + d.seq_len.astype(str))
+    gpu = ", ".join(sorted(set(df.gpu.dropna())))
+    grouped_bars(ok, "case", "backend", "mean_s", paths[1], "mean seconds per iteration (lower is better)",
+                 title=f"Llama training iteration, {gpu}")
+    grouped_bars(ok.dropna(subset=["speedup"]), "case", "backend", "speedup", paths[2],
+                 f"speed-up over {baseline}", title=f"SDPA backend speed-up, {gpu}", reference_line=1.0)
+    return paths

@@ -1,0 +1,120 @@
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from trainperf.cli import app
+from trainperf.core.plots import grouped_bars
+from trainperf.core.runner import measure_case
+from trainperf.core.store import Store
+from trainperf.models import hf_llama
+from trainperf.workloads import llama_sdpa
+from trainperf.workloads.llama_sdpa import CSV_COLUMNS, LlamaSpec, measure_llama
+
+pytest.importorskip("transformers")
+runner = CliRunner()
+
+
+def tiny(**kw):
+    base = dict(backend="MATH", batch=2, seq=32, dtype="fp32", preset="tiny", device="cpu",
+                warmup=2, iters=2)
+    return LlamaSpec(**{**base, **kw})
+
+
+def test_gqa_expansion_is_numerically_identical_to_the_native_path():
+    cfg = hf_llama.load_config("tiny")
+    assert cfg.num_key_value_heads < cfg.num_attention_heads
+    torch.manual_seed(0)
+    model = hf_llama.build_model(cfg, torch.float64, torch.device("cpu"))
+    x = torch.randn(2, 24, cfg.hidden_size, dtype=torch.float64)
+    mask = torch.ones(2, 24, dtype=torch.long)
+    results = []
+    for expand in (False, True):
+        hf_llama.set_attention(model, hf_llama.attention_name("MATH", expand))
+        model.zero_grad()
+        logits = model(inputs_embeds=x, attention_mask=mask).logits
+        logits.square().mean().backward()
+        results.append((logits.detach(), [p.grad.clone() for p in model.parameters()]))
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-12, atol=1e-12)
+    for a, b in zip(results[0][1], results[1][1], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_metrics_and_verified_backend():
+    m = measure_llama(tiny())
+    assert m["iter_s_n"] == 2 and m["iter_s_mean"] > 0
+    assert m["kv_heads"] == "native"
+    assert "aten::_scaled_dot_product_attention_math" in m["sdpa_ops"]
+    assert m["tokens_per_s"] == pytest.approx(64 / m["iter_s_mean"])
+
+
+def test_backend_that_cannot_run_is_an_unsupported_row():
+    rec = measure_case("llama", tiny(backend="EFFICIENT_ATTENTION"), measure_llama, {"device": "cpu"})
+    assert rec.status == "unsupported"
+    assert "also with K/V heads expanded" in rec.reason
+
+
+def test_a_backend_that_silently_fell_back_is_an_error(monkeypatch):
+    monkeypatch.setitem(hf_llama.BACKEND_OPS, "MATH", "aten::_scaled_dot_product_cudnn_attention")
+    rec = measure_case("llama", tiny(), measure_llama, {"device": "cpu"})
+    assert rec.status == "error" and "profiler saw" in rec.reason
+
+
+def test_oom_is_a_row(monkeypatch):
+    def boom(self):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.00 GiB.")
+    monkeypatch.setattr(llama_sdpa.LlamaStep, "__call__", boom)
+    rec = measure_case("llama", tiny(), measure_llama, {"device": "cpu"})
+    assert rec.status == "oom" and rec.metrics["oom_tried_gb"] == 3.0
+
+
+def test_cli_writes_csv_and_plots(db, tmp_path):
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["llama", "--preset", "tiny", "--batch-seq", "1x32,2x16", "--backend",
+                              "MATH,FLASH_ATTENTION,EFFICIENT_ATTENTION", "--iters", "2", "--warmup", "2",
+                              "--dtype", "fp32", "--device", "cpu", "--db", str(db), "--out", str(out),
+                              "--quiet"])
+    assert res.exit_code == 0, res.output
+    df = pd.read_csv(out / "training_timing.csv")
+    assert list(df.columns) == CSV_COLUMNS
+    assert len(df) == 6
+    assert set(df[df.backend == "EFFICIENT_ATTENTION"].status) == {"unsupported"}
+    ok = df[df.status == "ok"]
+    assert set(ok.backend) == {"MATH", "FLASH_ATTENTION"}
+    # EFFICIENT could not run, so there is no baseline to divide by
+    assert df.speedup.isna().all()
+    assert (out / "iteration_time.png").stat().st_size > 0 and (out / "speedup.png").exists()
+    assert len(Store(db).records(workload="llama")) == 6
+
+
+def test_speedup_is_relative_to_the_baseline(db, tmp_path):
+    res = runner.invoke(app, ["llama", "--preset", "tiny", "--batch-seq", "1x32", "--backend",
+                              "MATH,FLASH_ATTENTION", "--baseline", "MATH", "--iters", "2", "--dtype", "fp32",
+                              "--device", "cpu", "--db", str(db), "--out", str(tmp_path), "--quiet"])
+    assert res.exit_code == 0, res.output
+    df = pd.read_csv(tmp_path / "training_timing.csv").set_index("backend")
+    assert df.loc["MATH", "speedup"] == pytest.approx(1.0)
+    assert df.loc["FLASH_ATTENTION", "speedup"] == pytest.approx(df.loc["MATH", "mean_s"]
+                                                                 / df.loc["FLASH_ATTENTION", "mean_s"])
+
+
+def test_iteration_plot_has_one_series_per_backend(tmp_path):
+    df = pd.DataFrame({"case": ["1x8", "1x8", "2x4", "2x4"], "backend": ["A", "B", "A", "B"],
+                       "mean_s": [1.0, 2.0, 3.0, 4.0]})
+    fig = grouped_bars(df, "case", "backend", "mean_s", tmp_path / "p.png", "seconds")
+    ax = fig.axes[0]
+    assert [c.get_label() for c in ax.containers] == ["A", "B"]
+    assert [b.get_height() for b in ax.containers[1]] == [2.0, 4.0]
+    assert ax.get_ylabel() == "seconds" and [t.get_text() for t in ax.get_xticklabels()] == ["1x8", "2x4"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--backend", "TURBO"], "valid choices: CUDNN_ATTENTION"),
+    (["--batch-seq", "1x0"], "cannot read '1x0'"),
+    (["--preset", "llama-99b"], "valid choices: llama-3.2-1b, tiny"),
+    (["--config", "/nonexistent/config.json"], "no such file"),
+])
+def test_bad_llama_input(db, args, message):
+    res = runner.invoke(app, ["llama", "--device", "cpu", "--db", str(db), *args])
+    assert res.exit_code == 2, res.output
+    assert message in res.output
