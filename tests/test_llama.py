@@ -61,7 +61,7 @@ def test_a_backend_that_silently_fell_back_is_an_error(monkeypatch):
 
 
 def test_oom_is_a_row(monkeypatch):
-    def boom(self):
+    def boom(self, phase=None):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.00 GiB.")
     monkeypatch.setattr(llama_sdpa.LlamaStep, "__call__", boom)
     rec = measure_case("llama", tiny(), measure_llama, {"device": "cpu"})

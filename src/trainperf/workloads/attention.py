@@ -58,7 +58,7 @@ def attention_flops(spec: AttentionSpec) -> float:
     return FLOP_FACTOR[spec.mode] * fwd
 
 
-def _operation(spec: AttentionSpec, device: torch.device):
+def operation(spec: AttentionSpec, device: torch.device):
     """The callable to time for this mode, built on fresh random inputs."""
     fn = get_attention(spec.impl, device)
     shape = (spec.batch, spec.heads, spec.seq, spec.head_dim)
@@ -85,7 +85,7 @@ def measure_attention(spec: AttentionSpec) -> dict[str, Any]:
     device = torch.device(spec.device)
     torch.manual_seed(0)
     try:
-        op = _operation(spec, device)
+        op = operation(spec, device)
         op()  # first call: compile / reject inputs here, not inside the timed loop
     except RuntimeError as exc:
         if isinstance(exc, torch.cuda.OutOfMemoryError) or not any(

@@ -23,6 +23,7 @@ from trainperf.core.stats import summarize
 from trainperf.core.timing import PhaseTimer, start_measured_window
 from trainperf.models import hf_llama
 from trainperf.workloads.precision import DTYPES
+from trainperf.workloads.step import Phase, no_phase
 
 DEFAULT_GRID = ((1, 16384), (2, 8192), (3, 4096), (6, 2048), (12, 1024), (24, 768))
 CPU_GRID = ((1, 128), (2, 64))
@@ -96,20 +97,24 @@ class LlamaStep:
         self.inputs["attention_mask"] = torch.ones(b, n, dtype=torch.long, device=device)
         self.targets = torch.randint(0, vocab, (b, n), device=device)
 
-    def __call__(self) -> torch.Tensor:
-        logits = self.forward(**self.inputs).logits
-        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), self.targets.view(-1))
+    def __call__(self, phase: Phase = no_phase) -> torch.Tensor:
+        """One iteration; `phase(name)` wraps forward, backward and optimizer."""
+        with phase("forward"):
+            logits = self.forward(**self.inputs).logits
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), self.targets.view(-1))
         self.model.zero_grad(set_to_none=True)
-        loss.backward()
+        with phase("backward"):
+            loss.backward()
         if self.opt is not None:
-            self.opt.step()
+            with phase("optimizer"):
+                self.opt.step()
         return loss
 
     def matmul_params(self) -> int:
         return sum(m.weight.numel() for m in self.model.modules() if isinstance(m, torch.nn.Linear))
 
 
-def _choose_kv_mode(step: LlamaStep, backend: str) -> str:
+def choose_kv_mode(step: LlamaStep, backend: str) -> str:
     """Run one iteration natively; if the backend refuses GQA, retry with K/V heads expanded."""
     hf_llama.set_attention(step.model, hf_llama.attention_name(backend, expand_kv=False))
     try:
@@ -143,7 +148,7 @@ def attention_ops_seen(step: LlamaStep) -> list[str]:
 def measure_llama(spec: LlamaSpec) -> dict[str, Any]:
     device = torch.device(spec.device)
     step = LlamaStep(spec, device)
-    kv_mode = _choose_kv_mode(step, spec.backend)
+    kv_mode = choose_kv_mode(step, spec.backend)
     ops = attention_ops_seen(step)
     expected = hf_llama.BACKEND_OPS[spec.backend]
     if not any(op.startswith(expected) for op in ops):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,50 +83,74 @@ def validate(spec: StepSpec) -> None:
         check_compiler(device)
 
 
+Phase = Callable[[str], AbstractContextManager]
+
+
+def no_phase(_name: str) -> AbstractContextManager:
+    return nullcontext()
+
+
+class StepCase:
+    """The model, optimizer and batch of one case, and one step split into named phases."""
+
+    def __init__(self, spec: StepSpec) -> None:
+        self.spec = spec
+        self.device = device = torch.device(spec.device)
+        torch.manual_seed(0)
+        if device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = spec.tf32
+            torch.backends.cudnn.allow_tf32 = spec.tf32
+        self.model = TransformerLM(spec.model_config()).to(device)
+        self.opt = (torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=device.type == "cuda")
+                    if spec.mode == "train" else None)
+        self.scaler = grad_scaler(device, spec.precision)
+        if spec.compile:
+            compile_regions(self.model)
+        tokens = torch.randint(0, spec.vocab, (spec.batch, spec.context + 1), device=device)
+        self.x, self.y = tokens[:, :-1], tokens[:, 1:]
+
+    def run(self, phase: Phase = no_phase) -> torch.Tensor:
+        """One step; `phase(name)` wraps forward, backward and optimizer (timers, ranges)."""
+        spec = self.spec
+        grad_ctx = torch.no_grad if spec.mode == "forward" else torch.enable_grad
+        with phase("forward"), grad_ctx(), autocast(self.device, spec.precision):
+            loss = lm_loss(self.model(self.x), self.y)
+        if spec.mode != "forward":
+            with phase("backward"):
+                self.scaler.scale(loss).backward()
+        if self.opt is not None:
+            with phase("optimizer"):
+                self.scaler.step(self.opt)
+                self.scaler.update()
+                self.opt.zero_grad(set_to_none=True)
+        elif spec.mode == "forward-backward":
+            self.model.zero_grad(set_to_none=True)
+        return loss
+
+
 def measure_step(spec: StepSpec, peak_override: float | None = None) -> dict[str, Any]:
     """Time `spec.steps` steps after `spec.warmup`; return flat metrics (see README)."""
-    device = torch.device(spec.device)
-    torch.manual_seed(0)
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = spec.tf32
-        torch.backends.cudnn.allow_tf32 = spec.tf32
-    model = TransformerLM(spec.model_config()).to(device)
-    train = spec.mode == "train"
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda") if train else None
-    scaler = grad_scaler(device, spec.precision)
-    if spec.compile:
-        compile_regions(model)
-    tokens = torch.randint(0, spec.vocab, (spec.batch, spec.context + 1), device=device)
-    x, y = tokens[:, :-1], tokens[:, 1:]
-    grad_ctx = torch.no_grad if spec.mode == "forward" else torch.enable_grad
-
+    t0 = time.perf_counter()
+    case = StepCase(spec)
+    device = case.device
     timer = PhaseTimer(device)
     for i in range(spec.warmup + spec.steps):
         if i == spec.warmup:
             start_measured_window(device)
+            warmup_s = time.perf_counter() - t0
         timer.enabled = i >= spec.warmup
         with timer.phase("step"):
-            with timer.phase("forward"), grad_ctx(), autocast(device, spec.precision):
-                loss = lm_loss(model(x), y)
-            if spec.mode != "forward":
-                with timer.phase("backward"):
-                    scaler.scale(loss).backward()
-            if train:
-                with timer.phase("optimizer"):
-                    scaler.step(opt)
-                    scaler.update()
-                    opt.zero_grad(set_to_none=True)
-            elif spec.mode == "forward-backward":
-                model.zero_grad(set_to_none=True)
+            loss = case.run(timer.phase)
         if device.type == "cuda":
             torch.cuda.synchronize()  # each step starts on an idle queue, so host times mean launch
 
     metrics = phase_metrics(timer, PHASES[spec.mode])
+    metrics["setup_and_warmup_s"] = warmup_s  # includes compilation when --compile on
     tokens_per_step = spec.batch * spec.context
-    flops = transformer_flops(model.matmul_params(), spec.n_layers, spec.d_model, spec.context,
+    flops = transformer_flops(case.model.matmul_params(), spec.n_layers, spec.d_model, spec.context,
                               tokens_per_step, causal=True, mode=spec.mode)
     step_s = metrics["step_ms_median"] / 1e3
-    metrics["params_m"] = round(sum(p.numel() for p in model.parameters()) / 1e6, 2)
+    metrics["params_m"] = round(sum(p.numel() for p in case.model.parameters()) / 1e6, 2)
     metrics["tokens_per_s"] = tokens_per_step / step_s
     metrics["tflops"] = flops / step_s / 1e12
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None

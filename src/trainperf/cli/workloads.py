@@ -1,82 +1,31 @@
-"""The trainperf command line: one sub-command per workload, plus results/export/env."""
+"""Workload commands: step, attention, llama."""
 
 from __future__ import annotations
 
 import functools
-import json
-import sys
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import typer
-from rich.console import Console
 
-from trainperf.core import env as envmod
+from trainperf.cli.common import (
+    DbOpt,
+    DeviceOpt,
+    JsonOpt,
+    OutOpt,
+    QuietOpt,
+    RerunOpt,
+    app,
+    batch_seq_pair,
+    cli_errors,
+    device_or_fail,
+    err_console,
+    run_and_show,
+)
 from trainperf.core import report
 from trainperf.core.errors import SpecError
 from trainperf.core.record import Record
-from trainperf.core.runner import run_sweep
 from trainperf.core.spec import on_off, parse_list, positive_int, sweep
-from trainperf.core.store import DEFAULT_DB, Store, to_frame
-
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Measure and explain how fast a Transformer LM trains.")
-# Wide tables stay readable in logs and CI, where there is no terminal to size them by.
-console = Console() if sys.stdout.isatty() else Console(width=220)
-err_console = Console(stderr=True)
-
-DbOpt = typer.Option(DEFAULT_DB, "--db", help="SQLite results store.")
-DeviceOpt = typer.Option("auto", help="auto | cpu | cuda | cuda:N")
-RerunOpt = typer.Option(False, "--rerun", help="Measure again cases already in the store.")
-QuietOpt = typer.Option(False, "--quiet", help="No progress bar.")
-JsonOpt = typer.Option(False, "--json", help="Print the records as JSON instead of a table.")
-
-
-def fail(message: str) -> None:
-    """One-line error, exit code 2, nothing written."""
-    err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
-
-
-def cli_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Bad input → one line + exit 2; Ctrl-C → say what is kept + exit 130."""
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except SpecError as exc:
-            fail(str(exc))
-        except KeyboardInterrupt:
-            err_console.print("[yellow]interrupted[/yellow]: every finished case is in the store; "
-                              "run the same command again to resume.")
-            raise typer.Exit(130) from None
-    return wrapper
-
-
-def device_or_fail(name: str):
-    try:
-        return envmod.resolve_device(name)
-    except ValueError as exc:
-        raise SpecError(str(exc)) from None
-
-
-def run_and_show(workload: str, specs: Sequence[Any], measure: Callable[[Any], dict[str, Any]],
-                 columns: Sequence[report.Column], *, db: Path, device, rerun: bool, quiet: bool,
-                 as_json: bool, title: str) -> list[Record]:
-    """The shared tail of every workload command: sweep into the store, then show the table."""
-    store = Store(db)
-    env = envmod.capture(device)
-    records = run_sweep(workload, specs, measure, store, env, rerun=rerun, quiet=quiet or as_json,
-                        label=lambda s: s.label(), console=err_console)
-    if as_json:
-        sys.stdout.write(report.export(to_frame(records), "json"))
-    else:
-        console.print(report.rich_table(records, columns, title=title))
-        gpu = env.get("gpu_name") or f"CPU ({env['cpu_count']} cores)"
-        console.print(f"[dim]{len(records)} cases on {gpu}, torch {env['torch']}; stored in {db}[/dim]")
-    return records
-
+from trainperf.core.store import to_frame
 
 STEP_COLUMNS: list[report.Column] = [
     ("size", report.spec("size")), ("ctx", report.spec("context")), ("bs", report.spec("batch")),
@@ -155,7 +104,6 @@ ATTENTION_COLUMNS: list[report.Column] = [
     ("time ms", report.timing("time")), ("TFLOP/s", report.metric("tflops")),
     ("peak MB", report.metric("peak_mem_mb", 4)), ("status", report.status), ("notes", report.notes),
 ]
-OutOpt = typer.Option(Path("trainperf-out"), "--out", help="Folder for plots and CSV files.")
 
 
 @app.command()
@@ -230,11 +178,6 @@ LLAMA_COLUMNS: list[report.Column] = [
 ]
 
 
-def _batch_seq(text: str) -> tuple[int, int]:
-    b, n = text.lower().split("x")
-    return positive_int(b), positive_int(n)
-
-
 @app.command()
 @cli_errors
 def llama(
@@ -269,7 +212,7 @@ def llama(
 
     dev = device_or_fail(device)
     gpu = dev.type == "cuda"
-    grid = parse_list(batch_seq, _batch_seq, "--batch-seq") if batch_seq else list(
+    grid = parse_list(batch_seq, batch_seq_pair, "--batch-seq") if batch_seq else list(
         DEFAULT_GRID if gpu else CPU_GRID)
     backends = parse_list(backend or ("CUDNN_ATTENTION,EFFICIENT_ATTENTION,FLASH_ATTENTION" if gpu
                                       else "MATH,FLASH_ATTENTION"), str, "--backend", BACKENDS)
@@ -290,101 +233,3 @@ def llama(
             err_console.print(f"wrote {path}")
 
 
-@app.command()
-@cli_errors
-def compare(
-    sets: list[Path] = typer.Argument(..., help="Two or more training_timing.csv files or .db stores."),
-    axis: str = typer.Option("gpu", help="What the sets are meant to differ in (not warned about)."),
-    out: Path = OutOpt,
-) -> None:
-    """Set llama result sets from different runs side by side, with speed-ups and plots."""
-    from trainperf.profiling.compare import (
-        context_warnings,
-        label_sets,
-        load_result_set,
-        plot_comparison,
-        side_by_side,
-    )
-
-    if len(sets) < 2:
-        raise SpecError("compare needs at least two result sets")
-    try:
-        frames = [load_result_set(p) for p in sets]
-    except ValueError as exc:
-        raise SpecError(str(exc)) from None
-    labels = label_sets(sets, frames)
-    for w in context_warnings(frames, labels, axis):
-        err_console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
-    table = side_by_side(frames, labels)
-    cols: list[report.Column] = [(c, (lambda r, c=c: report.fmt(r[c]))) for c in table.columns]
-    rich = report.rich_table([row for _, row in table.iterrows()], cols, title="trainperf compare")
-    console.print(rich)
-    for path in plot_comparison(table, labels, out):
-        err_console.print(f"wrote {path}")
-
-
-@app.command()
-@cli_errors
-def results(
-    workload: str = typer.Option(None, help="Only this workload."),
-    status: str = typer.Option(None, help="Only this status: ok, oom, unsupported, error."),
-    last: int = typer.Option(50, help="Show at most this many (newest)."),
-    db: Path = DbOpt,
-) -> None:
-    """List stored records."""
-    if not db.exists():
-        fail(f"no results store at {db}")
-    recs = Store(db).records(workload=workload, status=status)[-last:]
-    cols: list[report.Column] = [
-        ("workload", lambda r: r.workload), ("case", lambda r: _case_text(r)),
-        ("status", report.status), ("main metric", _headline),
-        ("gpu", lambda r: r.env.get("gpu_name") or "cpu"),
-        ("when", lambda r: r.created_at[:19]), ("notes", report.notes)]
-    console.print(report.rich_table(recs, cols, title=f"{len(recs)} records in {db}"))
-
-
-def _case_text(r: Record) -> str:
-    skip = {"device", "warmup", "steps", "iters"}
-    return " ".join(f"{k}={v}" for k, v in r.spec.items() if k not in skip)
-
-
-def _headline(r: Record) -> str:
-    for key in ("step_ms_median", "time_ms_median", "iter_s_median", "busbw_gbps"):
-        if key in r.metrics:
-            return f"{key}={report.fmt(r.metrics[key])}"
-    return "-" if r.status == "ok" else r.status.upper()
-
-
-@app.command()
-@cli_errors
-def export(
-    format: str = typer.Option("csv", "--format", help="csv | json | markdown"),
-    output: Path = typer.Option(None, "--output", "-o", help="File to write (default: stdout)."),
-    workload: str = typer.Option(None, help="Only this workload."),
-    db: Path = DbOpt,
-) -> None:
-    """Write stored records as CSV, JSON or markdown."""
-    if format not in ("csv", "json", "markdown"):
-        fail(f"unknown format {format!r}; valid choices: csv, json, markdown")
-    if not db.exists():
-        fail(f"no results store at {db}")
-    text = report.export(to_frame(Store(db).records(workload=workload)), format)
-    if output:
-        output.write_text(text)
-        err_console.print(f"wrote {output}")
-    else:
-        sys.stdout.write(text)
-
-
-@app.command("env")
-def env_cmd(device: str = DeviceOpt) -> None:
-    """Print the environment as trainperf records it."""
-    try:
-        dev = envmod.resolve_device(device)
-    except ValueError as exc:
-        fail(str(exc))
-    console.print_json(json.dumps(envmod.capture(dev), default=str))
-
-
-if __name__ == "__main__":
-    app()

@@ -1,0 +1,91 @@
+"""What every trainperf command shares: the app, consoles, options, error handling."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from trainperf.core import env as envmod
+from trainperf.core import report
+from trainperf.core.errors import SpecError
+from trainperf.core.record import Record
+from trainperf.core.runner import run_sweep
+from trainperf.core.spec import positive_int
+from trainperf.core.store import DEFAULT_DB, Store, to_frame
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Measure and explain how fast a Transformer LM trains.")
+# Wide tables stay readable in logs and CI, where there is no terminal to size them by.
+console = Console() if sys.stdout.isatty() else Console(width=220)
+err_console = Console(stderr=True)
+
+DbOpt = typer.Option(DEFAULT_DB, "--db", help="SQLite results store.")
+DeviceOpt = typer.Option("auto", help="auto | cpu | cuda | cuda:N")
+RerunOpt = typer.Option(False, "--rerun", help="Measure again cases already in the store.")
+QuietOpt = typer.Option(False, "--quiet", help="No progress bar.")
+JsonOpt = typer.Option(False, "--json", help="Print the records as JSON instead of a table.")
+
+
+def fail(message: str) -> None:
+    """One-line error, exit code 2, nothing written."""
+    err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def cli_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Bad input → one line + exit 2; Ctrl-C → say what is kept + exit 130."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SpecError as exc:
+            fail(str(exc))
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted[/yellow]: every finished case is in the store; "
+                              "run the same command again to resume.")
+            raise typer.Exit(130) from None
+    return wrapper
+
+
+def device_or_fail(name: str):
+    try:
+        return envmod.resolve_device(name)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def run_and_show(workload: str, specs: Sequence[Any], measure: Callable[[Any], dict[str, Any]],
+                 columns: Sequence[report.Column], *, db: Path, device, rerun: bool, quiet: bool,
+                 as_json: bool, title: str) -> list[Record]:
+    """The shared tail of every workload command: sweep into the store, then show the table."""
+    store = Store(db)
+    env = envmod.capture(device)
+    records = run_sweep(workload, specs, measure, store, env, rerun=rerun, quiet=quiet or as_json,
+                        label=lambda s: s.label(), console=err_console)
+    if as_json:
+        sys.stdout.write(report.export(to_frame(records), "json"))
+    else:
+        console.print(report.rich_table(records, columns, title=title))
+        gpu = env.get("gpu_name") or f"CPU ({env['cpu_count']} cores)"
+        console.print(f"[dim]{len(records)} cases on {gpu}, torch {env['torch']}; stored in {db}[/dim]")
+    return records
+
+
+OutOpt = typer.Option(Path("trainperf-out"), "--out", help="Folder for plots and CSV files.")
+
+
+def batch_seq_pair(text: str) -> tuple[int, int]:
+    b, n = text.lower().split("x")
+    return positive_int(b), positive_int(n)
+
+
+def frame_table(df, title: str = ""):
+    """A rich table of a DataFrame, every cell formatted like the workload tables."""
+    cols: list[report.Column] = [(c, (lambda r, c=c: report.fmt(r[c]))) for c in df.columns]
+    return report.rich_table([row for _, row in df.iterrows()], cols, title=title)

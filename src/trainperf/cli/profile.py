@@ -1,0 +1,212 @@
+"""Profiling commands: profile step|llama|attention, nsys-decode, profile-compare."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from trainperf.cli.common import (
+    DeviceOpt,
+    JsonOpt,
+    app,
+    batch_seq_pair,
+    cli_errors,
+    console,
+    device_or_fail,
+    err_console,
+    frame_table,
+)
+from trainperf.core import env as envmod
+from trainperf.core import report
+from trainperf.core.errors import SpecError
+from trainperf.core.spec import on_off
+
+profile_app = typer.Typer(help="Per-module kernel breakdown of a workload's step (torch.profiler).")
+app.add_typer(profile_app, name="profile")
+ProfOut = typer.Option(Path("trainperf-out"), "--out", help="Folder for the breakdown JSON and CSVs.")
+NsysOpt = typer.Option(False, "--nsys", help="Print the nsys command line for this profile and exit.")
+RangesOnlyOpt = typer.Option(False, "--ranges-only", help="Run with NVTX ranges, no profiler (under nsys).")
+ProfStepsOpt = typer.Option(1, "--steps", help="Profiled steps.")
+
+
+def _profile_and_show(name: str, step, model, dev, steps: int, ranges_only: bool, out: Path,
+                      meta: dict[str, Any], as_json: bool) -> None:
+    from trainperf.profiling.session import profile_workload, save_breakdown
+
+    bd = profile_workload(step, model, dev, steps=steps, ranges_only=ranges_only)
+    if bd is None:
+        err_console.print(f"ran {steps} step(s) with NVTX ranges")
+        return
+    paths = save_breakdown(bd, out / f"profile_{name}", {**meta, "env": envmod.capture(dev)})
+    if as_json:
+        sys.stdout.write(paths[0].read_text())
+        return
+    _show_breakdown(bd, title=f"trainperf profile {name}")
+    for p in paths:
+        err_console.print(f"wrote {p}")
+
+
+def _show_breakdown(bd, title: str) -> None:
+    ranges = bd.ranges.assign(share=bd.ranges["share"] * 100).rename(columns={"share": "share %"})
+    console.print(frame_table(ranges, title=title))
+    top = bd.top_kernels.assign(share=bd.top_kernels["share"] * 100).rename(columns={"share": "share %"})
+    top["kernel"] = top["kernel"].str.slice(0, 90)
+    console.print(frame_table(top, title="top kernels"))
+    console.print(f"kernel time {report.fmt(bd.total_kernel_ms)} ms; device idle "
+                  f"{report.fmt(bd.idle_fraction * 100)}% of the span from first to last kernel "
+                  "(on the CPU: leaf ops stand in for kernels); "
+                  f"{bd.unattributed_kernels} kernels outside any range")
+
+
+def _nsys_line(argv_tail: str, name: str) -> None:
+    console.print(f"nsys profile --trace=cuda,nvtx --export=sqlite -o {name} "
+                  f"trainperf profile {argv_tail} --ranges-only\n"
+                  f"trainperf nsys-decode {name}.sqlite", highlight=False, soft_wrap=True)
+
+
+def _argv_without(flag: str) -> str:
+    args = sys.argv[sys.argv.index("profile") + 1:] if "profile" in sys.argv else []
+    return " ".join(a for a in args if a != flag)
+
+
+@profile_app.command("step")
+@cli_errors
+def profile_step(
+    size: str = typer.Option(None, help="Preset (default: medium on a GPU, tiny on the CPU)."),
+    context: int = typer.Option(None, help="Context length (default 512 on a GPU, 64 on the CPU)."),
+    batch: int = typer.Option(4, help="Batch size."),
+    precision: str = typer.Option(None, help="fp32 | bf16 | fp16 (default bf16 on a GPU)."),
+    compile: str = typer.Option("off", help="off | on."),
+    attention: str = typer.Option("sdpa", help="Attention implementation."),
+    norm: str = typer.Option("torch", help="RMSNorm implementation."),
+    steps: int = ProfStepsOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
+    ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Breakdown of a GPT-style LM training step by module range."""
+    from trainperf.workloads.step import StepCase, StepSpec, validate
+
+    dev = device_or_fail(device)
+    gpu = dev.type == "cuda"
+    spec = StepSpec.from_preset(size or ("medium" if gpu else "tiny"),
+                                context=context or (512 if gpu else 64),
+                                batch=batch, precision=precision or ("bf16" if gpu else "fp32"),
+                                compile=on_off(compile), mode="train", device=dev.type, attention=attention,
+                                norm=norm, d_model=None, d_ff=None, n_layers=None, n_heads=None)
+    validate(spec)
+    name = f"step_{spec.size}_ctx{spec.context}_{spec.precision}_{spec.attention}_{spec.norm}"
+    if nsys:
+        return _nsys_line(_argv_without("--nsys"), name)
+    case = StepCase(spec)
+    _profile_and_show(name, case.run, case.model, dev, steps, ranges_only, out, {"spec": spec.__dict__},
+                      as_json)
+
+
+@profile_app.command("llama")
+@cli_errors
+def profile_llama(
+    batch_seq: str = typer.Option(None, help="One batch x seq pair (default 1x4096 on a GPU)."),
+    backend: str = typer.Option(None, help="SDPA backend (default: CUDNN_ATTENTION on a GPU, MATH on CPU)."),
+    dtype: str = typer.Option("bf16", help="bf16 | fp16 | fp32."),
+    layers: int = typer.Option(None, help="Decoder layers to keep."),
+    preset: str = typer.Option(None, help="llama-3.2-1b | tiny."),
+    steps: int = ProfStepsOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
+    ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Breakdown of a Hugging Face Llama training iteration by module range."""
+    from trainperf.workloads.llama_sdpa import LlamaSpec, LlamaStep, choose_kv_mode, validate
+
+    dev = device_or_fail(device)
+    gpu = dev.type == "cuda"
+    b, n = batch_seq_pair(batch_seq or ("1x4096" if gpu else "1x64"))
+    spec = LlamaSpec(backend=backend or ("CUDNN_ATTENTION" if gpu else "MATH"), batch=b, seq=n, dtype=dtype,
+                     layers=layers, preset=preset or ("llama-3.2-1b" if gpu else "tiny"), device=dev.type)
+    validate(spec)
+    name = f"llama_{spec.backend.lower()}_{b}x{n}"
+    if nsys:
+        return _nsys_line(_argv_without("--nsys"), name)
+    step = LlamaStep(spec, dev)
+    choose_kv_mode(step, spec.backend)
+    _profile_and_show(name, step, step.model, dev, steps, ranges_only, out, {"spec": spec.__dict__}, as_json)
+
+
+@profile_app.command("attention")
+@cli_errors
+def profile_attention(
+    impl: str = typer.Option("sdpa", help="Attention implementation."),
+    batch: int = typer.Option(8), heads: int = typer.Option(16), seq: int = typer.Option(None),
+    head_dim: int = typer.Option(64), dtype: str = typer.Option(None), mode: str = typer.Option("fwd+bwd"),
+    causal: str = typer.Option("on"),
+    steps: int = ProfStepsOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
+    ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Kernel breakdown of one attention call."""
+    from trainperf.workloads.attention import AttentionSpec, operation, validate
+
+    dev = device_or_fail(device)
+    gpu = dev.type == "cuda"
+    spec = AttentionSpec(impl=impl, batch=batch, heads=heads, seq=seq or (4096 if gpu else 128),
+                         head_dim=head_dim, dtype=dtype or ("bf16" if gpu else "fp32"), mode=mode,
+                         causal=on_off(causal), device=dev.type)
+    validate(spec)
+    name = f"attention_{impl}_{spec.mode.replace('+', '_')}_n{spec.seq}_d{head_dim}"
+    if nsys:
+        return _nsys_line(_argv_without("--nsys"), name)
+    op = operation(spec, dev)
+
+    def step(phase):
+        with phase(spec.mode):
+            return op()
+
+    _profile_and_show(name, step, None, dev, steps, ranges_only, out, {"spec": spec.__dict__}, as_json)
+
+
+@app.command("nsys-decode")
+@cli_errors
+def nsys_decode(
+    trace: Path = typer.Argument(..., help="SQLite export of `nsys profile --trace=cuda,nvtx`."),
+    out: Path = typer.Option(None, "--out", help="Also write the breakdown JSON/CSVs here."),
+) -> None:
+    """The per-range kernel table from an Nsight Systems SQLite export."""
+    from trainperf.profiling.breakdown import breakdown
+    from trainperf.profiling.nsys import NsysFormatError, read_nsys_sqlite
+    from trainperf.profiling.session import save_breakdown
+
+    try:
+        bd = breakdown(read_nsys_sqlite(trace))
+    except NsysFormatError as exc:
+        raise SpecError(str(exc)) from None
+    _show_breakdown(bd, title=f"nsys {trace.name}")
+    if out:
+        for p in save_breakdown(bd, out / f"nsys_{trace.stem}", {"source": str(trace)}):
+            err_console.print(f"wrote {p}")
+
+
+@app.command("profile-compare")
+@cli_errors
+def profile_compare(
+    a: Path = typer.Argument(..., help="Breakdown JSON written by `trainperf profile` (A)."),
+    b: Path = typer.Argument(..., help="Breakdown JSON (B); speed-up is A time / B time."),
+    csv: Path = typer.Option(None, "--csv", help="Also write the table as CSV."),
+) -> None:
+    """Two per-range breakdowns side by side with kernel counts, times and speed-up."""
+    from trainperf.profiling.session import compare_breakdowns, load_breakdown
+
+    try:
+        (bda, meta_a), (bdb, meta_b) = load_breakdown(a), load_breakdown(b)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    table = compare_breakdowns(bda, bdb)
+    console.print(frame_table(table, title=f"A = {a.name}   B = {b.name}"))
+    ta, tb = bda.total_kernel_ms, bdb.total_kernel_ms
+    console.print(f"total kernel time: A {report.fmt(ta)} ms, B {report.fmt(tb)} ms "
+                  f"(speed-up {report.fmt(ta / tb if tb else None)})")
+    ga, gb = meta_a.get("env", {}).get("gpu_name"), meta_b.get("env", {}).get("gpu_name")
+    if ga != gb:
+        err_console.print(f"[yellow]note:[/yellow] A ran on {ga or 'cpu'}, B on {gb or 'cpu'}")
+    if csv:
+        table.to_csv(csv, index=False)
+
+

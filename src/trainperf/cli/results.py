@@ -1,0 +1,122 @@
+"""Result commands: results, export, env, compare."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from trainperf.cli.common import (
+    DbOpt,
+    DeviceOpt,
+    OutOpt,
+    app,
+    cli_errors,
+    console,
+    err_console,
+    fail,
+    frame_table,
+)
+from trainperf.core import env as envmod
+from trainperf.core import report
+from trainperf.core.errors import SpecError
+from trainperf.core.record import Record
+from trainperf.core.store import Store, to_frame
+
+
+@app.command()
+@cli_errors
+def compare(
+    sets: list[Path] = typer.Argument(..., help="Two or more training_timing.csv files or .db stores."),
+    axis: str = typer.Option("gpu", help="What the sets are meant to differ in (not warned about)."),
+    out: Path = OutOpt,
+) -> None:
+    """Set llama result sets from different runs side by side, with speed-ups and plots."""
+    from trainperf.profiling.compare import (
+        context_warnings,
+        label_sets,
+        load_result_set,
+        plot_comparison,
+        side_by_side,
+    )
+
+    if len(sets) < 2:
+        raise SpecError("compare needs at least two result sets")
+    try:
+        frames = [load_result_set(p) for p in sets]
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    labels = label_sets(sets, frames)
+    for w in context_warnings(frames, labels, axis):
+        err_console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
+    table = side_by_side(frames, labels)
+    console.print(frame_table(table, title="trainperf compare"))
+    for path in plot_comparison(table, labels, out):
+        err_console.print(f"wrote {path}")
+
+
+@app.command()
+@cli_errors
+def results(
+    workload: str = typer.Option(None, help="Only this workload."),
+    status: str = typer.Option(None, help="Only this status: ok, oom, unsupported, error."),
+    last: int = typer.Option(50, help="Show at most this many (newest)."),
+    db: Path = DbOpt,
+) -> None:
+    """List stored records."""
+    if not db.exists():
+        fail(f"no results store at {db}")
+    recs = Store(db).records(workload=workload, status=status)[-last:]
+    cols: list[report.Column] = [
+        ("workload", lambda r: r.workload), ("case", lambda r: _case_text(r)),
+        ("status", report.status), ("main metric", _headline),
+        ("gpu", lambda r: r.env.get("gpu_name") or "cpu"),
+        ("when", lambda r: r.created_at[:19]), ("notes", report.notes)]
+    console.print(report.rich_table(recs, cols, title=f"{len(recs)} records in {db}"))
+
+
+def _case_text(r: Record) -> str:
+    skip = {"device", "warmup", "steps", "iters"}
+    return " ".join(f"{k}={v}" for k, v in r.spec.items() if k not in skip)
+
+
+def _headline(r: Record) -> str:
+    for key in ("step_ms_median", "time_ms_median", "iter_s_median", "busbw_gbps"):
+        if key in r.metrics:
+            return f"{key}={report.fmt(r.metrics[key])}"
+    return "-" if r.status == "ok" else r.status.upper()
+
+
+@app.command()
+@cli_errors
+def export(
+    format: str = typer.Option("csv", "--format", help="csv | json | markdown"),
+    output: Path = typer.Option(None, "--output", "-o", help="File to write (default: stdout)."),
+    workload: str = typer.Option(None, help="Only this workload."),
+    db: Path = DbOpt,
+) -> None:
+    """Write stored records as CSV, JSON or markdown."""
+    if format not in ("csv", "json", "markdown"):
+        fail(f"unknown format {format!r}; valid choices: csv, json, markdown")
+    if not db.exists():
+        fail(f"no results store at {db}")
+    text = report.export(to_frame(Store(db).records(workload=workload)), format)
+    if output:
+        output.write_text(text)
+        err_console.print(f"wrote {output}")
+    else:
+        sys.stdout.write(text)
+
+
+@app.command("env")
+def env_cmd(device: str = DeviceOpt) -> None:
+    """Print the environment as trainperf records it."""
+    try:
+        dev = envmod.resolve_device(device)
+    except ValueError as exc:
+        fail(str(exc))
+    console.print_json(json.dumps(envmod.capture(dev), default=str))
+
+

@@ -1,0 +1,175 @@
+import json
+import sqlite3
+
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from trainperf.cli import app
+from trainperf.models.lm import LMConfig, TransformerLM
+from trainperf.profiling.breakdown import breakdown, busy_time
+from trainperf.profiling.nsys import NsysFormatError, read_nsys_sqlite
+from trainperf.profiling.ranges import module_ranges, range_name
+from trainperf.profiling.session import compare_breakdowns, load_breakdown
+from trainperf.profiling.torch_prof import profile_steps
+
+runner = CliRunner()
+EXPECTED = ["fwd.embed", "fwd.layer", "fwd.layer.attn", "fwd.layer.attn.prenorm", "fwd.layer.attn.qkv_proj",
+            "fwd.layer.attn.rope", "fwd.layer.attn.sdpa", "fwd.layer.attn.o_proj", "fwd.layer.mlp",
+            "fwd.layer.mlp.prenorm", "fwd.output_norm", "fwd.lm_head"]
+
+
+def test_range_names():
+    assert range_name("layers.3.attn.qkv_proj") == "fwd.layer.attn.qkv_proj"
+    assert range_name("model.layers.11.self_attn.q_proj") == "fwd.layer.self_attn.q_proj"
+    assert range_name("output_norm") == "fwd.output_norm"
+
+
+def _tiny_trace(n_layers=3):
+    model = TransformerLM(LMConfig(vocab_size=50, context_length=16, d_model=32, d_ff=64,
+                                   n_layers=n_layers, n_heads=4))
+    x = torch.randint(0, 50, (2, 16))
+
+    def step():
+        with torch.autograd.profiler.record_function("fwd"):
+            loss = model(x).sum()
+        with torch.autograd.profiler.record_function("bwd"):
+            loss.backward()
+
+    with module_ranges(model):
+        return profile_steps(step, torch.device("cpu"))
+
+
+def test_range_tree_on_a_tiny_model():
+    trace = _tiny_trace(n_layers=3)
+    r = trace.ranges
+    counts = r.groupby("name").size()
+    for name in EXPECTED:
+        assert name in counts, name
+    assert counts["fwd.layer"] == 3 and counts["fwd.layer.attn.qkv_proj"] == 3
+    assert counts["fwd.lm_head"] == 1 and counts["step"] == 1
+
+    def inside(child, parent):
+        c, ps = r[r.name == child], r[r.name == parent]
+        return all(((ps.start <= s) & (ps.end >= e)).sum() == 1 for s, e in zip(c.start, c.end, strict=True))
+
+    assert inside("fwd.layer.attn.qkv_proj", "fwd.layer.attn")
+    assert inside("fwd.layer.attn", "fwd.layer")
+    assert inside("fwd.layer", "fwd")
+    assert inside("fwd.layer.mlp.prenorm", "fwd.layer.mlp")
+    assert not inside("fwd.layer.mlp.prenorm", "fwd.layer.attn")
+
+
+def test_cpu_breakdown_pipeline_counts_nested_ranges():
+    bd = breakdown(_tiny_trace(n_layers=2))
+    t = bd.ranges.set_index("range")
+    assert t.loc["fwd.layer", "calls"] == 2
+    assert t.loc["fwd.layer.attn", "kernels"] > t.loc["fwd.layer.attn.qkv_proj", "kernels"] > 0
+    assert t.loc["fwd.layer", "kernel_ms"] >= t.loc["fwd.layer.attn", "kernel_ms"]
+    assert t.loc["step", "share"] == pytest.approx(1.0)
+    assert bd.unattributed_kernels == 0
+    assert 0 <= bd.idle_fraction < 1 and not bd.top_kernels.empty
+
+
+def test_busy_time_counts_overlap_once():
+    k = pd.DataFrame({"start": [0.0, 5.0, 20.0], "end": [10.0, 12.0, 25.0]})
+    assert busy_time(k) == 17.0
+
+
+def make_nsys_fixture(path, drop=None):
+    """A small SQLite file with the tables and columns nsys exports (times in ns)."""
+    con = sqlite3.connect(path)
+    con.executescript("""
+        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, "end" INTEGER, eventType INTEGER NOT NULL,
+            rangeId INTEGER, category INTEGER, color INTEGER, text TEXT, globalTid INTEGER,
+            endGlobalTid INTEGER, textId INTEGER, domainId INTEGER);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, "end" INTEGER NOT NULL,
+            eventClass INTEGER, globalTid INTEGER, correlationId INTEGER, nameId INTEGER,
+            returnValue INTEGER, callchainId INTEGER);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, "end" INTEGER NOT NULL,
+            deviceId INTEGER, contextId INTEGER, streamId INTEGER, correlationId INTEGER,
+            globalPid INTEGER, demangledName INTEGER, shortName INTEGER, mangledName INTEGER);
+    """)
+    strings = {1: "fwd.layer", 2: "kernA", 3: "kernB", 4: "kernC", 5: "kernD", 6: "kernE", 7: "kernF",
+               8: "cudaLaunchKernel"}
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", strings.items())
+    t1, t2 = 100, 200
+    nvtx = [(0, 1_000_000, 59, "step", t1, None), (0, 500_000, 59, "fwd", t1, None),
+            (10_000, 200_000, 59, None, t1, 1), (210_000, 400_000, 59, None, t1, 1),  # names via textId
+            (500_000, 900_000, 59, "bwd", t1, None), (0, 1_000_000, 59, "other", t2, None),
+            (0, None, 59, "never-closed", t1, None), (5, 5, 34, "a mark, not a range", t1, None)]
+    con.executemany('INSERT INTO NVTX_EVENTS (start, "end", eventType, text, globalTid, textId) '
+                    "VALUES (?,?,?,?,?,?)", nvtx)
+    launches = [(1, 20_000, t1), (2, 220_000, t1), (3, 600_000, t1), (4, 950_000, t1), (5, 1_500_000, t1),
+                (6, 50_000, t2)]
+    con.executemany('INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (correlationId, start, "end", globalTid, nameId)'
+                    " VALUES (?,?,?,?,8)", [(c, s, s + 1000, t) for c, s, t in launches])
+    kernels = [(c, s + 5000, s + 5000 + 1000 * c, 1 + c) for c, s, _ in launches]
+    con.executemany('INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (correlationId, start, "end", shortName) '
+                    "VALUES (?,?,?,?)", kernels)
+    if drop:
+        con.execute(f"DROP TABLE {drop}")
+    con.commit()
+    con.close()
+    return path
+
+
+def test_nsys_attribution_nesting_and_outside_kernels(tmp_path):
+    bd = breakdown(read_nsys_sqlite(make_nsys_fixture(tmp_path / "t.sqlite")))
+    t = bd.ranges.set_index("range")
+    assert t.loc["fwd.layer", "calls"] == 2 and t.loc["fwd.layer", "kernels"] == 2
+    assert t.loc["fwd", "kernels"] == 2
+    assert t.loc["bwd", "kernels"] == 1
+    assert t.loc["step", "kernels"] == 4  # A, B, C, D: nested kernels count in every enclosing range
+    assert t.loc["other", "kernels"] == 1  # F: launched on the other thread
+    assert "never-closed" not in t.index and "a mark, not a range" not in t.index
+    assert t.loc["fwd.layer", "kernel_ms"] == pytest.approx((1000 + 2000) / 1e6)  # ns → ms
+    assert bd.unattributed_kernels == 1  # E ran outside every range
+    assert bd.top_kernels.iloc[0]["kernel"] == "kernF"  # longest (6 µs)
+
+
+def test_nsys_missing_table_is_a_clear_error(tmp_path):
+    path = make_nsys_fixture(tmp_path / "t.sqlite", drop="CUPTI_ACTIVITY_KIND_KERNEL")
+    with pytest.raises(NsysFormatError, match="lacks the table.*KIND_KERNEL.*--trace=cuda,nvtx"):
+        read_nsys_sqlite(path)
+    res = runner.invoke(app, ["nsys-decode", str(path)])
+    assert res.exit_code == 2 and "lacks the table" in res.output
+
+
+def test_nsys_decode_cli(tmp_path):
+    res = runner.invoke(app, ["nsys-decode", str(make_nsys_fixture(tmp_path / "t.sqlite")),
+                              "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "fwd.layer" in res.output and "1 kernels outside any range" in res.output
+    assert (tmp_path / "nsys_t.json").exists()
+
+
+def test_profile_cli_and_compare_of_two_stored_breakdowns(tmp_path):
+    outs = []
+    for attention in ("naive", "sdpa"):
+        res = runner.invoke(app, ["profile", "step", "--device", "cpu", "--size", "tiny", "--context", "32",
+                                  "--batch", "2", "--attention", attention, "--out", str(tmp_path)])
+        assert res.exit_code == 0, res.output
+        outs.append(tmp_path / f"profile_step_tiny_ctx32_fp32_{attention}_torch.json")
+    data = json.loads(outs[0].read_text())
+    assert data["meta"]["spec"]["attention"] == "naive" and data["ranges"]
+    a, _ = load_breakdown(outs[0])
+    b, _ = load_breakdown(outs[1])
+    table = compare_breakdowns(a, b).set_index("range")
+    # naive attention is several ops (matmul, mask, softmax, matmul); SDPA on the CPU is one
+    assert table.loc["fwd.layer.attn.sdpa", "A kernels"] > table.loc["fwd.layer.attn.sdpa", "B kernels"]
+    assert table.loc["fwd.layer", "speed-up"] == pytest.approx(
+        table.loc["fwd.layer", "A ms"] / table.loc["fwd.layer", "B ms"])
+    csv = tmp_path / "c.csv"
+    res = runner.invoke(app, ["profile-compare", str(outs[0]), str(outs[1]), "--csv", str(csv)])
+    assert res.exit_code == 0 and "speed-up" in res.output
+    assert list(pd.read_csv(csv).columns) == ["range", "calls", "A kernels", "A ms",
+                                                             "B kernels", "B ms", "speed-up"]
+
+
+def test_nsys_command_line_is_printed():
+    res = runner.invoke(app, ["profile", "step", "--device", "cpu", "--size", "tiny", "--nsys"])
+    assert res.exit_code == 0
+    assert "nsys profile --trace=cuda,nvtx --export=sqlite" in res.output and "--ranges-only" in res.output
