@@ -210,3 +210,43 @@ def profile_compare(
         table.to_csv(csv, index=False)
 
 
+
+
+memory_app = typer.Typer(help="Where a step's memory goes: per-phase peaks, allocations, timeline.")
+app.add_typer(memory_app, name="memory")
+
+
+@memory_app.command("step")
+@cli_errors
+def memory_step(
+    size: str = typer.Option(None, help="Preset (default: medium on a GPU, tiny on the CPU)."),
+    context: int = typer.Option(None, help="Context length (default 512 on a GPU, 64 on the CPU)."),
+    batch: int = typer.Option(4, help="Batch size."),
+    precision: str = typer.Option(None, help="fp32 | bf16 | fp16 (default bf16 on a GPU)."),
+    phase: str = typer.Option("step", help="forward (activations only) | step (fwd, bwd, optimizer)."),
+    out: Path = ProfOut, device: str = DeviceOpt,
+) -> None:
+    """Memory profile of a GPT-style LM step: snapshot (GPU), peaks per phase, timeline PNG."""
+    from trainperf.profiling.memory import memory_profile
+    from trainperf.workloads.step import StepCase, StepSpec, validate
+
+    if phase not in ("forward", "step"):
+        raise SpecError(f"--phase {phase!r}; valid choices: forward, step")
+    dev = device_or_fail(device)
+    gpu = dev.type == "cuda"
+    spec = StepSpec.from_preset(size or ("medium" if gpu else "tiny"),
+                                context=context or (512 if gpu else 64), batch=batch,
+                                precision=precision or ("bf16" if gpu else "fp32"), compile=False,
+                                mode="train", device=dev.type, d_model=None, d_ff=None, n_layers=None,
+                                n_heads=None)
+    validate(spec)
+    case = StepCase(spec)
+    name = f"step_{spec.size}_ctx{spec.context}_{spec.precision}_{phase}"
+    until = "forward" if phase == "forward" else None
+    rep = memory_profile(case.run, case.model, dev, out, name, until=until)
+    console.print(frame_table(rep.phases, title=f"memory per phase: {name}"))
+    console.print(frame_table(rep.largest, title="largest allocations (innermost module range)"))
+    for note in rep.notes:
+        console.print(f"[dim]{note}[/dim]")
+    for p in rep.files:
+        err_console.print(f"wrote {p}")

@@ -15,6 +15,7 @@ from trainperf.cli.common import (
     app,
     cli_errors,
     console,
+    device_or_fail,
     err_console,
     fail,
     frame_table,
@@ -120,3 +121,14 @@ def env_cmd(device: str = DeviceOpt) -> None:
     console.print_json(json.dumps(envmod.capture(dev), default=str))
 
 
+
+
+@app.command()
+@cli_errors
+def precision(device: str = DeviceOpt) -> None:
+    """Dtypes under each autocast mode, and the float accumulation experiment."""
+    from trainperf.profiling.precision import accumulation_experiment, dtype_report
+
+    dev = device_or_fail(device)
+    console.print(frame_table(dtype_report(dev), title=f"dtypes under autocast ({dev.type})"))
+    console.print(frame_table(accumulation_experiment(), title="summing 0.01 a thousand times"))

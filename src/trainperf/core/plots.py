@@ -7,7 +7,8 @@ from pathlib import Path
 import pandas as pd
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend, or a clear error naming the extra."""
     try:
         import matplotlib
     except ImportError:
@@ -20,7 +21,7 @@ def _pyplot():
 def line_grid(df: pd.DataFrame, x: str, ys: list[tuple[str, str]], hue: str, path: Path,
               title: str = "", logx: bool = True, logy: bool = True):
     """One panel per (column, y-label) in `ys`, a line per `hue` value; saved to `path`."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(ys), figsize=(6 * len(ys), 4.5), squeeze=False)
     for ax, (col, label) in zip(axes[0], ys, strict=True):
         for name, group in df.dropna(subset=[col]).groupby(hue, sort=True):
@@ -44,7 +45,7 @@ def line_grid(df: pd.DataFrame, x: str, ys: list[tuple[str, str]], hue: str, pat
 def grouped_bars(df: pd.DataFrame, category: str, hue: str, value: str, path: Path,
                  ylabel: str, title: str = "", reference_line: float | None = None):
     """Bars of `value` per `category`, one bar per `hue` value side by side; saved to `path`."""
-    plt = _pyplot()
+    plt = pyplot()
     cats = list(dict.fromkeys(df[category]))
     hues = list(dict.fromkeys(df[hue]))
     width = 0.8 / max(len(hues), 1)

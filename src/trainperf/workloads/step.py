@@ -109,12 +109,17 @@ class StepCase:
         tokens = torch.randint(0, spec.vocab, (spec.batch, spec.context + 1), device=device)
         self.x, self.y = tokens[:, :-1], tokens[:, 1:]
 
-    def run(self, phase: Phase = no_phase) -> torch.Tensor:
-        """One step; `phase(name)` wraps forward, backward and optimizer (timers, ranges)."""
+    def run(self, phase: Phase = no_phase, until: str | None = None) -> torch.Tensor:
+        """One step; `phase(name)` wraps forward, backward and optimizer (timers, ranges).
+
+        `until="forward"` stops after the forward pass (its activations kept for backward).
+        """
         spec = self.spec
         grad_ctx = torch.no_grad if spec.mode == "forward" else torch.enable_grad
         with phase("forward"), grad_ctx(), autocast(self.device, spec.precision):
             loss = lm_loss(self.model(self.x), self.y)
+        if until == "forward":
+            return loss
         if spec.mode != "forward":
             with phase("backward"):
                 self.scaler.scale(loss).backward()
