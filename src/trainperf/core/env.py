@@ -21,7 +21,12 @@ COMPARABILITY_KEYS = ("gpu_name", "torch", "cuda", "cudnn", "driver", "device_co
 
 @lru_cache(maxsize=1)
 def git_commit() -> str:
-    """The project's git commit (with '-dirty' when the tree has changes), or 'unknown'."""
+    """The project's git commit (with '-dirty' when the tree has changes), or 'unknown'.
+
+    TRAINPERF_GIT_COMMIT overrides it, for copies of the tree that travel without .git.
+    """
+    if os.environ.get("TRAINPERF_GIT_COMMIT"):
+        return os.environ["TRAINPERF_GIT_COMMIT"]
     here = Path(__file__).resolve().parent
     try:
         sha = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,

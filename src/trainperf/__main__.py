@@ -1,0 +1,5 @@
+"""`python -m trainperf` runs the command line."""
+
+from trainperf.cli import app
+
+app()
