@@ -6,8 +6,10 @@ OUT=${OUT:-out}
 RES=results/$RUN
 mkdir -p "$RES" "$OUT"
 tp() { python3 -m trainperf "$@"; }
-pack() {  # one tarball (the device tool returns at most 8 files)
-  tar czf "$OUT/$RUN.tgz" results && ls -la "$OUT"
+pack() {  # few tarballs (the device tool returns at most 8 files of 16 MB); snapshots apart
+  tar czf "$OUT/$RUN.tgz" --exclude='*.pickle' results
+  find results -name '*.pickle' | tar czf "$OUT/${RUN}_snapshots.tgz" -T - 2>/dev/null
+  ls -la "$OUT"
 }
 trap pack EXIT
 {

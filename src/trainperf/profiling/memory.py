@@ -67,7 +67,7 @@ def memory_profile(step: Callable[..., object], model: nn.Module, device: torch.
     peaks = _PhasePeaks(device)
     if cuda:
         torch.cuda.synchronize()
-        torch.cuda.memory._record_memory_history(max_entries=1_000_000)
+        torch.cuda.memory._record_memory_history(max_entries=300_000)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with module_ranges(model), profile(activities=activities, profile_memory=True) as prof:
         with phase_range("step"):
