@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU run 1: test suite on the GPU, the attention benchmark, per-module profiles and a memory profile.
-RUN=run1 source benchmarks/scripts/common.sh
+RUN=run1
+source benchmarks/scripts/common.sh
 DB=$RES/attention.db
 TRAINPERF_TRITON_TUNE=0 timeout 300 python3 -m pytest -q -p no:warnings tests/ 2>&1 | grep -v USDT | tail -25 > "$RES/pytest_gpu.txt"
 tail -3 "$RES/pytest_gpu.txt"

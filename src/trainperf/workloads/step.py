@@ -100,7 +100,8 @@ class StepCase:
         if device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = spec.tf32
             torch.backends.cudnn.allow_tf32 = spec.tf32
-        self.model = TransformerLM(spec.model_config()).to(device)
+        with device:  # initialise on the device: building 2.7B parameters on the CPU takes ~20 s
+            self.model = TransformerLM(spec.model_config())
         self.opt = (torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=device.type == "cuda")
                     if spec.mode == "train" else None)
         self.scaler = grad_scaler(device, spec.precision)
@@ -175,7 +176,15 @@ def compile_regions(model: TransformerLM) -> None:
 
     Identical blocks share one compiled graph, so compile time no longer grows with depth
     (minutes → seconds for the 48-layer preset) at the cost of fusions across block borders.
+    Within one process later cases reuse compiled code, and torch.compile's default automatic
+    dynamic shapes turn a dimension that changed symbolic; the recompile limit is raised so that
+    Dynamo never silently falls back to eager in a long sweep.
     """
+    import torch._dynamo.config as dynamo_config
+
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, max(getattr(dynamo_config, name), 256))
     for layer in model.layers:
         layer.compile()
     model.output_norm.compile()
