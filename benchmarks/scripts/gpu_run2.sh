@@ -3,7 +3,7 @@
 RUN=run2
 source benchmarks/scripts/common.sh
 DB=$RES/step.db
-S="tp step --db $DB --batch 4 --warmup 5 --steps 10 --quiet"
+S="python3 -m trainperf step --db $DB --batch 4 --warmup 5 --steps 10 --quiet"
 timeout 200 $S --size small,medium,large,xl,2.7B --context 128,256,512,1024 --precision fp32,bf16 --compile off | tee "$RES/step_eager.txt"
 timeout 330 $S --size small,medium,large,xl,2.7B --context 128,256,512,1024 --precision fp32,bf16 --compile on | tee "$RES/step_compiled.txt"
 for i in 1 2 3; do
