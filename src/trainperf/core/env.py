@@ -81,7 +81,7 @@ def capture(device: torch.device) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "device": device.type,
         "device_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
-        "argv": " ".join(sys.argv),
+        "argv": " ".join(["trainperf", *sys.argv[1:]]),  # no local paths in stored records
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
