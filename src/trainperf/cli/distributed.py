@@ -1,0 +1,166 @@
+"""Multi-process commands: comm (collectives) and ddp (data-parallel training step variants)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import typer
+
+from trainperf.cli.common import (
+    DbOpt,
+    JsonOpt,
+    OutOpt,
+    QuietOpt,
+    RerunOpt,
+    app,
+    cli_errors,
+    console,
+    err_console,
+)
+from trainperf.core import env as envmod
+from trainperf.core import report
+from trainperf.core.errors import SpecError
+from trainperf.core.record import Record, spec_dict
+from trainperf.core.spec import on_off, parse_list, positive_int, sweep
+from trainperf.core.store import Store, to_frame
+from trainperf.distributed.launch import LaunchError, launch, rank_device
+from trainperf.distributed.ranked_sweep import run_ranked_cases
+
+
+def _rank_worker(rank: int, world: int, workload: str, specs: list, db: str, env: dict, quiet: bool,
+                 backend: str) -> None:
+    """Entry point of every rank (top level, so that spawn can pickle it)."""
+    import warnings
+
+    # reduce_scatter_tensor is deprecated in new torch, but it is the name torch 2.5 knows
+    warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
+    from trainperf.workloads.comm import measure_comm
+    from trainperf.workloads.ddp import measure_ddp
+
+    measure = {"comm": measure_comm, "ddp": measure_ddp}[workload]
+    run_ranked_cases(rank, world, workload, specs, measure, rank_device(backend, rank), db, env, quiet)
+
+
+def _run_distributed(workload: str, specs: list, backend: str, db: Path, rerun: bool,
+                     quiet: bool) -> list[Record]:
+    """Group cases by world size, launch each group once, return the stored records in order."""
+    device = torch.device("cuda" if backend == "nccl" else "cpu")
+    env = envmod.capture(device)
+    store = Store(db)
+    keys = [Record(workload, spec_dict(s), "ok", env=env).key for s in specs]
+    for world in sorted({s.world_size for s in specs}):
+        todo = [s for s, k in zip(specs, keys, strict=True)
+                if s.world_size == world and (rerun or store.find_case(k) is None)]
+        if todo:
+            try:
+                launch(_rank_worker, world, backend, args=(workload, todo, str(db), env, quiet, backend))
+            except LaunchError as exc:
+                raise SpecError(str(exc)) from None
+    return [r for r in (store.find_case(k) for k in keys) if r is not None]
+
+
+def _show(records: list[Record], columns: list[report.Column], title: str, as_json: bool) -> None:
+    if as_json:
+        typer.echo(report.export(to_frame(records), "json"), nl=False)
+    else:
+        console.print(report.rich_table(records, columns, title=title))
+
+
+COMM_COLUMNS: list[report.Column] = [
+    ("op", report.spec("op")), ("size MB", lambda r: report.fmt(r.spec["size_bytes"] / 1e6)),
+    ("n", report.spec("world_size")), ("backend", report.spec("backend")), ("dtype", report.spec("dtype")),
+    ("time ms", report.timing("time")), ("algbw GB/s", report.metric("algbw_gbps")),
+    ("busbw GB/s", report.metric("busbw_gbps")), ("rank spread", report.metric("rank_spread", 2)),
+    ("status", report.status), ("notes", report.notes),
+]
+
+
+@app.command()
+@cli_errors
+def comm(
+    op: str = typer.Option("all_reduce,all_gather,reduce_scatter,broadcast", help="Collectives."),
+    size: str = typer.Option(None, help="Message sizes: 1MB,10MB,1GiB … (default 1MB..1GB on GPUs)."),
+    world_size: str = typer.Option("2", help="World sizes, comma-separated."),
+    backend: str = typer.Option(None, help="nccl | gloo (default: nccl with GPUs, else gloo)."),
+    dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16."),
+    warmup: int = typer.Option(5), iters: int = typer.Option(20),
+    out: Path = OutOpt, db: Path = DbOpt, rerun: bool = RerunOpt, quiet: bool = QuietOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Time collectives through torch.distributed; algbw/busbw as nccl-tests define them."""
+    from trainperf.workloads.comm import OPS, CommSpec, parse_size, validate
+
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    sizes = size or ("1MB,10MB,100MB,1GB" if backend == "nccl" else "64KB,1MB,8MB")
+    axes = sweep(world_size=parse_list(world_size, positive_int, "--world-size"),
+                 op=parse_list(op, str, "--op", OPS), size_bytes=parse_list(sizes, parse_size, "--size"))
+    specs = [CommSpec(backend=backend, dtype=dtype, warmup=warmup, iters=iters, **a) for a in axes]
+    for s in specs:
+        validate(s)
+    records = _run_distributed("comm", specs, backend, db, rerun, quiet or as_json)
+    _show(records, COMM_COLUMNS, "trainperf comm", as_json)
+    ok = to_frame(r for r in records if r.status == "ok")
+    if not ok.empty:
+        from trainperf.core.plots import line_grid
+
+        out.mkdir(parents=True, exist_ok=True)
+        ok = ok.assign(size_mb=ok.size_bytes / 1e6, series=ok.op + " n=" + ok.world_size.astype(str))
+        path = out / f"comm_busbw_{backend}.png"
+        line_grid(ok, "size_mb", [("busbw_gbps", "bus bandwidth (GB/s)")], "series", path,
+                  title=f"collectives, {backend}", logx=True, logy=False)
+        if not (quiet or as_json):
+            err_console.print(f"wrote {path}")
+
+
+DDP_COLUMNS: list[report.Column] = [
+    ("variant", report.spec("variant")), ("size", report.spec("size")), ("n", report.spec("world_size")),
+    ("bucket MB", report.spec("bucket_mb")), ("shard opt", report.spec("shard_optimizer")),
+    ("step ms", report.timing("step")), ("compute ms", report.metric("compute_ms")),
+    ("exposed comm ms", report.metric("exposed_comm_ms")), ("comm ms", report.metric("comm_ms")),
+    ("hidden", report.metric("hidden_share", 2)), ("opt state MB", report.metric("opt_state_mb")),
+    ("peak GB", report.metric("peak_mem_gb")), ("status", report.status), ("notes", report.notes),
+]
+
+
+@app.command()
+@cli_errors
+def ddp(
+    size: str = typer.Option(None, help="LM preset (default small on GPUs, tiny on the CPU)."),
+    world_size: str = typer.Option("2", help="World sizes, comma-separated."),
+    variant: str = typer.Option("naive,flat,overlap,bucketed,ddp,fsdp2", help="Gradient-sync variants."),
+    bucket_mb: str = typer.Option("25", help="Bucket sizes in MB (bucketed and ddp)."),
+    shard_optimizer: str = typer.Option("off", help="ZeRO-1 sharded optimizer: off,on."),
+    context: int = typer.Option(None, help="Context length (default 512 on GPUs, 32 on the CPU)."),
+    batch: int = typer.Option(None, help="Per-rank batch (default 4 on GPUs, 2 on the CPU)."),
+    precision: str = typer.Option(None, help="fp32 | bf16 (default bf16 on GPUs)."),
+    optimizer: str = typer.Option("adamw", help="adamw | sgd."),
+    backend: str = typer.Option(None, help="nccl | gloo (default: nccl with GPUs, else gloo)."),
+    warmup: int = typer.Option(3), steps: int = typer.Option(10),
+    db: Path = DbOpt, rerun: bool = RerunOpt, quiet: bool = QuietOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Time a data-parallel training step per gradient-sync variant (and PyTorch DDP / FSDP2)."""
+    from trainperf.workloads.ddp import VARIANTS, DDPSpec, validate
+
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    gpu = backend == "nccl"
+    variants = parse_list(variant, str, "--variant", VARIANTS)
+    buckets = parse_list(bucket_mb, float, "--bucket-mb")
+    common: dict[str, Any] = dict(
+        size=size or ("small" if gpu else "tiny"), context=context or (512 if gpu else 32),
+        batch=batch or (4 if gpu else 2), precision=precision or ("bf16" if gpu else "fp32"),
+        backend=backend, warmup=warmup, steps=steps, optimizer=optimizer)
+    specs = []
+    for a in sweep(world_size=parse_list(world_size, positive_int, "--world-size"), variant=variants,
+                   shard_optimizer=parse_list(shard_optimizer, on_off, "--shard-optimizer")):
+        if a["variant"] == "fsdp2" and a["shard_optimizer"] and len(variants) > 1:
+            err_console.print("note: no fsdp2 case with --shard-optimizer on (FSDP2 shards optimizer "
+                              "state itself)")
+            continue
+        for b in (buckets if a["variant"] in ("bucketed", "ddp") else [None]):
+            specs.append(DDPSpec(bucket_mb=b, **a, **common))
+    for s in specs:
+        validate(s)
+    records = _run_distributed("ddp", specs, backend, db, rerun, quiet or as_json)
+    _show(records, DDP_COLUMNS, "trainperf ddp", as_json)

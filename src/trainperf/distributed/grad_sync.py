@@ -1,0 +1,125 @@
+"""Gradient synchronisation for data parallelism, four ways, to see what overlap buys.
+
+Each variant leaves every parameter's .grad equal to the mean over ranks once `finish()`
+returns:
+  naive     one blocking all-reduce per parameter after backward
+  flat      one all-reduce of all gradients flattened into one buffer
+  overlap   an async all-reduce per parameter, launched from its grad hook during backward
+  bucketed  gradients grouped into buckets of ~bucket_mb (in reverse registration order, the
+            order backward produces them); each bucket is flattened and all-reduced
+            asynchronously as soon as its last gradient is ready
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+
+def _params(model: nn.Module) -> list[nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+class GradSync:
+    """No synchronisation: the compute-only baseline (and the base of the variants)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.params = _params(model)
+        self.world = dist.get_world_size()
+
+    def finish(self) -> None:
+        """Called after backward: make the gradients the mean over ranks."""
+
+
+class NaiveSync(GradSync):
+    def finish(self) -> None:
+        for p in self.params:
+            dist.all_reduce(p.grad)
+            p.grad.div_(self.world)
+
+
+class FlatSync(GradSync):
+    def finish(self) -> None:
+        grads = [p.grad for p in self.params]
+        flat = _flatten_dense_tensors(grads)
+        dist.all_reduce(flat)
+        flat.div_(self.world)
+        for g, synced in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
+            g.copy_(synced)
+
+
+class OverlapSync(GradSync):
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(model)
+        self.pending: list[tuple[dist.Work, torch.Tensor]] = []
+        for p in self.params:
+            p.register_post_accumulate_grad_hook(self._launch)
+
+    def _launch(self, p: nn.Parameter) -> None:
+        self.pending.append((dist.all_reduce(p.grad, async_op=True), p.grad))
+
+    def finish(self) -> None:
+        for work, grad in self.pending:
+            work.wait()
+            grad.div_(self.world)
+        self.pending.clear()
+
+
+class BucketedSync(GradSync):
+    def __init__(self, model: nn.Module, bucket_mb: float) -> None:
+        super().__init__(model)
+        cap = bucket_mb * 2**20
+        self.buckets: list[list[nn.Parameter]] = [[]]
+        size = 0
+        for p in reversed(self.params):
+            nbytes = p.numel() * p.element_size()
+            if self.buckets[-1] and size + nbytes > cap:
+                self.buckets.append([])
+                size = 0
+            self.buckets[-1].append(p)
+            size += nbytes
+        self.bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b}
+        self.ready = [0] * len(self.buckets)
+        self.pending: dict[int, tuple[dist.Work, torch.Tensor]] = {}
+        for p in self.params:
+            p.register_post_accumulate_grad_hook(self._mark_ready)
+
+    def _mark_ready(self, p: nn.Parameter) -> None:
+        i = self.bucket_of[id(p)]
+        self.ready[i] += 1
+        if self.ready[i] == len(self.buckets[i]):
+            self._launch(i)
+
+    def _launch(self, i: int) -> None:
+        flat = _flatten_dense_tensors([p.grad for p in self.buckets[i]])
+        self.pending[i] = (dist.all_reduce(flat, async_op=True), flat)
+
+    def finish(self) -> None:
+        for i in range(len(self.buckets)):
+            if i not in self.pending:  # a bucket whose gradients never all arrived
+                for p in self.buckets[i]:
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
+                self._launch(i)
+        for i, (work, flat) in sorted(self.pending.items()):
+            work.wait()
+            flat.div_(self.world)
+            grads = [p.grad for p in self.buckets[i]]
+            for g, synced in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
+                g.copy_(synced)
+        self.pending.clear()
+        self.ready = [0] * len(self.buckets)
+
+
+def bucket_sizes_bytes(model: nn.Module, bucket_mb: float) -> list[int]:
+    """The byte size of each gradient bucket the bucketed variant would form."""
+    cap, sizes, size = bucket_mb * 2**20, [], 0
+    for p in reversed(_params(model)):
+        nbytes = p.numel() * p.element_size()
+        if size and size + nbytes > cap:
+            sizes.append(size)
+            size = 0
+        size += nbytes
+    return [*sizes, size]

@@ -1,0 +1,108 @@
+"""Start `world_size` ranks on this host (or join an existing torchrun / Slurm launch).
+
+Every rank runs `worker(rank, world_size, *args)` inside an initialised process group. A rank
+that raises ends the whole run: mp.spawn terminates the other ranks, and collective timeouts
+stop a rank that would otherwise wait forever on a dead peer.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+DEFAULT_TIMEOUT_S = 120
+
+
+class LaunchError(RuntimeError):
+    """A rank failed; the message names the rank and its error."""
+
+
+def existing_launch() -> tuple[int, int, int] | None:
+    """(rank, world_size, local_rank) when started by torchrun or Slurm, else None."""
+    env = os.environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0))
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and "MASTER_ADDR" in env:
+        return int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", 0))
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_device(backend: str, rank: int) -> torch.device:
+    """The device a rank works on: its own GPU (LOCAL_RANK under torchrun) under NCCL, else CPU."""
+    if backend == "nccl":
+        local_rank = int(os.environ.get("LOCAL_RANK", rank))
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def _entry(local_rank: int, world_size: int, backend: str, port: int, timeout_s: float,
+           worker: Callable[..., Any], args: tuple, error_dir: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        dist.init_process_group(backend, rank=local_rank, world_size=world_size,
+                                timeout=timedelta(seconds=timeout_s))
+        worker(local_rank, world_size, *args)
+        dist.barrier()  # leave together: tearing down while a peer still talks aborts gloo
+    except BaseException as exc:
+        # Remember when and how this rank failed: the first failure is the cause, later ones
+        # (peers losing their connection to it) are consequences.
+        line = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        Path(error_dir, f"rank{local_rank}").write_text(f"{time.time()}\n{line}")
+        raise
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _first_failure(error_dir: str) -> str | None:
+    found = []
+    for f in Path(error_dir).glob("rank*"):
+        when, _, line = f.read_text().partition("\n")
+        found.append((float(when), f.name[4:], line))
+    if not found:
+        return None
+    when, rank, line = min(found)
+    return f"rank {rank} failed first: {line}"
+
+
+def launch(worker: Callable[..., Any], world_size: int, backend: str, args: tuple = (),
+           timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """Run `worker` on `world_size` ranks; under torchrun/Slurm, run this process's rank only."""
+    found = existing_launch()
+    if found is not None:
+        rank, world, local_rank = found
+        if world != world_size:
+            raise LaunchError(f"launched with WORLD_SIZE={world}, asked for world size {world_size}")
+        if not dist.is_initialized():
+            dist.init_process_group(backend, rank=rank, world_size=world,
+                                    timeout=timedelta(seconds=timeout_s))
+        worker(rank, world, *args)
+        return
+    if backend == "nccl" and torch.cuda.device_count() < world_size:
+        raise LaunchError(f"world size {world_size} needs {world_size} GPUs; "
+                          f"{torch.cuda.device_count()} visible")
+    with tempfile.TemporaryDirectory() as error_dir:
+        try:
+            mp.spawn(_entry, args=(world_size, backend, free_port(), timeout_s, worker, args, error_dir),
+                     nprocs=world_size, join=True)
+        except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
+            cause = _first_failure(error_dir) or str(exc).strip().splitlines()[-1]
+            raise LaunchError(f"the run was stopped: {cause}") from None

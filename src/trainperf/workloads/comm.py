@@ -1,0 +1,143 @@
+"""Collective benchmarks (`trainperf comm`) with nccl-tests' bandwidth conventions.
+
+size = the bytes of the op as nccl-tests counts them (all-reduce / broadcast: the buffer;
+all-gather: the gathered output; reduce-scatter: the input before scattering).
+algbw = size / time; busbw = algbw × factor, factor = 2(n−1)/n for all-reduce, (n−1)/n for
+all-gather and reduce-scatter, 1 for broadcast: the rate each link must sustain.
+Time per iteration is the slowest rank's (ranks start together after a barrier);
+`all_reduce_loop` times back-to-back all-reduces without per-iteration barriers, like a bare loop.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainperf.core import env as envmod
+from trainperf.core.errors import SpecError, Unsupported
+from trainperf.core.stats import summarize
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_reduce_loop")
+BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_reduce_loop": lambda n: 2 * (n - 1) / n,
+              "all_gather": lambda n: (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
+              "broadcast": lambda n: 1.0}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def parse_size(text: str) -> int:
+    """'1MB' → 1_000_000, '1GiB' → 2**30, '4096' → 4096."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]i?B|B)?\s*", text, flags=re.IGNORECASE)
+    if not m:
+        raise ValueError(text)
+    value = float(m.group(1)) * _UNITS[(m.group(2) or "").upper()]
+    if value <= 0:
+        raise ValueError(text)
+    return int(value)
+
+
+@dataclass(frozen=True)
+class CommSpec:
+    op: str
+    size_bytes: int
+    world_size: int
+    backend: str
+    dtype: str = "float32"
+    warmup: int = 5
+    iters: int = 20
+
+    def label(self) -> str:
+        return f"{self.op} {self.size_bytes / 1e6:g} MB n={self.world_size} {self.backend}"
+
+
+def validate(spec: CommSpec) -> None:
+    if spec.op not in OPS:
+        raise SpecError(f"unknown op {spec.op!r}; valid choices: {', '.join(OPS)}")
+    if spec.dtype not in DTYPES:
+        raise SpecError(f"unknown dtype {spec.dtype!r}; valid choices: {', '.join(DTYPES)}")
+    if spec.world_size < 2:
+        raise SpecError(f"--world-size must be at least 2, got {spec.world_size}")
+    if spec.backend not in ("nccl", "gloo"):
+        raise SpecError(f"unknown backend {spec.backend!r}; valid choices: nccl, gloo")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _operation(op: str, numel: int, rank: int, n: int, device: torch.device, dtype: torch.dtype):
+    """(run, check): `run()` does the collective on fresh buffers; `check()` says if it was right."""
+    chunk = max(numel // n, 1)
+    total = n * (n + 1) / 2  # sum of (rank + 1) over ranks
+    if op in ("all_reduce", "all_reduce_loop"):
+        x = torch.full((numel,), rank + 1.0, device=device, dtype=dtype)
+        return (lambda: dist.all_reduce(x)), (lambda: bool((x == total).all()))
+    if op == "broadcast":
+        x = torch.full((numel,), rank + 1.0, device=device, dtype=dtype)
+        return (lambda: dist.broadcast(x, src=0)), (lambda: bool((x == 1).all()))
+    if op == "all_gather":
+        inp = torch.full((chunk,), rank + 1.0, device=device, dtype=dtype)
+        out = torch.empty(chunk * n, device=device, dtype=dtype)
+        expected = torch.arange(1, n + 1, device=device, dtype=dtype).repeat_interleave(chunk)
+        return (lambda: dist.all_gather_into_tensor(out, inp)), (lambda: bool(torch.equal(out, expected)))
+    if op == "reduce_scatter":
+        inp = torch.full((chunk * n,), rank + 1.0, device=device, dtype=dtype)
+        out = torch.empty(chunk, device=device, dtype=dtype)
+        return (lambda: dist.reduce_scatter_tensor(out, inp)), (lambda: bool((out == total).all()))
+    raise ValueError(op)
+
+
+def measure_comm(spec: CommSpec, rank: int, world: int, device: torch.device) -> dict[str, Any]:
+    """Check the op's result on every rank, then time it; metrics of the slowest rank."""
+    dtype = DTYPES[spec.dtype]
+    numel = max(spec.size_bytes // dtype.itemsize, world)
+    try:
+        run, check = _operation(spec.op, numel, rank, world, device, dtype)
+        run()
+    except RuntimeError as exc:
+        if "not supported" in str(exc).lower() or "unsupported" in str(exc).lower():
+            raise Unsupported(f"{spec.backend} cannot {spec.op}: {str(exc).splitlines()[0]}") from None
+        raise
+    _sync(device)
+    ok = torch.tensor([1.0 if check() else 0.0], device=device)
+    dist.all_reduce(ok, op=dist.ReduceOp.MIN)  # every rank learns if any rank was wrong
+    if ok.item() != 1.0:
+        raise RuntimeError(f"{spec.op} gave a wrong result on at least one rank")
+    for _ in range(spec.warmup):
+        run()
+    _sync(device)
+    times = []
+    if spec.op == "all_reduce_loop":
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(spec.iters):
+            run()
+        _sync(device)
+        times = [(time.perf_counter() - t0) / spec.iters * 1e3]
+    else:
+        for _ in range(spec.iters):
+            dist.barrier()
+            _sync(device)
+            t0 = time.perf_counter()
+            run()
+            _sync(device)
+            times.append((time.perf_counter() - t0) * 1e3)
+    per_rank: list[Any] = [None] * world
+    dist.all_gather_object(per_rank, times)
+    slowest = [max(col) for col in zip(*per_rank, strict=True)]
+    s = summarize(slowest)
+    rank_medians = [summarize(t)["median"] for t in per_rank]
+    seconds = s["median"] / 1e3
+    algbw = numel * dtype.itemsize / seconds / 1e9
+    metrics = {f"time_ms_{k}": s[k] for k in ("median", "mean", "std", "min", "n")}
+    metrics.update(algbw_gbps=algbw, busbw_gbps=algbw * BUS_FACTOR[spec.op](world),
+                   rank_spread=(max(rank_medians) - min(rank_medians)) / s["median"],
+                   bytes=numel * dtype.itemsize, correct=True)
+    metrics.update(envmod.gpu_clocks(device))
+    return metrics

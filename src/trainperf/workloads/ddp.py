@@ -1,0 +1,221 @@
+"""A data-parallel training step of the LM per gradient-sync variant (`trainperf ddp`).
+
+Every rank trains the same model on its own slice of one global batch. Measured per variant:
+  step_ms          median step time of the slowest rank (ranks start each step together)
+  compute_ms       the same step with no gradient synchronisation at all
+  exposed_comm_ms  step_ms − compute_ms: communication the variant failed to hide
+  comm_ms          the variant's collectives timed alone, on buffers of the gradients' sizes
+  hidden_share     1 − exposed / comm (0: nothing overlapped; 1: all of it hidden)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from trainperf.core import env as envmod
+from trainperf.core.errors import SpecError, Unsupported
+from trainperf.core.stats import summarize
+from trainperf.distributed.grad_sync import (
+    BucketedSync,
+    FlatSync,
+    GradSync,
+    NaiveSync,
+    OverlapSync,
+    bucket_sizes_bytes,
+)
+from trainperf.distributed.sharded_optim import ShardedOptimizer, optimizer_state_bytes
+from trainperf.models.lm import LMConfig, TransformerLM, lm_loss
+from trainperf.models.presets import PRESETS, get_preset
+from trainperf.workloads.precision import autocast
+
+VARIANTS = ("naive", "flat", "overlap", "bucketed", "ddp", "fsdp2")
+OPTIMIZERS = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+
+
+@dataclass(frozen=True)
+class DDPSpec:
+    variant: str
+    size: str
+    world_size: int
+    bucket_mb: float | None
+    shard_optimizer: bool
+    context: int
+    batch: int  # per rank
+    precision: str
+    backend: str
+    warmup: int = 3
+    steps: int = 10
+    lr: float = 1e-3
+    vocab: int = 10_000
+    optimizer: str = "adamw"
+
+    def label(self) -> str:
+        bucket = f" {self.bucket_mb:g}MB" if self.bucket_mb else ""
+        zero = " zero1" if self.shard_optimizer else ""
+        return f"{self.variant}{bucket} {self.size} n={self.world_size}{zero}"
+
+    def model_config(self) -> LMConfig:
+        p = get_preset(self.size)
+        return LMConfig(vocab_size=self.vocab, context_length=self.context, d_model=p.d_model, d_ff=p.d_ff,
+                        n_layers=p.n_layers, n_heads=p.n_heads)
+
+
+def validate(spec: DDPSpec) -> None:
+    if spec.variant not in VARIANTS:
+        raise SpecError(f"unknown variant {spec.variant!r}; valid choices: {', '.join(VARIANTS)}")
+    if spec.size not in PRESETS:
+        raise SpecError(f"unknown size {spec.size!r}; valid choices: {', '.join(PRESETS)}")
+    if spec.variant == "fsdp2" and spec.shard_optimizer:
+        raise SpecError("--shard-optimizer on with fsdp2: FSDP2 already shards optimizer state")
+    if spec.precision not in ("fp32", "bf16"):
+        raise SpecError(f"--precision {spec.precision!r}; valid choices: fp32, bf16")
+    if spec.bucket_mb is not None and spec.bucket_mb <= 0:
+        raise SpecError(f"--bucket-mb must be positive, got {spec.bucket_mb}")
+    if spec.world_size < 2:
+        raise SpecError(f"--world-size must be at least 2, got {spec.world_size}")
+    if spec.optimizer not in OPTIMIZERS:
+        raise SpecError(f"unknown optimizer {spec.optimizer!r}; valid choices: {', '.join(OPTIMIZERS)}")
+
+
+def global_batch(spec: DDPSpec, world: int) -> torch.Tensor:
+    """The same [world·batch, context+1] token batch on every rank (and in single-process runs)."""
+    g = torch.Generator().manual_seed(1234)
+    return torch.randint(0, spec.vocab, (world * spec.batch, spec.context + 1), generator=g)
+
+
+def _fully_shard():
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:  # torch < 2.6
+        from torch.distributed._composable.fsdp import fully_shard
+    return fully_shard
+
+
+class DataParallelStep:
+    """Model, gradient sync and optimizer of one rank, and one training step."""
+
+    def __init__(self, spec: DDPSpec, rank: int, world: int, device: torch.device, variant: str) -> None:
+        self.spec, self.device = spec, device
+        torch.manual_seed(0)
+        with device:
+            model = TransformerLM(spec.model_config())
+        with torch.no_grad():
+            for p in model.parameters():
+                dist.broadcast(p, src=0)
+        self.sync: GradSync
+        if variant == "ddp":
+            ids = [device.index] if device.type == "cuda" else None
+            model = nn.parallel.DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=spec.bucket_mb)
+            self.sync = GradSync(model)
+        elif variant == "fsdp2":
+            try:
+                for layer in model.layers:
+                    _fully_shard()(layer)
+                _fully_shard()(model)
+            except Exception as exc:  # noqa: BLE001 - FSDP2 support varies by backend and version
+                raise Unsupported(f"fsdp2 on {spec.backend}: {str(exc).splitlines()[0]}") from None
+            self.sync = GradSync(model)
+        else:
+            sync_cls = {"none": GradSync, "naive": NaiveSync, "flat": FlatSync, "overlap": OverlapSync}
+            self.sync = (BucketedSync(model, spec.bucket_mb) if variant == "bucketed"
+                         else sync_cls[variant](model))
+        self.model = model
+        opt_cls = OPTIMIZERS[spec.optimizer]
+        self.opt = (ShardedOptimizer(model.parameters(), opt_cls, lr=spec.lr) if spec.shard_optimizer
+                    else opt_cls(model.parameters(), lr=spec.lr))
+        rows = global_batch(spec, world)[rank * spec.batch:(rank + 1) * spec.batch].to(device)
+        self.x, self.y = rows[:, :-1], rows[:, 1:]
+
+    def __call__(self) -> torch.Tensor:
+        with autocast(self.device, self.spec.precision):
+            loss = lm_loss(self.model(self.x), self.y)
+        loss.backward()
+        self.sync.finish()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return loss
+
+    def opt_state_bytes(self) -> int:
+        if isinstance(self.opt, ShardedOptimizer):
+            return self.opt.state_bytes()
+        return optimizer_state_bytes(self.opt)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _slowest(fn, device: torch.device, warmup: int, steps: int) -> dict[str, float]:
+    """Statistics over steps of the slowest rank's time in ms (ranks start each step together)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(steps):
+        _sync(device)
+        dist.barrier()
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append((time.perf_counter() - t0) * 1e3)
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, times)
+    return summarize([max(col) for col in zip(*everyone, strict=True)])
+
+
+def _comm_alone_ms(spec: DDPSpec, model: nn.Module, device: torch.device) -> float:
+    """The variant's collectives on gradient-sized buffers, with no compute around them."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    nbytes = [p.numel() * 4 for p in params]  # gradients are fp32 (autocast keeps fp32 weights)
+    if spec.variant in ("naive", "overlap"):
+        sizes = nbytes
+    elif spec.variant in ("bucketed", "ddp"):
+        sizes = bucket_sizes_bytes(model, spec.bucket_mb)
+    else:
+        sizes = [sum(nbytes)]
+    bufs = [torch.ones(n // 4, device=device) for n in sizes]
+    world = dist.get_world_size()
+
+    def run() -> None:
+        for b in bufs:
+            if spec.variant == "fsdp2":  # all-gather params (fwd, bwd) and reduce-scatter grads
+                shard = torch.empty(b.numel() // world, device=device)
+                dist.all_gather_into_tensor(b[: shard.numel() * world], shard)
+                dist.all_gather_into_tensor(b[: shard.numel() * world], shard)
+                dist.reduce_scatter_tensor(shard, b[: shard.numel() * world])
+            else:
+                dist.all_reduce(b)
+
+    return _slowest(run, device, 2, 5)["median"]
+
+
+def measure_ddp(spec: DDPSpec, rank: int, world: int, device: torch.device) -> dict[str, Any]:
+    compute_only = DataParallelStep(spec, rank, world, device, "none")
+    compute_ms = _slowest(compute_only, device, spec.warmup, spec.steps)["median"]
+    base_model = compute_only.model
+    del compute_only
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    step = DataParallelStep(spec, rank, world, device, spec.variant)
+    stats = _slowest(step, device, spec.warmup, spec.steps)
+    step_ms = stats["median"]
+    comm_ms = _comm_alone_ms(spec, base_model, device)
+    exposed = max(step_ms - compute_ms, 0.0)
+    metrics: dict[str, Any] = {
+        "step_ms_median": step_ms, "step_ms_std": stats["std"], "step_ms_n": stats["n"],
+        "compute_ms": compute_ms, "exposed_comm_ms": exposed, "comm_ms": comm_ms,
+        "hidden_share": min(max(1 - exposed / comm_ms, 0.0), 1.0) if comm_ms > 0 else None,
+        "opt_state_mb": step.opt_state_bytes() / 2**20,
+        "tokens_per_s": world * spec.batch * spec.context / (step_ms / 1e3),
+    }
+    if device.type == "cuda":
+        metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
+    metrics.update(envmod.gpu_clocks(device))
+    return metrics

@@ -1,0 +1,136 @@
+"""Multi-process code on the CPU: gloo, 2 and 4 ranks on loopback."""
+
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+from typer.testing import CliRunner
+
+from trainperf.cli import app
+from trainperf.core.store import Store
+from trainperf.distributed.launch import LaunchError, launch
+from trainperf.models.lm import TransformerLM, lm_loss
+from trainperf.workloads.comm import BUS_FACTOR, parse_size
+from trainperf.workloads.ddp import OPTIMIZERS, DataParallelStep, DDPSpec, global_batch
+
+runner = CliRunner()
+STEPS = 3
+
+
+def spec(**kw):
+    base = dict(variant="naive", size="tiny", world_size=2, bucket_mb=0.05, shard_optimizer=False,
+                context=16, batch=2, precision="fp32", backend="gloo", warmup=1, steps=2, lr=1e-2, vocab=64,
+                optimizer="sgd")
+    return DDPSpec(**{**base, **kw})
+
+
+def single_process_params(s: DDPSpec, world: int) -> torch.Tensor:
+    """Train on the whole global batch in one process: what every variant must reproduce."""
+    torch.manual_seed(0)
+    model = TransformerLM(s.model_config())
+    opt = OPTIMIZERS[s.optimizer](model.parameters(), lr=s.lr)
+    rows = global_batch(s, world)
+    for _ in range(STEPS):
+        lm_loss(model(rows[:, :-1]), rows[:, 1:]).backward()
+        opt.step()
+        opt.zero_grad()
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def _train_variants(rank, world, cases, out_path):
+    results = {}
+    for name, s in cases:
+        step = DataParallelStep(s, rank, world, torch.device("cpu"), s.variant)
+        for _ in range(STEPS):
+            step()
+        full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in step.model.parameters()]
+        results[name] = torch.cat([p.detach().flatten() for p in full])
+    if rank == 0:
+        torch.save(results, out_path)
+
+
+@pytest.mark.parametrize("world, variants", [
+    (2, ["naive", "flat", "overlap", "bucketed", "ddp", "fsdp2"]),
+    (4, ["overlap", "bucketed", "ddp"]),
+])
+def test_every_variant_matches_single_process_training(tmp_path, world, variants):
+    """SGD is scale-sensitive: a variant that summed instead of averaging gradients fails here."""
+    cases = [(v, spec(variant=v, world_size=world)) for v in variants]
+    cases += [(f"{v}+zero1", spec(variant=v, world_size=world, shard_optimizer=True))
+              for v in ("flat", "bucketed")]
+    out = tmp_path / "params.pt"
+    launch(_train_variants, world, "gloo", args=(cases, str(out)))
+    got = torch.load(out)
+    reference = single_process_params(spec(), world)
+    for name, _ in cases:
+        torch.testing.assert_close(got[name], reference, rtol=1e-5, atol=1e-6, msg=f"{name} differs")
+
+
+def test_sharded_adamw_matches_unsharded_adamw(tmp_path):
+    """ZeRO-1 with AdamW: the same parameters as plain AdamW in one process (up to reduction order)."""
+    cases = [("zero1", spec(variant="flat", shard_optimizer=True, optimizer="adamw", lr=1e-3))]
+    out = tmp_path / "params.pt"
+    launch(_train_variants, 2, "gloo", args=(cases, str(out)))
+    reference = single_process_params(spec(optimizer="adamw", lr=1e-3), 2)
+    torch.testing.assert_close(torch.load(out)["zero1"], reference, rtol=1e-4, atol=1e-5)
+
+
+def _fail_on_rank_1(rank, world):
+    if rank == 1:
+        raise ValueError("rank 1 broke on purpose")
+    dist.barrier()  # rank 0 would wait here forever without the launcher's teardown
+
+
+def test_a_failing_rank_stops_the_run_with_a_clear_error():
+    t0 = time.time()
+    with pytest.raises(LaunchError, match="rank 1 failed first: ValueError: rank 1 broke on purpose"):
+        launch(_fail_on_rank_1, 2, "gloo", timeout_s=30)
+    assert time.time() - t0 < 60
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_collectives_are_correct_and_bandwidth_follows_nccl_tests(db, tmp_path, world):
+    res = runner.invoke(app, ["comm", "--backend", "gloo", "--world-size", str(world), "--size", "64KB",
+                              "--iters", "3", "--warmup", "1", "--db", str(db), "--out", str(tmp_path),
+                              "--quiet"])
+    assert res.exit_code == 0, res.output
+    recs = Store(db).records(workload="comm")
+    assert {r.spec["op"] for r in recs} == {"all_reduce", "all_gather", "reduce_scatter", "broadcast"}
+    for r in recs:
+        assert r.status == "ok", r.reason
+        m = r.metrics
+        assert m["correct"] is True and m["time_ms_median"] > 0
+        assert m["algbw_gbps"] == pytest.approx(m["bytes"] / (m["time_ms_median"] / 1e3) / 1e9)
+        assert m["busbw_gbps"] == pytest.approx(m["algbw_gbps"] * BUS_FACTOR[r.spec["op"]](world))
+    assert (tmp_path / "comm_busbw_gloo.png").exists()
+
+
+def test_bus_factors_and_sizes():
+    assert BUS_FACTOR["all_reduce"](8) == pytest.approx(1.75)
+    assert BUS_FACTOR["all_gather"](4) == pytest.approx(0.75)
+    assert BUS_FACTOR["broadcast"](8) == 1.0
+    assert parse_size("1MB") == 10**6 and parse_size("1GiB") == 2**30 and parse_size("512") == 512
+    with pytest.raises(ValueError):
+        parse_size("-3MB")
+
+
+def test_ddp_cli_records_variants_and_the_sharded_optimizer_saves_state(db):
+    res = runner.invoke(app, ["ddp", "--backend", "gloo", "--world-size", "2", "--variant", "flat,fsdp2",
+                              "--shard-optimizer", "off,on", "--steps", "2", "--warmup", "1",
+                              "--context", "16", "--db", str(db), "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert "no fsdp2 case with --shard-optimizer on" in res.output
+    recs = {(r.spec["variant"], r.spec["shard_optimizer"]): r for r in Store(db).records(workload="ddp")}
+    assert set(recs) == {("flat", False), ("flat", True), ("fsdp2", False)}
+    for r in recs.values():
+        assert r.status == "ok", r.reason
+        assert r.metrics["exposed_comm_ms"] >= 0 and 0 <= r.metrics["hidden_share"] <= 1
+    full = recs[("flat", False)].metrics["opt_state_mb"]
+    sharded = recs[("flat", True)].metrics["opt_state_mb"]
+    assert sharded == pytest.approx(full / 2, rel=0.1)
+
+
+def test_ddp_rejects_a_world_of_one(db):
+    res = runner.invoke(app, ["ddp", "--backend", "gloo", "--world-size", "1", "--db", str(db)])
+    assert res.exit_code == 2 and "at least 2" in res.output
