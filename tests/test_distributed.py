@@ -134,3 +134,19 @@ def test_ddp_cli_records_variants_and_the_sharded_optimizer_saves_state(db):
 def test_ddp_rejects_a_world_of_one(db):
     res = runner.invoke(app, ["ddp", "--backend", "gloo", "--world-size", "1", "--db", str(db)])
     assert res.exit_code == 2 and "at least 2" in res.output
+
+
+def test_world_size_eight_on_the_cpu(db, tmp_path):
+    """The code paths of the eight-GPU run (collectives, DDP variants) at world size 8, with gloo."""
+    res = runner.invoke(app, ["comm", "--backend", "gloo", "--world-size", "8", "--size", "64KB",
+                              "--op", "all_reduce,all_gather,reduce_scatter", "--iters", "2", "--warmup", "1",
+                              "--db", str(db), "--out", str(tmp_path), "--quiet"])
+    assert res.exit_code == 0, res.output
+    recs = Store(db).records(workload="comm")
+    assert len(recs) == 3 and all(r.status == "ok" and r.metrics["correct"] for r in recs)
+    cases = [(v, spec(variant=v, world_size=8, batch=1)) for v in ("bucketed", "ddp")]
+    out = tmp_path / "params.pt"
+    launch(_train_variants, 8, "gloo", args=(cases, str(out)))
+    reference = single_process_params(spec(batch=1), 8)
+    for name, got in torch.load(out).items():
+        torch.testing.assert_close(got, reference, rtol=1e-5, atol=1e-6, msg=f"{name} differs at 8 ranks")
