@@ -46,3 +46,17 @@ def sweep(**axes: list[Any]) -> list[dict[str, Any]]:
     """Every combination of the axes, the first axis varying slowest."""
     names = list(axes)
     return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*axes.values())]
+
+
+def check_choice(option: str, value: Any, choices: Iterable[Any]) -> None:
+    """SpecError 'unknown <option> <value>; valid choices: …' unless value is one of choices."""
+    allowed = list(choices)
+    if value not in allowed:
+        raise SpecError(f"unknown {option} {value!r}; valid choices: {', '.join(map(str, allowed))}")
+
+
+def check_positive(spec: Any, *fields: str) -> None:
+    """SpecError '--<field> must be positive' for the first field of spec that is not > 0."""
+    for name in fields:
+        if getattr(spec, name) <= 0:
+            raise SpecError(f"--{name.replace('_', '-')} must be positive, got {getattr(spec, name)}")

@@ -13,7 +13,8 @@ import torch
 
 from trainperf.attention.registry import get_attention
 from trainperf.core import env as envmod
-from trainperf.core.errors import SpecError, Unsupported
+from trainperf.core.errors import Unsupported
+from trainperf.core.spec import check_choice, check_positive
 from trainperf.core.stats import summarize
 from trainperf.core.timing import time_op
 from trainperf.workloads.precision import DTYPES
@@ -44,13 +45,9 @@ class AttentionSpec:
 
 
 def validate(spec: AttentionSpec) -> None:
-    for name in ("batch", "heads", "seq", "head_dim", "reps"):
-        if getattr(spec, name) <= 0:
-            raise SpecError(f"--{name.replace('_', '-')} must be positive, got {getattr(spec, name)}")
-    if spec.mode not in MODES:
-        raise SpecError(f"unknown mode {spec.mode!r}; valid choices: {', '.join(MODES)}")
-    if spec.dtype not in DTYPES:
-        raise SpecError(f"unknown dtype {spec.dtype!r}; valid choices: {', '.join(DTYPES)}")
+    check_positive(spec, "batch", "heads", "seq", "head_dim", "reps")
+    check_choice("mode", spec.mode, MODES)
+    check_choice("dtype", spec.dtype, DTYPES)
 
 
 def attention_flops(spec: AttentionSpec) -> float:

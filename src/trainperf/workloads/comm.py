@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from trainperf.core import env as envmod
 from trainperf.core.errors import SpecError, Unsupported
+from trainperf.core.spec import check_choice
 from trainperf.core.stats import summarize
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_reduce_loop")
@@ -56,14 +57,11 @@ class CommSpec:
 
 
 def validate(spec: CommSpec) -> None:
-    if spec.op not in OPS:
-        raise SpecError(f"unknown op {spec.op!r}; valid choices: {', '.join(OPS)}")
-    if spec.dtype not in DTYPES:
-        raise SpecError(f"unknown dtype {spec.dtype!r}; valid choices: {', '.join(DTYPES)}")
+    check_choice("op", spec.op, OPS)
+    check_choice("dtype", spec.dtype, DTYPES)
+    check_choice("backend", spec.backend, ("nccl", "gloo"))
     if spec.world_size < 2:
         raise SpecError(f"--world-size must be at least 2, got {spec.world_size}")
-    if spec.backend not in ("nccl", "gloo"):
-        raise SpecError(f"unknown backend {spec.backend!r}; valid choices: nccl, gloo")
 
 
 def _sync(device: torch.device) -> None:

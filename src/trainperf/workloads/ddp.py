@@ -20,6 +20,7 @@ from torch import nn
 
 from trainperf.core import env as envmod
 from trainperf.core.errors import SpecError, Unsupported
+from trainperf.core.spec import check_choice
 from trainperf.core.stats import summarize
 from trainperf.distributed.grad_sync import (
     BucketedSync,
@@ -67,20 +68,16 @@ class DDPSpec:
 
 
 def validate(spec: DDPSpec) -> None:
-    if spec.variant not in VARIANTS:
-        raise SpecError(f"unknown variant {spec.variant!r}; valid choices: {', '.join(VARIANTS)}")
-    if spec.size not in PRESETS:
-        raise SpecError(f"unknown size {spec.size!r}; valid choices: {', '.join(PRESETS)}")
+    check_choice("variant", spec.variant, VARIANTS)
+    check_choice("size", spec.size, PRESETS)
+    check_choice("optimizer", spec.optimizer, OPTIMIZERS)
     if spec.variant == "fsdp2" and spec.shard_optimizer:
         raise SpecError("--shard-optimizer on with fsdp2: FSDP2 already shards optimizer state")
-    if spec.precision not in ("fp32", "bf16"):
-        raise SpecError(f"--precision {spec.precision!r}; valid choices: fp32, bf16")
+    check_choice("precision", spec.precision, ("fp32", "bf16"))
     if spec.bucket_mb is not None and spec.bucket_mb <= 0:
         raise SpecError(f"--bucket-mb must be positive, got {spec.bucket_mb}")
     if spec.world_size < 2:
         raise SpecError(f"--world-size must be at least 2, got {spec.world_size}")
-    if spec.optimizer not in OPTIMIZERS:
-        raise SpecError(f"unknown optimizer {spec.optimizer!r}; valid choices: {', '.join(OPTIMIZERS)}")
 
 
 def global_batch(spec: DDPSpec, world: int) -> torch.Tensor:

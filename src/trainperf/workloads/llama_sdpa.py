@@ -19,6 +19,7 @@ from trainperf.core import env as envmod
 from trainperf.core.errors import SpecError, Unsupported
 from trainperf.core.flops import transformer_flops
 from trainperf.core.record import Record
+from trainperf.core.spec import check_choice, check_positive
 from trainperf.core.stats import summarize
 from trainperf.core.timing import PhaseTimer, start_measured_window
 from trainperf.models import hf_llama
@@ -55,17 +56,11 @@ class LlamaSpec:
 
 
 def validate(spec: LlamaSpec) -> None:
-    if spec.backend not in hf_llama.BACKENDS:
-        raise SpecError(f"unknown backend {spec.backend!r}; valid choices: {', '.join(hf_llama.BACKENDS)}")
-    for name in ("batch", "seq", "iters"):
-        if getattr(spec, name) <= 0:
-            raise SpecError(f"{name} must be positive, got {getattr(spec, name)}")
-    if spec.optimizer not in OPTIMIZERS:
-        raise SpecError(f"unknown optimizer {spec.optimizer!r}; valid choices: {', '.join(OPTIMIZERS)}")
-    if spec.inputs not in INPUTS:
-        raise SpecError(f"unknown input {spec.inputs!r}; valid choices: {', '.join(INPUTS)}")
-    if spec.dtype not in DTYPES:
-        raise SpecError(f"unknown dtype {spec.dtype!r}; valid choices: {', '.join(DTYPES)}")
+    check_choice("backend", spec.backend, hf_llama.BACKENDS)
+    check_positive(spec, "batch", "seq", "iters")
+    check_choice("optimizer", spec.optimizer, OPTIMIZERS)
+    check_choice("input", spec.inputs, INPUTS)
+    check_choice("dtype", spec.dtype, DTYPES)
     try:
         hf_llama.load_config(spec.preset, spec.config, spec.model, spec.layers)
     except (ValueError, OSError) as exc:

@@ -8,6 +8,7 @@ import shutil
 import torch
 
 from trainperf.core.errors import SpecError
+from trainperf.core.spec import check_choice
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -27,8 +28,7 @@ def grad_scaler(device: torch.device, precision: str) -> torch.amp.GradScaler:
 
 def check_precision(precision: str, device: torch.device) -> None:
     """SpecError when `precision` is unknown or this device cannot run it."""
-    if precision not in PRECISIONS:
-        raise SpecError(f"unknown precision {precision!r}; valid choices: {', '.join(PRECISIONS)}")
+    check_choice("precision", precision, PRECISIONS)
     if device.type == "cuda" and precision == "bf16" and not torch.cuda.is_bf16_supported():
         raise SpecError(f"precision 'bf16' is not supported by {torch.cuda.get_device_name(device)}"
                         "; valid choices here: fp32, fp16")

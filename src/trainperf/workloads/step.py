@@ -13,6 +13,7 @@ import torch
 from trainperf.core import env as envmod
 from trainperf.core.errors import SpecError
 from trainperf.core.flops import peak_tflops, transformer_flops
+from trainperf.core.spec import check_choice, check_positive
 from trainperf.core.stats import HIGH_CV, summarize
 from trainperf.core.timing import LAUNCH_BOUND_RATIO, PhaseTimer, start_measured_window
 from trainperf.models.lm import LMConfig, TransformerLM, lm_loss
@@ -66,13 +67,10 @@ class StepSpec:
 
 def validate(spec: StepSpec) -> None:
     """SpecError (one line: bad value and valid choices) for anything that cannot run at all."""
-    for name in ("context", "batch", "vocab", "steps"):
-        if getattr(spec, name) <= 0:
-            raise SpecError(f"--{name} must be positive, got {getattr(spec, name)}")
+    check_positive(spec, "context", "batch", "vocab", "steps")
     if spec.warmup < 0:
         raise SpecError(f"--warmup must be >= 0, got {spec.warmup}")
-    if spec.mode not in MODES:
-        raise SpecError(f"unknown mode {spec.mode!r}; valid choices: {', '.join(MODES)}")
+    check_choice("mode", spec.mode, MODES)
     try:
         spec.model_config()
     except ValueError as exc:
