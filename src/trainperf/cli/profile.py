@@ -81,7 +81,10 @@ def profile_step(
     precision: str = typer.Option(None, help="fp32 | bf16 | fp16 (default bf16 on a GPU)."),
     compile: str = typer.Option("off", help="off | on."),
     attention: str = typer.Option("sdpa", help="Attention implementation."),
-    norm: str = typer.Option("torch", help="RMSNorm implementation."),
+    norm: str = typer.Option("torch", help="RMSNorm implementation: torch | fused | triton | cudnn."),
+    rope: str = typer.Option("torch", help="RoPE implementation: torch | triton."),
+    swiglu: str = typer.Option("torch", help="SwiGLU activation: torch | triton."),
+    loss: str = typer.Option("torch", help="Loss: torch | chunked."),
     steps: int = ProfStepsOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
     ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
 ) -> None:
@@ -94,9 +97,12 @@ def profile_step(
                                 context=context or (512 if gpu else 64),
                                 batch=batch, precision=precision or ("bf16" if gpu else "fp32"),
                                 compile=on_off(compile), mode="train", device=dev.type, attention=attention,
-                                norm=norm, d_model=None, d_ff=None, n_layers=None, n_heads=None)
+                                norm=norm, rope=rope, swiglu=swiglu, loss=loss, d_model=None, d_ff=None,
+                                n_layers=None, n_heads=None)
     validate(spec)
-    name = f"step_{spec.size}_ctx{spec.context}_{spec.precision}_{spec.attention}_{spec.norm}"
+    choices = (("rope", rope), ("swiglu", swiglu), ("loss", loss))
+    swaps = "".join(f"_{k}-{v}" for k, v in choices if v != "torch")
+    name = f"step_{spec.size}_ctx{spec.context}_{spec.precision}_{spec.attention}_{spec.norm}{swaps}"
     if nsys:
         return _nsys_line(_argv_without("--nsys"), name)
     case = StepCase(spec)

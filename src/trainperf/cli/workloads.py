@@ -49,7 +49,10 @@ def step(
     compile: str = typer.Option("off", help="torch.compile: off,on."),
     mode: str = typer.Option("train", help="train | forward | forward-backward (comma list ok)."),
     attention: str = typer.Option("sdpa", help="Attention implementation(s) by name."),
-    norm: str = typer.Option("torch", help="RMSNorm implementation(s): torch,fused."),
+    norm: str = typer.Option("torch", help="RMSNorm implementation(s): torch,fused,triton,cudnn."),
+    rope: str = typer.Option("torch", help="RoPE implementation(s): torch,triton."),
+    swiglu: str = typer.Option("torch", help="SwiGLU activation implementation(s): torch,triton."),
+    loss: str = typer.Option("torch", help="Loss: torch (full logits) | chunked (LM head + CE in chunks)."),
     tf32: str = typer.Option("on", help="TF32 matmuls for fp32: on | off."),
     warmup: int = typer.Option(None, help="Warm-up steps (not measured)."),
     steps: int = typer.Option(None, help="Measured steps."),
@@ -64,9 +67,10 @@ def step(
 ) -> None:
     """Time forward, backward and optimizer steps of the GPT-style LM across a sweep."""
     from trainperf.attention.registry import NAMES as ATTN
+    from trainperf.models.lm import IMPLS
     from trainperf.models.norms import NORMS
     from trainperf.models.presets import PRESETS
-    from trainperf.workloads.step import MODES, StepSpec, measure_step, validate
+    from trainperf.workloads.step import LOSSES, MODES, StepSpec, measure_step, validate
 
     dev = device_or_fail(device)
     gpu = dev.type == "cuda"
@@ -84,6 +88,9 @@ def step(
         mode=parse_list(mode, str, "--mode", MODES),
         attention=parse_list(attention, str, "--attention", ATTN),
         norm=parse_list(norm, str, "--norm", NORMS),
+        rope=parse_list(rope, str, "--rope", IMPLS),
+        swiglu=parse_list(swiglu, str, "--swiglu", IMPLS),
+        loss=parse_list(loss, str, "--loss", LOSSES),
     )
     common = {"device": dev.type if dev.index is None else str(dev), "tf32": on_off(tf32),
               "vocab": vocab, "warmup": defaults["warmup"] if warmup is None else warmup,

@@ -16,6 +16,8 @@ from trainperf.attention.registry import NAMES as ATTENTION_NAMES
 from trainperf.attention.registry import get_attention
 from trainperf.models.norms import NORMS, make_norm
 
+IMPLS = ("torch", "triton")  # implementations of RoPE and of the SwiGLU activation
+
 
 @dataclass(frozen=True)
 class LMConfig:
@@ -28,6 +30,8 @@ class LMConfig:
     rope_theta: float = 10_000.0
     attention: str = "sdpa"
     norm: str = "torch"
+    rope: str = "torch"  # torch | triton
+    swiglu: str = "torch"  # torch | triton
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "context_length", "d_model", "d_ff", "n_layers", "n_heads"):
@@ -42,6 +46,9 @@ class LMConfig:
                              f"{', '.join(ATTENTION_NAMES)}")
         if self.norm not in NORMS:
             raise ValueError(f"unknown norm {self.norm!r}; valid choices: {', '.join(NORMS)}")
+        for name in ("rope", "swiglu"):
+            if getattr(self, name) not in IMPLS:
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid choices: {', '.join(IMPLS)}")
 
     @property
     def head_dim(self) -> int:
@@ -51,8 +58,9 @@ class LMConfig:
 class Rope(nn.Module):
     """Rotary position embedding (rotate-half form) applied to q and k."""
 
-    def __init__(self, head_dim: int, context_length: int, theta: float) -> None:
+    def __init__(self, head_dim: int, context_length: int, theta: float, impl: str = "torch") -> None:
         super().__init__()
+        self.impl = impl
         inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
         angles = torch.outer(torch.arange(context_length, dtype=torch.float32), inv_freq)
         self.register_buffer("cos", angles.cos(), persistent=False)
@@ -65,6 +73,12 @@ class Rope(nn.Module):
         return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.impl == "triton":
+            from trainperf.kernels import require_triton
+            from trainperf.kernels.rope import rope_triton
+
+            require_triton(q.device, "--rope triton")
+            return rope_triton(q, self.cos, self.sin), rope_triton(k, self.cos, self.sin)
         return self._rotate(q), self._rotate(k)
 
 
@@ -90,7 +104,7 @@ class SelfAttention(nn.Module):
         self.n_heads = cfg.n_heads
         self.prenorm = make_norm(cfg.norm, cfg.d_model)
         self.qkv_proj = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
-        self.rope = Rope(cfg.head_dim, cfg.context_length, cfg.rope_theta)
+        self.rope = Rope(cfg.head_dim, cfg.context_length, cfg.rope_theta, cfg.rope)
         self.sdpa = AttentionOp(cfg.attention)
         self.o_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
 
@@ -112,10 +126,18 @@ class FeedForward(nn.Module):
         self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
         self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
         self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+        self.swiglu = cfg.swiglu
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.prenorm(x)
-        return self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+        gate, up = self.gate_proj(h), self.up_proj(h)
+        if self.swiglu == "triton":
+            from trainperf.kernels import require_triton
+            from trainperf.kernels.swiglu import swiglu_triton
+
+            require_triton(x.device, "--swiglu triton")
+            return self.down_proj(swiglu_triton(gate, up))
+        return self.down_proj(F.silu(gate) * up)
 
 
 class Block(nn.Module):
@@ -144,13 +166,17 @@ class TransformerLM(nn.Module):
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, std=0.02)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def hidden(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The final normalised hidden states (what the LM head multiplies)."""
         if tokens.shape[-1] > self.cfg.context_length:
             raise ValueError(f"sequence {tokens.shape[-1]} > context {self.cfg.context_length}")
         x = self.embed(tokens)
         for layer in self.layers:
             x = layer(x)
-        return self.lm_head(self.output_norm(x))
+        return self.output_norm(x)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.hidden(tokens))
 
     def matmul_params(self) -> int:
         """Parameters inside matrix multiplies (what the 2·N·tokens FLOP term counts)."""

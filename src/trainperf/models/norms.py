@@ -30,7 +30,35 @@ class FusedRMSNorm(RMSNorm):
         return F.rms_norm(x, (x.shape[-1],), self.weight.to(x.dtype), self.eps)
 
 
-NORMS: dict[str, Callable[[int], nn.Module]] = {"torch": RMSNorm, "fused": FusedRMSNorm}
+class TritonRMSNorm(RMSNorm):
+    """trainperf's Triton RMSNorm: one kernel forward, one backward, saves only 1/rms."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from trainperf.kernels import require_triton
+
+        require_triton(x.device, "--norm triton")
+        from trainperf.kernels.rmsnorm import rmsnorm_triton
+
+        return rmsnorm_triton(x, self.weight, self.eps)
+
+
+class CudnnRMSNorm(RMSNorm):
+    """RMSNorm through the cuDNN frontend: reported as unsupported until it is measured."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__(dim, eps)
+        from importlib.util import find_spec
+
+        from trainperf.core.errors import Unsupported
+
+        if find_spec("cudnn") is None:
+            raise Unsupported("--norm cudnn needs the optional package nvidia-cudnn-frontend "
+                              "(pip install nvidia-cudnn-frontend)")
+        raise Unsupported("--norm cudnn: trainperf's cuDNN-frontend RMSNorm graph is not implemented yet")
+
+
+NORMS: dict[str, Callable[[int], nn.Module]] = {"torch": RMSNorm, "fused": FusedRMSNorm,
+                                                "triton": TritonRMSNorm, "cudnn": CudnnRMSNorm}
 
 
 def make_norm(name: str, dim: int) -> nn.Module:

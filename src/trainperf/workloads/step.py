@@ -16,11 +16,13 @@ from trainperf.core.flops import peak_tflops, transformer_flops
 from trainperf.core.spec import check_choice, check_positive
 from trainperf.core.stats import HIGH_CV, summarize
 from trainperf.core.timing import LAUNCH_BOUND_RATIO, PhaseTimer, start_measured_window
+from trainperf.kernels.chunked_loss import chunked_lm_loss
 from trainperf.models.lm import LMConfig, TransformerLM, lm_loss
 from trainperf.models.presets import get_preset
 from trainperf.workloads.precision import autocast, check_compiler, check_precision, grad_scaler
 
 MODES = ("train", "forward", "forward-backward")
+LOSSES = ("torch", "chunked")
 PHASES = {"train": ("forward", "backward", "optimizer"), "forward": ("forward",),
           "forward-backward": ("forward", "backward")}
 
@@ -42,6 +44,9 @@ class StepSpec:
     n_heads: int
     attention: str = "sdpa"
     norm: str = "torch"
+    rope: str = "torch"
+    swiglu: str = "torch"
+    loss: str = "torch"  # torch | chunked (LM head + cross-entropy without full fp32 logits)
     tf32: bool = True
     vocab: int = 10_000
     warmup: int = 5
@@ -58,7 +63,7 @@ class StepSpec:
     def model_config(self) -> LMConfig:
         return LMConfig(vocab_size=self.vocab, context_length=self.context, d_model=self.d_model,
                         d_ff=self.d_ff, n_layers=self.n_layers, n_heads=self.n_heads,
-                        attention=self.attention, norm=self.norm)
+                        attention=self.attention, norm=self.norm, rope=self.rope, swiglu=self.swiglu)
 
     def label(self) -> str:
         return (f"{self.size} ctx={self.context} bs={self.batch} {self.precision}"
@@ -71,6 +76,7 @@ def validate(spec: StepSpec) -> None:
     if spec.warmup < 0:
         raise SpecError(f"--warmup must be >= 0, got {spec.warmup}")
     check_choice("mode", spec.mode, MODES)
+    check_choice("loss", spec.loss, LOSSES)
     try:
         spec.model_config()
     except ValueError as exc:
@@ -116,7 +122,10 @@ class StepCase:
         spec = self.spec
         grad_ctx = torch.no_grad if spec.mode == "forward" else torch.enable_grad
         with phase("forward"), grad_ctx(), autocast(self.device, spec.precision):
-            loss = lm_loss(self.model(self.x), self.y)
+            if spec.loss == "chunked":
+                loss = chunked_lm_loss(self.model.hidden(self.x), self.model.lm_head.weight, self.y)
+            else:
+                loss = lm_loss(self.model(self.x), self.y)
         if until == "forward":
             return loss
         if spec.mode != "forward":

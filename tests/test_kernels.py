@@ -1,0 +1,103 @@
+"""Fused kernels against their PyTorch references (Triton interpreter on the CPU, bf16 on GPUs)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import rel_err
+
+from trainperf.core.errors import Unsupported
+from trainperf.kernels.chunked_loss import chunked_lm_loss
+from trainperf.models.lm import LMConfig, Rope, TransformerLM, lm_loss
+from trainperf.models.norms import make_norm
+
+pytest.importorskip("triton")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
+
+
+def grads_vs_reference(fn, ref, inputs, dtype):
+    """fn on `inputs` (in dtype) against ref in float64: output and every input's gradient."""
+    xs = [x.to(DEVICE, dtype).requires_grad_() for x in inputs]
+    out = fn(*xs)
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, xs, dout)
+    rs = [x.detach().double().requires_grad_() for x in xs]
+    ref_out = ref(*rs)
+    ref_grads = torch.autograd.grad(ref_out, rs, dout.double())
+    assert out.dtype == dtype
+    assert rel_err(out, ref_out) < TOL[dtype]
+    for g, r in zip(grads, ref_grads, strict=True):
+        assert rel_err(g, r) < 4 * TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(3, 5, 48), (37, 100)])  # odd row count, non-power-of-2 width
+def test_triton_rmsnorm(shape, dtype):
+    from trainperf.kernels.rmsnorm import rmsnorm_reference, rmsnorm_triton
+    x, w = torch.randn(shape), 1 + 0.1 * torch.randn(shape[-1])
+    # the weight stays fp32 (autocast keeps master weights); grads_vs_reference casts all, so wrap
+    grads_vs_reference(lambda x, w: rmsnorm_triton(x, w.float()), lambda x, w: rmsnorm_reference(x, w),
+                       [x, w], dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_triton_rope(dtype):
+    from trainperf.kernels.rope import rope_reference, rope_triton
+    rope = Rope(head_dim=24, context_length=16, theta=10_000.0)
+    cos, sin = rope.cos.to(DEVICE), rope.sin.to(DEVICE)
+    x = torch.randn(2, 3, 11, 24)
+    grads_vs_reference(lambda x: rope_triton(x, cos, sin),
+                       lambda x: rope_reference(x, cos[:11].double(), sin[:11].double()), [x], dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_triton_swiglu(dtype):
+    from trainperf.kernels.swiglu import swiglu_reference, swiglu_triton
+    a, b = torch.randn(3, 1500), torch.randn(3, 1500)  # not a multiple of the block
+    grads_vs_reference(swiglu_triton, swiglu_reference, [a, b], dtype)
+
+
+@pytest.mark.parametrize("chunk", [7, 64])
+def test_chunked_loss_equals_full_cross_entropy(chunk):
+    hidden = torch.randn(2, 25, 16, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(40, 16, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, 40, (2, 25))
+    loss = chunked_lm_loss(hidden, weight, targets, chunk=chunk)
+    ref = F.cross_entropy((hidden @ weight.t()).reshape(-1, 40), targets.reshape(-1))
+    torch.testing.assert_close(loss.double(), ref)
+    g = torch.autograd.grad(2.5 * loss, (hidden, weight))
+    r = torch.autograd.grad(2.5 * ref, (hidden, weight))
+    for a, b in zip(g, r, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_model_with_every_swap_matches_the_stock_model():
+    cfg = LMConfig(vocab_size=50, context_length=16, d_model=32, d_ff=64, n_layers=2, n_heads=4)
+    torch.manual_seed(0)
+    stock = TransformerLM(cfg).to(DEVICE)
+    fast = TransformerLM(LMConfig(**{**cfg.__dict__, "norm": "triton", "rope": "triton",
+                                     "swiglu": "triton"})).to(DEVICE)
+    fast.load_state_dict(stock.state_dict())
+    tokens = torch.randint(0, 50, (2, 17), device=DEVICE)
+    x, y = tokens[:, :-1], tokens[:, 1:]
+    loss_a = lm_loss(stock(x), y)
+    loss_b = chunked_lm_loss(fast.hidden(x), fast.lm_head.weight, y, chunk=10)
+    torch.testing.assert_close(loss_b, loss_a, rtol=1e-5, atol=1e-5)
+    ga = torch.autograd.grad(loss_a, list(stock.parameters()))
+    gb = torch.autograd.grad(loss_b, list(fast.parameters()))
+    for (name, _), a, b in zip(stock.named_parameters(), ga, gb, strict=True):
+        assert rel_err(b, a) < 1e-4, name
+
+
+def test_cudnn_norm_is_an_unsupported_case_naming_the_package(monkeypatch):
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    with pytest.raises(Unsupported, match="nvidia-cudnn-frontend"):
+        make_norm("cudnn", 8)
+
+
+def test_triton_swaps_are_unsupported_on_a_cpu_without_the_interpreter(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    norm = make_norm("triton", 8)
+    with pytest.raises(Unsupported, match="needs a CUDA GPU"):
+        norm(torch.randn(2, 8))
