@@ -16,13 +16,14 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, targets, chunk):  # noqa: ANN001, ANN205
         n = hidden.shape[0]
+        acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32, or fp64 for fp64 inputs
         grad_hidden = torch.empty_like(hidden)
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
-        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        grad_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device)
+        total = torch.zeros((), dtype=acc, device=hidden.device)
         w = weight.to(hidden.dtype)
         for i in range(0, n, chunk):
             h = hidden[i:i + chunk]
-            logits = (h @ w.t()).float()
+            logits = (h @ w.t()).to(acc)
             t = targets[i:i + chunk]
             lse = torch.logsumexp(logits, dim=-1)
             total += (lse - logits.gather(1, t[:, None]).squeeze(1)).sum()
@@ -30,7 +31,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
             g[torch.arange(len(t), device=g.device), t] -= 1.0
             g /= n
             grad_hidden[i:i + chunk] = (g.to(h.dtype) @ w).to(hidden.dtype)
-            grad_weight += g.t() @ h.float()
+            grad_weight += g.t() @ h.to(acc)
         ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
         return total / n
 
