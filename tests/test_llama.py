@@ -118,3 +118,29 @@ def test_bad_llama_input(db, args, message):
     res = runner.invoke(app, ["llama", "--device", "cpu", "--db", str(db), *args])
     assert res.exit_code == 2, res.output
     assert message in res.output
+
+
+def test_llama_with_trainperf_swaps_matches_the_stock_model():
+    pytest.importorskip("triton")
+    cfg = hf_llama.load_config("tiny")
+    torch.manual_seed(0)
+    stock = hf_llama.build_model(cfg, torch.float32, torch.device("cpu"))
+    torch.manual_seed(0)
+    fast = hf_llama.build_model(cfg, torch.float32, torch.device("cpu"))
+    assert hf_llama.apply_swaps(fast, norm="triton", swiglu="triton") == ["norm=triton", "swiglu=triton"]
+    assert "Triton" in type(fast.model.norm).__name__
+    for m in (stock, fast):
+        hf_llama.set_attention(m, hf_llama.attention_name("MATH", False))
+    x = torch.randn(2, 24, cfg.hidden_size)
+    mask = torch.ones(2, 24, dtype=torch.long)
+    targets = torch.randint(0, cfg.vocab_size, (2, 24))
+    logits = stock(inputs_embeds=x, attention_mask=mask).logits
+    ref = torch.nn.functional.cross_entropy(logits.view(-1, cfg.vocab_size), targets.view(-1))
+    hidden = fast.model(inputs_embeds=x, attention_mask=mask).last_hidden_state
+    from trainperf.kernels.chunked_loss import chunked_lm_loss
+    loss = chunked_lm_loss(hidden, fast.lm_head.weight, targets, chunk=16)
+    torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-5)
+    for (name, a), b in zip(stock.named_parameters(), torch.autograd.grad(loss, list(fast.parameters())),
+                            strict=True):
+        ga = torch.autograd.grad(ref, a, retain_graph=True)[0]
+        torch.testing.assert_close(b, ga, rtol=1e-4, atol=1e-6, msg=name)

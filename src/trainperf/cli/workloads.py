@@ -202,6 +202,11 @@ def llama(
     config: str = typer.Option(None, help="A local config.json or model folder instead of a preset."),
     model: str = typer.Option(None, help="A hub model id (the only option that uses the network)."),
     baseline: str = typer.Option(None, help="Backend that speed-ups are relative to."),
+    norm: str = typer.Option("torch", help="RMSNorm: torch (transformers') | triton (trainperf's)."),
+    swiglu: str = typer.Option("torch", help="SwiGLU activation: torch | triton."),
+    loss: str = typer.Option("torch", help="Loss: torch (full logits) | chunked."),
+    fast: bool = typer.Option(False, "--fast", help="All of trainperf's swaps: triton norm and SwiGLU, "
+                                                    "chunked loss (not yet chosen by measurement)."),
     out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
 ) -> None:
@@ -228,7 +233,9 @@ def llama(
         raise SpecError(f"--baseline {base!r}; valid choices: {', '.join(BACKENDS)}")
     common = dict(dtype=dtype, optimizer=optimizer, inputs=inputs, preset=preset or (
         None if config or model else ("llama-3.2-1b" if gpu else "tiny")), config=config, model=model,
-        layers=layers, device=dev.type, warmup=warmup, iters=iters or (100 if gpu else 5))
+        layers=layers, device=dev.type, warmup=warmup, iters=iters or (100 if gpu else 5),
+        norm="triton" if fast else norm, swiglu="triton" if fast else swiglu,
+        loss="chunked" if fast else loss)
     specs = [LlamaSpec(backend=be, batch=b, seq=n, compile=c, **common)
              for c in parse_list(compile, on_off, "--compile") for (b, n) in grid for be in backends]
     for s in specs:

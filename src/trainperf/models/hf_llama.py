@@ -99,3 +99,43 @@ def build_model(cfg, dtype: torch.dtype, device: torch.device) -> torch.nn.Modul
 def set_attention(model: torch.nn.Module, name: str) -> None:
     """Point every attention layer (they read the shared config at call time) at `name`."""
     model.config._attn_implementation = name
+
+
+SWAPS = ("torch", "triton")
+
+
+def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torch") -> list[str]:
+    """Put trainperf's Triton RMSNorm and SwiGLU kernels into a transformers Llama, in place.
+
+    Weights stay where they are (the norm modules are replaced by ones sharing the weight).
+    Returns what was swapped, for the record.
+    """
+    import types
+
+    from trainperf.models.norms import TritonRMSNorm
+
+    done = []
+    if norm == "triton":
+        for name, module in list(model.named_modules()):
+            if type(module).__name__.endswith("RMSNorm"):
+                fast = TritonRMSNorm(module.weight.shape[0], eps=module.variance_epsilon)
+                fast.weight = module.weight
+                parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
+                setattr(parent, name.rsplit(".", 1)[-1], fast)
+        done.append("norm=triton")
+    if swiglu == "triton":
+        if getattr(model.config, "hidden_act", "silu") != "silu":
+            raise ValueError(f"--swiglu triton needs hidden_act 'silu', not {model.config.hidden_act!r}")
+        for module in model.modules():
+            if type(module).__name__.endswith("MLP") and hasattr(module, "gate_proj"):
+                module.forward = types.MethodType(_swiglu_mlp_forward, module)
+        done.append("swiglu=triton")
+    return done
+
+
+def _swiglu_mlp_forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+    from trainperf.kernels import require_triton
+    from trainperf.kernels.swiglu import swiglu_triton
+
+    require_triton(x.device, "--swiglu triton")
+    return self.down_proj(swiglu_triton(self.gate_proj(x), self.up_proj(x)))

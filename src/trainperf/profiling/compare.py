@@ -13,7 +13,7 @@ import pandas as pd
 from trainperf.core.store import Store
 
 CASE = ["backend", "batch_size", "seq_len"]
-CONTEXT = ["gpu", "torch", "cuda", "cudnn", "dtype", "compile"]
+CONTEXT = ["gpu", "torch", "cuda", "cudnn", "dtype", "compile", "swaps"]
 CLOCK_TOLERANCE = 0.10  # median SM clocks further apart than this are worth a warning
 
 

@@ -22,6 +22,7 @@ from trainperf.core.record import Record
 from trainperf.core.spec import check_choice, check_positive
 from trainperf.core.stats import summarize
 from trainperf.core.timing import PhaseTimer, start_measured_window
+from trainperf.kernels.chunked_loss import chunked_lm_loss
 from trainperf.models import hf_llama
 from trainperf.workloads.precision import DTYPES
 from trainperf.workloads.step import Phase, no_phase
@@ -50,9 +51,14 @@ class LlamaSpec:
     device: str = "cuda"
     warmup: int = 5
     iters: int = 100
+    norm: str = "torch"  # torch | triton (trainperf's fused RMSNorm)
+    swiglu: str = "torch"  # torch | triton
+    loss: str = "torch"  # torch | chunked (LM head + cross-entropy without full fp32 logits)
 
     def label(self) -> str:
-        return f"{self.backend} {self.batch}x{self.seq}{' compiled' if self.compile else ''}"
+        swaps = "".join(f" {k}={v}" for k, v in (("norm", self.norm), ("swiglu", self.swiglu),
+                                                  ("loss", self.loss)) if v != "torch")
+        return f"{self.backend} {self.batch}x{self.seq}{' compiled' if self.compile else ''}{swaps}"
 
 
 def validate(spec: LlamaSpec) -> None:
@@ -61,6 +67,9 @@ def validate(spec: LlamaSpec) -> None:
     check_choice("optimizer", spec.optimizer, OPTIMIZERS)
     check_choice("input", spec.inputs, INPUTS)
     check_choice("dtype", spec.dtype, DTYPES)
+    check_choice("norm", spec.norm, hf_llama.SWAPS)
+    check_choice("swiglu", spec.swiglu, hf_llama.SWAPS)
+    check_choice("loss", spec.loss, ("torch", "chunked"))
     try:
         hf_llama.load_config(spec.preset, spec.config, spec.model, spec.layers)
     except (ValueError, OSError) as exc:
@@ -78,7 +87,12 @@ class LlamaStep:
         torch.manual_seed(0)
         self.cfg = hf_llama.load_config(spec.preset, spec.config, spec.model, spec.layers)
         self.model = hf_llama.build_model(self.cfg, DTYPES[spec.dtype], device)
-        self.forward = torch.compile(self.model) if spec.compile else self.model
+        self.swaps = hf_llama.apply_swaps(self.model, spec.norm, spec.swiglu)
+        self.chunked = spec.loss == "chunked"
+        if self.chunked:
+            self.swaps.append("loss=chunked")
+        run = self.model.model if self.chunked else self.model  # chunked: stop at the hidden states
+        self.forward = torch.compile(run) if spec.compile else run
         params = self.model.parameters()
         self.opt = {"sgd": lambda: torch.optim.SGD(params, lr=1e-6),
                     "adamw": lambda: torch.optim.AdamW(params, lr=1e-6),
@@ -95,8 +109,12 @@ class LlamaStep:
     def __call__(self, phase: Phase = no_phase) -> torch.Tensor:
         """One iteration; `phase(name)` wraps forward, backward and optimizer."""
         with phase("forward"):
-            logits = self.forward(**self.inputs).logits
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), self.targets.view(-1))
+            if self.chunked:
+                hidden = self.forward(**self.inputs).last_hidden_state
+                loss = chunked_lm_loss(hidden, self.model.lm_head.weight, self.targets)
+            else:
+                logits = self.forward(**self.inputs).logits
+                loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), self.targets.view(-1))
         self.model.zero_grad(set_to_none=True)
         with phase("backward"):
             loss.backward()
@@ -166,6 +184,7 @@ def measure_llama(spec: LlamaSpec) -> dict[str, Any]:
     metrics: dict[str, Any] = {f"iter_s_{k}": s[k] for k in keys}
     metrics.update(tokens_per_s=tokens / s["mean"], tflops=flops / s["mean"] / 1e12,
                    kv_heads=kv_mode, sdpa_ops=",".join(ops), loss=float(loss.detach()),
+                   swaps=",".join(step.swaps) or "none",
                    params_m=round(sum(p.numel() for p in step.model.parameters()) / 1e6, 1))
     if device.type == "cuda":
         metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
@@ -174,23 +193,25 @@ def measure_llama(spec: LlamaSpec) -> dict[str, Any]:
 
 
 CSV_COLUMNS = ["backend", "batch_size", "seq_len", "mean_s", "median_s", "std_s", "tokens_per_s",
-               "tflops", "peak_mem_gb", "status", "speedup", "kv_heads", "reason", "gpu", "torch",
+               "tflops", "peak_mem_gb", "status", "speedup", "kv_heads", "swaps", "reason", "gpu", "torch",
                "cuda", "cudnn", "sm_clock_mhz", "dtype", "compile"]
+
+
+_METRIC_COLUMNS = {"mean_s": "iter_s_mean", "median_s": "iter_s_median", "std_s": "iter_s_std",
+                   "tokens_per_s": "tokens_per_s", "tflops": "tflops", "peak_mem_gb": "peak_mem_gb",
+                   "kv_heads": "kv_heads", "swaps": "swaps", "sm_clock_mhz": "sm_clock_mhz"}
 
 
 def timing_table(records: list[Record], baseline: str = "EFFICIENT_ATTENTION") -> pd.DataFrame:
     """The training_timing.csv table: one row per case, speed-up over `baseline` per (batch, seq)."""
     rows = []
     for r in records:
-        m = r.metrics
-        rows.append({"backend": r.spec["backend"], "batch_size": r.spec["batch"], "seq_len": r.spec["seq"],
-                     "mean_s": m.get("iter_s_mean"), "median_s": m.get("iter_s_median"),
-                     "std_s": m.get("iter_s_std"), "tokens_per_s": m.get("tokens_per_s"),
-                     "tflops": m.get("tflops"), "peak_mem_gb": m.get("peak_mem_gb"), "status": r.status,
-                     "kv_heads": m.get("kv_heads"), "reason": r.reason, "gpu": r.env.get("gpu_name") or "cpu",
-                     "torch": r.env.get("torch"), "cuda": r.env.get("cuda"), "cudnn": r.env.get("cudnn"),
-                     "sm_clock_mhz": m.get("sm_clock_mhz"), "dtype": r.spec["dtype"],
-                     "compile": r.spec["compile"]})
+        row = {"backend": r.spec["backend"], "batch_size": r.spec["batch"], "seq_len": r.spec["seq"],
+               "status": r.status, "reason": r.reason, "gpu": r.env.get("gpu_name") or "cpu",
+               "dtype": r.spec["dtype"], "compile": r.spec["compile"]}
+        row.update({col: r.metrics.get(key) for col, key in _METRIC_COLUMNS.items()})
+        row.update({col: r.env.get(col) for col in ("torch", "cuda", "cudnn")})
+        rows.append(row)
     df = pd.DataFrame(rows, columns=[c for c in CSV_COLUMNS if c != "speedup"])
     base = df[(df.backend == baseline) & (df.status == "ok")].set_index(["batch_size", "seq_len"])["mean_s"]
     df.insert(CSV_COLUMNS.index("speedup"), "speedup",
