@@ -72,6 +72,19 @@ def _argv_without(flag: str) -> str:
     return " ".join(a for a in args if a != flag)
 
 
+def _step_spec(dev, size: str | None, context: int | None, batch: int, precision: str | None, **kw: Any):
+    """A validated training-step spec for one profile: medium/512/bf16 on a GPU, tiny on the CPU."""
+    from trainperf.workloads.step import StepSpec, validate
+
+    gpu = dev.type == "cuda"
+    spec = StepSpec.from_preset(size or ("medium" if gpu else "tiny"),
+                                context=context or (512 if gpu else 64), batch=batch,
+                                precision=precision or ("bf16" if gpu else "fp32"), mode="train",
+                                device=dev.type, d_model=None, d_ff=None, n_layers=None, n_heads=None, **kw)
+    validate(spec)
+    return spec
+
+
 @profile_app.command("step")
 @cli_errors
 def profile_step(
@@ -89,17 +102,11 @@ def profile_step(
     ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Breakdown of a GPT-style LM training step by module range."""
-    from trainperf.workloads.step import StepCase, StepSpec, validate
+    from trainperf.workloads.step import StepCase
 
     dev = device_or_fail(device)
-    gpu = dev.type == "cuda"
-    spec = StepSpec.from_preset(size or ("medium" if gpu else "tiny"),
-                                context=context or (512 if gpu else 64),
-                                batch=batch, precision=precision or ("bf16" if gpu else "fp32"),
-                                compile=on_off(compile), mode="train", device=dev.type, attention=attention,
-                                norm=norm, rope=rope, swiglu=swiglu, loss=loss, d_model=None, d_ff=None,
-                                n_layers=None, n_heads=None)
-    validate(spec)
+    spec = _step_spec(dev, size, context, batch, precision, compile=on_off(compile), attention=attention,
+                      norm=norm, rope=rope, swiglu=swiglu, loss=loss)
     choices = (("rope", rope), ("swiglu", swiglu), ("loss", loss))
     swaps = "".join(f"_{k}-{v}" for k, v in choices if v != "torch")
     name = f"step_{spec.size}_ctx{spec.context}_{spec.precision}_{spec.attention}_{spec.norm}{swaps}"
@@ -234,18 +241,12 @@ def memory_step(
 ) -> None:
     """Memory profile of a GPT-style LM step: snapshot (GPU), peaks per phase, timeline PNG."""
     from trainperf.profiling.memory import memory_profile
-    from trainperf.workloads.step import StepCase, StepSpec, validate
+    from trainperf.workloads.step import StepCase
 
     if phase not in ("forward", "step"):
         raise SpecError(f"--phase {phase!r}; valid choices: forward, step")
     dev = device_or_fail(device)
-    gpu = dev.type == "cuda"
-    spec = StepSpec.from_preset(size or ("medium" if gpu else "tiny"),
-                                context=context or (512 if gpu else 64), batch=batch,
-                                precision=precision or ("bf16" if gpu else "fp32"), compile=False,
-                                mode="train", device=dev.type, d_model=None, d_ff=None, n_layers=None,
-                                n_heads=None)
-    validate(spec)
+    spec = _step_spec(dev, size, context, batch, precision, compile=False)
     case = StepCase(spec)
     name = f"step_{spec.size}_ctx{spec.context}_{spec.precision}_{phase}"
     until = "forward" if phase == "forward" else None
