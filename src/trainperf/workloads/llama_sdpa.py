@@ -129,22 +129,17 @@ class LlamaStep:
 
 def choose_kv_mode(step: LlamaStep, backend: str) -> str:
     """Run one iteration natively; if the backend refuses GQA, retry with K/V heads expanded."""
-    hf_llama.set_attention(step.model, hf_llama.attention_name(backend, expand_kv=False))
-    try:
-        step()
-        return "native"
-    except RuntimeError as exc:
-        if not _no_kernel(exc):
-            raise
-        native_reason = str(exc).strip().splitlines()[0]
-    hf_llama.set_attention(step.model, hf_llama.attention_name(backend, expand_kv=True))
-    try:
-        step()
-        return "expanded"
-    except RuntimeError as exc:
-        if not _no_kernel(exc):
-            raise
-        raise Unsupported(f"{backend}: {native_reason} (also with K/V heads expanded)") from None
+    refusals = []
+    for expand in (False, True):
+        hf_llama.set_attention(step.model, hf_llama.attention_name(backend, expand_kv=expand))
+        try:
+            step()
+            return "expanded" if expand else "native"
+        except RuntimeError as exc:
+            if not _no_kernel(exc):
+                raise
+            refusals.append(str(exc).strip().splitlines()[0])
+    raise Unsupported(f"{backend}: {refusals[0]} (also with K/V heads expanded)")
 
 
 def attention_ops_seen(step: LlamaStep) -> list[str]:
