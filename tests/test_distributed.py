@@ -150,3 +150,27 @@ def test_world_size_eight_on_the_cpu(db, tmp_path):
     reference = single_process_params(spec(batch=1), 8)
     for name, got in torch.load(out).items():
         torch.testing.assert_close(got, reference, rtol=1e-5, atol=1e-6, msg=f"{name} differs at 8 ranks")
+
+
+def _abort_after_work(rank, world, marker):
+    import os
+    if rank == 1:
+        open(marker, "w").close()
+        os.abort()  # what a teardown crash looks like to the launcher, but before the done marker
+
+
+def test_a_rank_that_dies_before_finishing_is_an_error(tmp_path):
+    with pytest.raises(LaunchError, match="SIGABRT"):
+        launch(_abort_after_work, 2, "gloo", args=(str(tmp_path / "m"),), timeout_s=30)
+
+
+def _abort_at_exit(rank, world):
+    import atexit
+    import os
+    if rank == 1:
+        atexit.register(os.abort)  # dies in teardown, after its work is done
+
+
+def test_a_rank_that_dies_in_teardown_after_finishing_is_a_warning():
+    with pytest.warns(RuntimeWarning, match="all ranks finished their work, then .*SIGABRT"):
+        launch(_abort_at_exit, 2, "gloo", timeout_s=30)

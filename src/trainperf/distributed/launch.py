@@ -1,17 +1,21 @@
 """Start `world_size` ranks on this host (or join an existing torchrun / Slurm launch).
 
 Every rank runs `worker(rank, world_size, *args)` inside an initialised process group. A rank
-that raises ends the whole run: mp.spawn terminates the other ranks, and collective timeouts
-stop a rank that would otherwise wait forever on a dead peer.
+that raises ends the whole run: mp.spawn terminates the other ranks, collective timeouts stop a
+rank that would otherwise wait forever on a dead peer, and the first rank to fail is named.
+A rank that dies only in process-group teardown, after every rank finished its work, is
+reported as a warning: the work and its results are complete.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import tempfile
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -60,6 +64,8 @@ def _entry(local_rank: int, world_size: int, backend: str, port: int, timeout_s:
         dist.init_process_group(backend, rank=local_rank, world_size=world_size,
                                 timeout=timedelta(seconds=timeout_s))
         worker(local_rank, world_size, *args)
+        Path(error_dir, f"done{local_rank}").touch()
+        gc.collect()  # free DDP/FSDP objects (reference cycles) before their process group goes
         dist.barrier()  # leave together: tearing down while a peer still talks aborts gloo
     except BaseException as exc:
         # Remember when and how this rank failed: the first failure is the cause, later ones
@@ -105,4 +111,11 @@ def launch(worker: Callable[..., Any], world_size: int, backend: str, args: tupl
                      nprocs=world_size, join=True)
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
             cause = _first_failure(error_dir) or str(exc).strip().splitlines()[-1]
+            finished = len(list(Path(error_dir).glob("done*"))) == world_size
+            if finished and isinstance(exc, mp.ProcessExitedException) and _first_failure(error_dir) is None:
+                # Every rank had returned from its work (and its results were stored) when one
+                # died in process-group teardown: say so, but do not call the run failed.
+                warnings.warn(f"all ranks finished their work, then {cause} while shutting down",
+                              RuntimeWarning, stacklevel=2)
+                return
             raise LaunchError(f"the run was stopped: {cause}") from None
