@@ -106,6 +106,17 @@ def test_collectives_are_correct_and_bandwidth_follows_nccl_tests(db, tmp_path, 
     assert (tmp_path / "comm_busbw_gloo.png").exists()
 
 
+def test_bare_all_reduce_loop_is_timed_per_iteration(db, tmp_path):
+    res = runner.invoke(app, ["comm", "--backend", "gloo", "--world-size", "2", "--size", "64KB",
+                              "--op", "all_reduce_loop", "--iters", "4", "--db", str(db),
+                              "--out", str(tmp_path), "--quiet"])
+    assert res.exit_code == 0, res.output
+    (rec,) = Store(db).records(workload="comm")
+    assert rec.status == "ok", rec.reason
+    assert rec.metrics["time_ms_n"] == 1 and rec.metrics["time_ms_median"] > 0
+    assert rec.metrics["busbw_gbps"] == pytest.approx(rec.metrics["algbw_gbps"])  # 2(n-1)/n = 1 for n = 2
+
+
 def test_bus_factors_and_sizes():
     assert BUS_FACTOR["all_reduce"](8) == pytest.approx(1.75)
     assert BUS_FACTOR["all_gather"](4) == pytest.approx(0.75)

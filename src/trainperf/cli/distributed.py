@@ -22,7 +22,7 @@ from trainperf.cli.common import (
 from trainperf.core import env as envmod
 from trainperf.core import report
 from trainperf.core.errors import SpecError
-from trainperf.core.record import Record, spec_dict
+from trainperf.core.record import Record, case_key_for
 from trainperf.core.spec import on_off, parse_list, positive_int, sweep
 from trainperf.core.store import Store, to_frame
 from trainperf.distributed.launch import LaunchError, launch, rank_device
@@ -49,7 +49,7 @@ def _run_distributed(workload: str, specs: list, backend: str, db: Path, rerun: 
     device = torch.device("cuda" if backend == "nccl" else "cpu")
     env = envmod.capture(device)
     store = Store(db)
-    keys = [Record(workload, spec_dict(s), "ok", env=env).key for s in specs]
+    keys = [case_key_for(workload, s, env) for s in specs]
     for world in sorted({s.world_size for s in specs}):
         todo = [s for s, k in zip(specs, keys, strict=True)
                 if s.world_size == world and (rerun or store.find_case(k) is None)]

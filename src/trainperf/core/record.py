@@ -17,6 +17,11 @@ def case_key(workload: str, spec: dict[str, Any], device_name: str | None) -> st
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 
+def case_key_for(workload: str, spec: Any, env: dict[str, Any]) -> str:
+    """The case key of `spec` measured in `env` (on its GPU model, or on the CPU)."""
+    return case_key(workload, spec_dict(spec), env.get("gpu_name") or env.get("device"))
+
+
 def spec_dict(spec: Any) -> dict[str, Any]:
     """A spec dataclass (or mapping) as a plain JSON-able dict."""
     return asdict(spec) if is_dataclass(spec) else dict(spec)
@@ -41,4 +46,4 @@ class Record:
 
     @property
     def key(self) -> str:
-        return case_key(self.workload, self.spec, self.env.get("gpu_name") or self.env.get("device"))
+        return case_key_for(self.workload, self.spec, self.env)

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trainperf.core.errors import Unsupported
-from trainperf.core.record import Record, spec_dict
+from trainperf.core.record import Record, case_key_for, spec_dict
 from trainperf.core.store import Store
 
 Measure = Callable[[Any], dict[str, Any]]
@@ -72,8 +72,7 @@ def run_sweep(workload: str, specs: Sequence[Any], measure: Measure, store: Stor
         task = progress.add_task(workload, total=len(specs), case="")
         for spec in specs:
             progress.update(task, case=label(spec))
-            probe = Record(workload, spec_dict(spec), "ok", env=env)
-            stored = None if rerun else store.find_case(probe.key)
+            stored = None if rerun else store.find_case(case_key_for(workload, spec, env))
             if stored is not None:
                 out.append(stored)
             else:

@@ -74,3 +74,9 @@ def time_op(fn: Callable[[], object], device: torch.device, warmup: int, reps: i
         with timer.phase("op"):
             fn()
     return timer.samples()["op"]
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for all queued work on `device` (no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -70,16 +70,7 @@ class OverlapSync(GradSync):
 class BucketedSync(GradSync):
     def __init__(self, model: nn.Module, bucket_mb: float) -> None:
         super().__init__(model)
-        cap = bucket_mb * 2**20
-        self.buckets: list[list[nn.Parameter]] = [[]]
-        size = 0
-        for p in reversed(self.params):
-            nbytes = p.numel() * p.element_size()
-            if self.buckets[-1] and size + nbytes > cap:
-                self.buckets.append([])
-                size = 0
-            self.buckets[-1].append(p)
-            size += nbytes
+        self.buckets = partition_buckets(self.params, bucket_mb)
         self.bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b}
         self.ready = [0] * len(self.buckets)
         self.pending: dict[int, tuple[dist.Work, torch.Tensor]] = {}
@@ -113,13 +104,23 @@ class BucketedSync(GradSync):
         self.ready = [0] * len(self.buckets)
 
 
+def _nbytes(p: nn.Parameter) -> int:
+    return p.numel() * p.element_size()
+
+
+def partition_buckets(params: list[nn.Parameter], bucket_mb: float) -> list[list[nn.Parameter]]:
+    """Parameters in reverse order (the order backward produces gradients), in buckets of at most
+    bucket_mb (a parameter larger than that gets a bucket of its own)."""
+    cap, buckets, size = bucket_mb * 2**20, [[]], 0
+    for p in reversed(params):
+        if buckets[-1] and size + _nbytes(p) > cap:
+            buckets.append([])
+            size = 0
+        buckets[-1].append(p)
+        size += _nbytes(p)
+    return buckets
+
+
 def bucket_sizes_bytes(model: nn.Module, bucket_mb: float) -> list[int]:
     """The byte size of each gradient bucket the bucketed variant would form."""
-    cap, sizes, size = bucket_mb * 2**20, [], 0
-    for p in reversed(_params(model)):
-        nbytes = p.numel() * p.element_size()
-        if size and size + nbytes > cap:
-            sizes.append(size)
-            size = 0
-        size += nbytes
-    return [*sizes, size]
+    return [sum(_nbytes(p) for p in b) for b in partition_buckets(_params(model), bucket_mb)]

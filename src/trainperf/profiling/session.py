@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ def profile_workload(step: StepFn, model: nn.Module | None, device: torch.device
     for _ in range(warmup):
         step(phase_range)
     start_measured_window(device)
-    ctx = module_ranges(model) if model is not None else _no_ranges()
+    ctx = module_ranges(model) if model is not None else nullcontext([])
     with ctx:
         if ranges_only:
             for _ in range(steps):
@@ -38,14 +39,6 @@ def profile_workload(step: StepFn, model: nn.Module | None, device: torch.device
             return None
         trace = profile_steps(lambda: step(phase_range), device, steps)
     return breakdown(trace)
-
-
-class _no_ranges:  # noqa: N801 - used like a context manager function
-    def __enter__(self) -> list[str]:
-        return []
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def save_breakdown(bd: Breakdown, path: Path, meta: dict[str, Any]) -> list[Path]:

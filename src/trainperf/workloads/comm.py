@@ -11,7 +11,6 @@ Time per iteration is the slowest rank's (ranks start together after a barrier);
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +21,8 @@ from trainperf.core import env as envmod
 from trainperf.core.errors import SpecError, Unsupported
 from trainperf.core.spec import check_choice
 from trainperf.core.stats import summarize
+from trainperf.core.timing import synchronize
+from trainperf.distributed.timing import per_rank_times, slowest
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_reduce_loop")
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_reduce_loop": lambda n: 2 * (n - 1) / n,
@@ -64,11 +65,6 @@ def validate(spec: CommSpec) -> None:
         raise SpecError(f"--world-size must be at least 2, got {spec.world_size}")
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _operation(op: str, numel: int, rank: int, n: int, device: torch.device, dtype: torch.dtype):
     """(run, check): `run()` does the collective on fresh buffers; `check()` says if it was right."""
     chunk = max(numel // n, 1)
@@ -102,34 +98,20 @@ def measure_comm(spec: CommSpec, rank: int, world: int, device: torch.device) ->
         if "not supported" in str(exc).lower() or "unsupported" in str(exc).lower():
             raise Unsupported(f"{spec.backend} cannot {spec.op}: {str(exc).splitlines()[0]}") from None
         raise
-    _sync(device)
+    synchronize(device)
     ok = torch.tensor([1.0 if check() else 0.0], device=device)
     dist.all_reduce(ok, op=dist.ReduceOp.MIN)  # every rank learns if any rank was wrong
     if ok.item() != 1.0:
         raise RuntimeError(f"{spec.op} gave a wrong result on at least one rank")
     for _ in range(spec.warmup):
         run()
-    _sync(device)
-    times = []
-    if spec.op == "all_reduce_loop":
-        dist.barrier()
-        t0 = time.perf_counter()
-        for _ in range(spec.iters):
-            run()
-        _sync(device)
-        times = [(time.perf_counter() - t0) / spec.iters * 1e3]
+    synchronize(device)
+    if spec.op == "all_reduce_loop":  # one timed call: the whole back-to-back loop
+        whole_loop = per_rank_times(lambda: [run() for _ in range(spec.iters)], device, 1)
+        per_rank = [[ms / spec.iters for ms in rank_times] for rank_times in whole_loop]
     else:
-        for _ in range(spec.iters):
-            dist.barrier()
-            _sync(device)
-            t0 = time.perf_counter()
-            run()
-            _sync(device)
-            times.append((time.perf_counter() - t0) * 1e3)
-    per_rank: list[Any] = [None] * world
-    dist.all_gather_object(per_rank, times)
-    slowest = [max(col) for col in zip(*per_rank, strict=True)]
-    s = summarize(slowest)
+        per_rank = per_rank_times(run, device, spec.iters)
+    s = summarize(slowest(per_rank))
     rank_medians = [summarize(t)["median"] for t in per_rank]
     seconds = s["median"] / 1e3
     algbw = numel * dtype.itemsize / seconds / 1e9

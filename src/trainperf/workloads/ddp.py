@@ -10,7 +10,6 @@ Every rank trains the same model on its own slice of one global batch. Measured 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +30,7 @@ from trainperf.distributed.grad_sync import (
     bucket_sizes_bytes,
 )
 from trainperf.distributed.sharded_optim import ShardedOptimizer, optimizer_state_bytes
+from trainperf.distributed.timing import per_rank_times, slowest
 from trainperf.models.lm import LMConfig, TransformerLM, lm_loss
 from trainperf.models.presets import PRESETS, get_preset
 from trainperf.workloads.precision import autocast
@@ -144,26 +144,11 @@ class DataParallelStep:
         return optimizer_state_bytes(self.opt)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _slowest(fn, device: torch.device, warmup: int, steps: int) -> dict[str, float]:
     """Statistics over steps of the slowest rank's time in ms (ranks start each step together)."""
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(steps):
-        _sync(device)
-        dist.barrier()
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append((time.perf_counter() - t0) * 1e3)
-    everyone: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, times)
-    return summarize([max(col) for col in zip(*everyone, strict=True)])
+    return summarize(slowest(per_rank_times(fn, device, steps)))
 
 
 def _comm_alone_ms(spec: DDPSpec, model: nn.Module, device: torch.device) -> float:

@@ -1,0 +1,31 @@
+"""Timing a call on every rank: all ranks start each call together, the slowest one counts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed as dist
+
+from trainperf.core.timing import synchronize
+
+
+def per_rank_times(fn: Callable[[], object], device: Any, iters: int) -> list[list[float]]:
+    """Every rank's milliseconds for each of `iters` calls of `fn`, gathered on all ranks."""
+    times = []
+    for _ in range(iters):
+        synchronize(device)
+        dist.barrier()
+        t0 = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append((time.perf_counter() - t0) * 1e3)
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, times)
+    return everyone
+
+
+def slowest(per_rank: list[list[float]]) -> list[float]:
+    """Per call, the time of the slowest rank (a collective is as fast as its last rank)."""
+    return [max(col) for col in zip(*per_rank, strict=True)]
