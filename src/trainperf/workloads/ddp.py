@@ -10,6 +10,7 @@ Every rank trains the same model on its own slice of one global batch. Measured 
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,16 +152,18 @@ def _slowest(fn, device: torch.device, warmup: int, steps: int) -> dict[str, flo
     return summarize(slowest(per_rank_times(fn, device, steps)))
 
 
-def _comm_alone_ms(spec: DDPSpec, model: nn.Module, device: torch.device) -> float:
-    """The variant's collectives on gradient-sized buffers, with no compute around them."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    nbytes = [p.numel() * 4 for p in params]  # gradients are fp32 (autocast keeps fp32 weights)
+def _comm_sizes(spec: DDPSpec, model: nn.Module) -> list[int]:
+    """Byte sizes of the buffers the variant's collectives move per step."""
+    nbytes = [p.numel() * 4 for p in model.parameters() if p.requires_grad]  # fp32 grads under autocast
     if spec.variant in ("naive", "overlap"):
-        sizes = nbytes
-    elif spec.variant in ("bucketed", "ddp"):
-        sizes = bucket_sizes_bytes(model, spec.bucket_mb)
-    else:
-        sizes = [sum(nbytes)]
+        return nbytes
+    if spec.variant in ("bucketed", "ddp"):
+        return bucket_sizes_bytes(model, spec.bucket_mb)
+    return [sum(nbytes)]
+
+
+def _comm_alone_ms(spec: DDPSpec, sizes: list[int], device: torch.device) -> float:
+    """The variant's collectives on gradient-sized buffers, with no compute around them."""
     bufs = [torch.ones(n // 4, device=device) for n in sizes]
     world = dist.get_world_size()
 
@@ -177,27 +180,37 @@ def _comm_alone_ms(spec: DDPSpec, model: nn.Module, device: torch.device) -> flo
     return _slowest(run, device, 2, 5)["median"]
 
 
-def measure_ddp(spec: DDPSpec, rank: int, world: int, device: torch.device) -> dict[str, Any]:
-    compute_only = DataParallelStep(spec, rank, world, device, "none")
-    compute_ms = _slowest(compute_only, device, spec.warmup, spec.steps)["median"]
-    base_model = compute_only.model
-    del compute_only
+def _release(device: torch.device) -> None:
+    """Free the previous model: gradient hooks hold it in reference cycles that only gc breaks,
+    and a model left alive would inflate the next case's peak memory and slow its allocations."""
+    gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
+
+
+def measure_ddp(spec: DDPSpec, rank: int, world: int, device: torch.device) -> dict[str, Any]:
+    _release(device)
+    compute_only = DataParallelStep(spec, rank, world, device, "none")
+    compute_ms = _slowest(compute_only, device, spec.warmup, spec.steps)["median"]
+    sizes = _comm_sizes(spec, compute_only.model)
+    del compute_only
+    _release(device)
     step = DataParallelStep(spec, rank, world, device, spec.variant)
     stats = _slowest(step, device, spec.warmup, spec.steps)
     step_ms = stats["median"]
-    comm_ms = _comm_alone_ms(spec, base_model, device)
+    metrics: dict[str, Any] = {"opt_state_mb": step.opt_state_bytes() / 2**20}
+    if device.type == "cuda":
+        metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
+    del step
+    _release(device)
+    comm_ms = _comm_alone_ms(spec, sizes, device)
     exposed = max(step_ms - compute_ms, 0.0)
-    metrics: dict[str, Any] = {
+    metrics.update({
         "step_ms_median": step_ms, "step_ms_std": stats["std"], "step_ms_n": stats["n"],
         "compute_ms": compute_ms, "exposed_comm_ms": exposed, "comm_ms": comm_ms,
         "hidden_share": min(max(1 - exposed / comm_ms, 0.0), 1.0) if comm_ms > 0 else None,
-        "opt_state_mb": step.opt_state_bytes() / 2**20,
         "tokens_per_s": world * spec.batch * spec.context / (step_ms / 1e3),
-    }
-    if device.type == "cuda":
-        metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
+    })
     metrics.update(envmod.gpu_clocks(device))
     return metrics
