@@ -180,13 +180,20 @@ def _comm_alone_ms(spec: DDPSpec, sizes: list[int], device: torch.device) -> flo
     return _slowest(run, device, 2, 5)["median"]
 
 
-def _release(device: torch.device) -> None:
-    """Free the previous model: gradient hooks hold it in reference cycles that only gc breaks,
-    and a model left alive would inflate the next case's peak memory and slow its allocations."""
+def _release(device: torch.device) -> float:
+    """Free the previous model and return the GB still allocated after that.
+
+    Gradient hooks hold a model in reference cycles that only gc breaks, and NCCL may keep the
+    tensors of async collectives until later; whatever is left counts as `leftover_mem_gb` and is
+    taken off the case's own `peak_mem_gb`, so one case's leftovers never inflate the next one's."""
     gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
+    if device.type != "cuda":
+        return 0.0
+    torch.cuda.synchronize(device)
+    dist.barrier()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(device)
+    return torch.cuda.memory_allocated(device) / 2**30
 
 
 def measure_ddp(spec: DDPSpec, rank: int, world: int, device: torch.device) -> dict[str, Any]:
@@ -195,13 +202,14 @@ def measure_ddp(spec: DDPSpec, rank: int, world: int, device: torch.device) -> d
     compute_ms = _slowest(compute_only, device, spec.warmup, spec.steps)["median"]
     sizes = _comm_sizes(spec, compute_only.model)
     del compute_only
-    _release(device)
+    leftover_gb = _release(device)
     step = DataParallelStep(spec, rank, world, device, spec.variant)
     stats = _slowest(step, device, spec.warmup, spec.steps)
     step_ms = stats["median"]
     metrics: dict[str, Any] = {"opt_state_mb": step.opt_state_bytes() / 2**20}
     if device.type == "cuda":
-        metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
+        metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30 - leftover_gb
+        metrics["leftover_mem_gb"] = leftover_gb
     del step
     _release(device)
     comm_ms = _comm_alone_ms(spec, sizes, device)
