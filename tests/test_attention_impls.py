@@ -84,3 +84,24 @@ def test_flash_rejects_mismatched_shapes():
     from trainperf.attention.flash_torch import flash_attention_torch
     with pytest.raises(ValueError, match="one shape"):
         flash_attention_torch(torch.randn(1, 1, 4, 8), torch.randn(1, 1, 5, 8), torch.randn(1, 1, 5, 8))
+
+
+def test_triton_fa2_ragged_edge_with_very_negative_scores():
+    """Every score near −400: a key past the sequence end that slipped through unmasked would add
+    2^(+577) to dQ's softmax (inf, then NaN). The edge mask must keep the gradients exact."""
+    pytest.importorskip("triton")
+    from trainperf.attention.flash_triton import flash_attention_triton
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    n, d = 37, 16
+    base = torch.ones(1, 1, n, d, device=device)
+    q = (10 * base + 0.1 * torch.randn_like(base)).requires_grad_()
+    k = (-10 * base + 0.1 * torch.randn_like(base)).requires_grad_()
+    v = torch.randn_like(base).requires_grad_()
+    out = flash_attention_triton(q, k, v, causal=False)
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    ref_in = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    ref_grads = torch.autograd.grad(naive_attention(*ref_in, causal=False), ref_in, dout.double())
+    for name, g, r in zip("qkv", grads, ref_grads, strict=True):
+        assert torch.isfinite(g).all(), f"d{name} has non-finite values"
+        assert rel_err(g, r) < 1e-3, f"d{name} error {rel_err(g, r):.2e}"

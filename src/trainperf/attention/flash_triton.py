@@ -6,8 +6,9 @@ exp2. Forward saves O and L = m + log2(l) per row. Backward is three kernels and
   1. D = rowsum(dO ∘ O)                          (pre-pass)
   2. dK, dV: one program per key block, looping over the query blocks that see it
   3. dQ:     one program per query block, looping over the key blocks it sees
-Causal forward splits the key loop into unmasked off-diagonal blocks and the masked diagonal.
-Any sequence length works (edges are masked); head dims up to 128 (padded to a power of two).
+Every loop is split into full blocks, which run without masks, and the few blocks that need
+one (the causal diagonal, the ragged end of the sequence). Any sequence length works; head dims
+up to 128 (padded to a power of two).
 Tile sizes are autotuned per (sequence, head dim, causal); the interpreter uses one small tile.
 """
 
@@ -25,35 +26,54 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 MAX_HEAD_DIM = 128
 
 
-def _configs(shapes: list[tuple[int, int, int, int]]) -> list[triton.Config]:
-    """(BLOCK_M, BLOCK_N, warps, stages) candidates; the interpreter gets one small tile, and
+def _configs(shapes: list[tuple[int, int, int, int]], interpret: tuple[int, int]) -> list[triton.Config]:
+    """(BLOCK_M, BLOCK_N, warps, stages) candidates. The interpreter gets one small tile (with
+    BLOCK_M != BLOCK_N, so the tests cover diagonals that span several blocks), and
     TRAINPERF_TRITON_TUNE=0 keeps only the first (quick compiles for correctness tests)."""
     if INTERPRET:
-        return [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=1, num_stages=1)]
-    if os.environ.get("TRAINPERF_TRITON_TUNE") == "0":
+        shapes = [(*interpret, 1, 1)]
+    elif os.environ.get("TRAINPERF_TRITON_TUNE") == "0":
         shapes = shapes[:1]
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
             for m, n, w, s in shapes]
 
 
-# A short list of shapes that suit Hopper and Ampere; autotuning picks per (seq, head dim, causal).
+# Short lists of shapes that suit Hopper and Ampere; autotuning picks per (seq, head dim, causal).
+# BLOCK_M (queries) is a multiple of BLOCK_N (keys) in the forward and dQ kernels, and BLOCK_N a
+# multiple of BLOCK_M in the dK/dV kernel, so a diagonal never straddles a block of the other kind.
 FWD_CONFIGS = _configs([(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3),
-                        (128, 32, 4, 4), (64, 32, 4, 4)])
-BWD_CONFIGS = _configs([(64, 64, 4, 3), (32, 128, 4, 2), (64, 128, 8, 2), (128, 128, 8, 2),
-                        (32, 64, 4, 3)])
+                        (128, 32, 4, 4), (128, 64, 4, 4)], interpret=(32, 16))
+DKDV_CONFIGS = _configs([(64, 64, 4, 3), (32, 128, 4, 3), (32, 128, 4, 5), (64, 128, 8, 3),
+                         (64, 128, 4, 3), (32, 64, 4, 4)], interpret=(16, 32))
+DQ_CONFIGS = _configs([(64, 64, 4, 3), (128, 32, 4, 3), (128, 32, 4, 5), (128, 64, 8, 3),
+                       (128, 64, 4, 3), (64, 32, 4, 4)], interpret=(32, 16))
 TUNE_KEY = ["N_CTX", "HEAD_DIM", "CAUSAL"]
 
 
 @triton.jit
+def _load_rows(ptr, rows, offs_d, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+               CHECK_ROWS: tl.constexpr):
+    """A [rows, BLOCK_D] tile; masks only where a row may lie past the sequence or d is padded,
+    so full blocks load unmasked (wider, pipelined loads)."""
+    ptrs = ptr + rows[:, None] * HEAD_DIM + offs_d[None, :]
+    if CHECK_ROWS:
+        tile = tl.load(ptrs, mask=(rows[:, None] < N_CTX) & (offs_d[None, :] < HEAD_DIM), other=0.0)
+    elif HEAD_DIM == BLOCK_D:
+        tile = tl.load(ptrs)
+    else:
+        tile = tl.load(ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+    return tile
+
+
+@triton.jit
 def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, offs_d, lo, hi, N_CTX, qk_scale,
-               HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASK_CAUSAL: tl.constexpr,
-               MASK_EDGE: tl.constexpr, PRECISION: tl.constexpr):
+               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+               MASK_CAUSAL: tl.constexpr, MASK_EDGE: tl.constexpr, PRECISION: tl.constexpr):
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        kv_mask = (offs_n[:, None] < N_CTX) & (offs_d[None, :] < HEAD_DIM)
-        k = tl.load(k_base + offs_n[:, None] * HEAD_DIM + offs_d[None, :], mask=kv_mask, other=0.0)
+        k = _load_rows(k_base, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        if MASK_CAUSAL:
+        if MASK_CAUSAL:  # keys past the sequence are past every valid query too
             qk = tl.where(offs_m[:, None] >= offs_n[None, :], qk, float("-inf"))
         if MASK_EDGE:
             qk = tl.where(offs_n[None, :] < N_CTX, qk, float("-inf"))
@@ -61,13 +81,13 @@ def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, offs_d, lo, hi, N_CTX, 
         p = tl.math.exp2(qk - m_ij[:, None])
         alpha = tl.math.exp2(m_i - m_ij)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_base + offs_n[:, None] * HEAD_DIM + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = _load_rows(v_base, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_ij
     return acc, l_i, m_i
 
 
-@triton.autotune(configs=FWD_CONFIGS, key=TUNE_KEY)  # every BLOCK_M is a multiple of BLOCK_N
+@triton.autotune(configs=FWD_CONFIGS, key=TUNE_KEY)
 @triton.jit
 def _fwd_kernel(Q, K, V, O, L, qk_scale, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                 CAUSAL: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -76,24 +96,26 @@ def _fwd_kernel(Q, K, V, O, L, qk_scale, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D:
     base = tl.program_id(1).to(tl.int64) * N_CTX * HEAD_DIM
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    io_mask = (offs_m[:, None] < N_CTX) & (offs_d[None, :] < HEAD_DIM)
-    q = tl.load(Q + base + offs_m[:, None] * HEAD_DIM + offs_d[None, :], mask=io_mask, other=0.0)
+    q = _load_rows(Q + base, offs_m, offs_d, N_CTX, HEAD_DIM, BLOCK_D, True)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    if CAUSAL:
-        # blocks left of the diagonal: every key is visible and inside the sequence
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, K + base, V + base, offs_m, offs_d, 0, start_m,
-                                   N_CTX, qk_scale, HEAD_DIM, BLOCK_N, False, False, PRECISION)
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, K + base, V + base, offs_m, offs_d, start_m,
-                                   tl.minimum(start_m + BLOCK_M, N_CTX), N_CTX, qk_scale, HEAD_DIM,
-                                   BLOCK_N, True, True, PRECISION)
-    else:
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, K + base, V + base, offs_m, offs_d, 0, N_CTX,
-                                   N_CTX, qk_scale, HEAD_DIM, BLOCK_N, False, True, PRECISION)
+    Kb, Vb = K + base, V + base
+    if CAUSAL:  # full blocks left of the diagonal, then the masked diagonal
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, Kb, Vb, offs_m, offs_d, 0, start_m, N_CTX, qk_scale,
+                                   HEAD_DIM, BLOCK_D, BLOCK_N, False, False, PRECISION)
+        diag_end = tl.minimum(start_m + BLOCK_M, N_CTX)
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, Kb, Vb, offs_m, offs_d, start_m, diag_end, N_CTX,
+                                   qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, True, False, PRECISION)
+    else:  # full blocks, then the ragged tail (if any) with the edge mask
+        n_full = N_CTX - N_CTX % BLOCK_N
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, Kb, Vb, offs_m, offs_d, 0, n_full, N_CTX, qk_scale,
+                                   HEAD_DIM, BLOCK_D, BLOCK_N, False, False, PRECISION)
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, Kb, Vb, offs_m, offs_d, n_full, N_CTX, N_CTX, qk_scale,
+                                   HEAD_DIM, BLOCK_D, BLOCK_N, False, True, PRECISION)
     acc = acc / l_i[:, None]
     tl.store(O + base + offs_m[:, None] * HEAD_DIM + offs_d[None, :], acc.to(O.dtype.element_ty),
-             mask=io_mask)
+             mask=(offs_m[:, None] < N_CTX) & (offs_d[None, :] < HEAD_DIM))
     tl.store(L + tl.program_id(1).to(tl.int64) * N_CTX + offs_m, m_i + tl.math.log2(l_i),
              mask=offs_m < N_CTX)
 
@@ -110,7 +132,37 @@ def _bwd_delta_kernel(O, DO, Delta, N_ROWS, HEAD_DIM: tl.constexpr, BLOCK_D: tl.
     tl.store(Delta + rows, tl.sum(o * do, 1), mask=rows < N_ROWS)
 
 
-@triton.autotune(configs=BWD_CONFIGS, key=TUNE_KEY)
+# Why the backward needs almost no masks: rows past the sequence load as zeros, so a query row
+# there has q = dO = 0 (and L = D = 0) and adds nothing to dK or dV, and a key row there has
+# k = v = 0 and adds nothing to dQ; rows of dK/dV/dQ past the sequence are never stored. What is
+# left is the causal mask on diagonal blocks and, without causal, the key edge in dQ (there an
+# unmasked zero key would give p = 2^(-L), which can overflow).
+
+@triton.jit
+def _dkdv_inner(dk, dv, k, v, Q, DO, L, Delta, offs_n, offs_d, lo, hi, N_CTX, qk_scale,
+                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                MASK_CAUSAL: tl.constexpr, CHECK_ROWS: tl.constexpr, PRECISION: tl.constexpr):
+    for start_m in range(lo, hi, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        q = _load_rows(Q, offs_m, offs_d, N_CTX, HEAD_DIM, BLOCK_D, CHECK_ROWS)
+        do = _load_rows(DO, offs_m, offs_d, N_CTX, HEAD_DIM, BLOCK_D, CHECK_ROWS)
+        if CHECK_ROWS:
+            lse = tl.load(L + offs_m, mask=offs_m < N_CTX, other=0.0)
+            delta = tl.load(Delta + offs_m, mask=offs_m < N_CTX, other=0.0)
+        else:
+            lse = tl.load(L + offs_m)
+            delta = tl.load(Delta + offs_m)
+        p_t = tl.math.exp2(tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale - lse[None, :])
+        if MASK_CAUSAL:
+            p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
+        dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
+    return dk, dv
+
+
+@triton.autotune(configs=DKDV_CONFIGS, key=TUNE_KEY)
 @triton.jit
 def _bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV, qk_scale, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
                      BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
@@ -120,36 +172,48 @@ def _bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV, qk_scale, sm_scale, N_CTX, H
     base, row_base = bh * N_CTX * HEAD_DIM, bh * N_CTX
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    kv_mask = (offs_n[:, None] < N_CTX) & (offs_d[None, :] < HEAD_DIM)
-    kv_ptrs = base + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
-    k = tl.load(K + kv_ptrs, mask=kv_mask, other=0.0)
-    v = tl.load(V + kv_ptrs, mask=kv_mask, other=0.0)
+    k = _load_rows(K + base, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, True)
+    v = _load_rows(V + base, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, True)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    lo = (start_n // BLOCK_M) * BLOCK_M if CAUSAL else 0
-    for start_m in range(lo, N_CTX, BLOCK_M):
-        offs_m = start_m + tl.arange(0, BLOCK_M)
-        q_mask = (offs_m[:, None] < N_CTX) & (offs_d[None, :] < HEAD_DIM)
-        q_ptrs = base + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
-        q = tl.load(Q + q_ptrs, mask=q_mask, other=0.0)
-        do = tl.load(DO + q_ptrs, mask=q_mask, other=0.0)
-        lse = tl.load(L + row_base + offs_m, mask=offs_m < N_CTX, other=0.0)
-        delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N_CTX, other=0.0)
-        qk_t = tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale  # [BLOCK_N, BLOCK_M]
-        p_t = tl.math.exp2(qk_t - lse[None, :])
-        keep = offs_m[None, :] < N_CTX
-        if CAUSAL:
-            keep = keep & (offs_m[None, :] >= offs_n[:, None])
-        p_t = tl.where(keep, p_t, 0.0)
-        dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)
-        dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
-        ds_t = p_t * (dp_t - delta[None, :])
-        dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
+    Qb, DOb, Lb, Db = Q + base, DO + base, L + row_base, Delta + row_base
+    m_full = N_CTX - N_CTX % BLOCK_M  # query blocks below this lie wholly inside the sequence
+    first_full = 0
+    if CAUSAL:  # queries before the key block see none of it; the diagonal blocks are masked
+        first_full = tl.minimum(start_n + BLOCK_N, N_CTX)
+        dk, dv = _dkdv_inner(dk, dv, k, v, Qb, DOb, Lb, Db, offs_n, offs_d, start_n, first_full, N_CTX,
+                             qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, True, True, PRECISION)
+    dk, dv = _dkdv_inner(dk, dv, k, v, Qb, DOb, Lb, Db, offs_n, offs_d, first_full, m_full, N_CTX, qk_scale,
+                         HEAD_DIM, BLOCK_D, BLOCK_M, False, False, PRECISION)
+    tail_start = tl.maximum(first_full, m_full)
+    dk, dv = _dkdv_inner(dk, dv, k, v, Qb, DOb, Lb, Db, offs_n, offs_d, tail_start, N_CTX, N_CTX, qk_scale,
+                         HEAD_DIM, BLOCK_D, BLOCK_M, False, True, PRECISION)
+    kv_ptrs = base + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    kv_mask = (offs_n[:, None] < N_CTX) & (offs_d[None, :] < HEAD_DIM)
     tl.store(DK + kv_ptrs, (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + kv_ptrs, dv.to(DV.dtype.element_ty), mask=kv_mask)
 
 
-@triton.autotune(configs=BWD_CONFIGS, key=TUNE_KEY)
+@triton.jit
+def _dq_inner(dq, q, do, lse, delta, K, V, offs_m, offs_d, lo, hi, N_CTX, qk_scale,
+              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+              MASK_CAUSAL: tl.constexpr, MASK_EDGE: tl.constexpr, PRECISION: tl.constexpr):
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k = _load_rows(K, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE)
+        v = _load_rows(V, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE)
+        p = tl.math.exp2(tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale - lse[:, None])
+        if MASK_CAUSAL:
+            p = tl.where(offs_m[:, None] >= offs_n[None, :], p, 0.0)
+        if MASK_EDGE:
+            p = tl.where(offs_n[None, :] < N_CTX, p, 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
+    return dq
+
+
+@triton.autotune(configs=DQ_CONFIGS, key=TUNE_KEY)
 @triton.jit
 def _bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
                    BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
@@ -159,30 +223,27 @@ def _bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DI
     base, row_base = bh * N_CTX * HEAD_DIM, bh * N_CTX
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    q_mask = (offs_m[:, None] < N_CTX) & (offs_d[None, :] < HEAD_DIM)
-    q_ptrs = base + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
-    q = tl.load(Q + q_ptrs, mask=q_mask, other=0.0)
-    do = tl.load(DO + q_ptrs, mask=q_mask, other=0.0)
+    q = _load_rows(Q + base, offs_m, offs_d, N_CTX, HEAD_DIM, BLOCK_D, True)
+    do = _load_rows(DO + base, offs_m, offs_d, N_CTX, HEAD_DIM, BLOCK_D, True)
     lse = tl.load(L + row_base + offs_m, mask=offs_m < N_CTX, other=0.0)
     delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N_CTX, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    hi = tl.minimum(start_m + BLOCK_M, N_CTX) if CAUSAL else N_CTX
-    for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        kv_mask = (offs_n[:, None] < N_CTX) & (offs_d[None, :] < HEAD_DIM)
-        kv_ptrs = base + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
-        k = tl.load(K + kv_ptrs, mask=kv_mask, other=0.0)
-        v = tl.load(V + kv_ptrs, mask=kv_mask, other=0.0)
-        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        p = tl.math.exp2(qk - lse[:, None])
-        keep = offs_n[None, :] < N_CTX
-        if CAUSAL:
-            keep = keep & (offs_m[:, None] >= offs_n[None, :])
-        p = tl.where(keep, p, 0.0)
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-        ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
-    tl.store(DQ + q_ptrs, (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)
+    Kb, Vb = K + base, V + base
+    if CAUSAL:  # full key blocks left of the diagonal, then the masked diagonal
+        dq = _dq_inner(dq, q, do, lse, delta, Kb, Vb, offs_m, offs_d, 0, start_m, N_CTX, qk_scale, HEAD_DIM,
+                       BLOCK_D, BLOCK_N, False, False, PRECISION)
+        diag_end = tl.minimum(start_m + BLOCK_M, N_CTX)
+        dq = _dq_inner(dq, q, do, lse, delta, Kb, Vb, offs_m, offs_d, start_m, diag_end, N_CTX, qk_scale,
+                       HEAD_DIM, BLOCK_D, BLOCK_N, True, False, PRECISION)
+    else:  # full key blocks, then the ragged tail with the edge mask
+        n_full = N_CTX - N_CTX % BLOCK_N
+        dq = _dq_inner(dq, q, do, lse, delta, Kb, Vb, offs_m, offs_d, 0, n_full, N_CTX, qk_scale, HEAD_DIM,
+                       BLOCK_D, BLOCK_N, False, False, PRECISION)
+        dq = _dq_inner(dq, q, do, lse, delta, Kb, Vb, offs_m, offs_d, n_full, N_CTX, N_CTX, qk_scale,
+                       HEAD_DIM, BLOCK_D, BLOCK_N, False, True, PRECISION)
+    q_mask = (offs_m[:, None] < N_CTX) & (offs_d[None, :] < HEAD_DIM)
+    dq_ptrs = DQ + base + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(dq_ptrs, (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)
 
 
 def _launch_args(q: torch.Tensor) -> dict:
