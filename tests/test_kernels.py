@@ -72,6 +72,35 @@ def test_chunked_loss_equals_full_cross_entropy(chunk):
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("vocab", [1000, 5000])  # one partial block; several blocks and a tail
+def test_cross_entropy_kernel_matches_float64(vocab, dtype):
+    from trainperf.kernels.cross_entropy import cross_entropy_grad_
+    logits = (3 * torch.randn(37, vocab, device=DEVICE)).to(dtype)
+    targets = torch.randint(0, vocab, (37,), device=DEVICE)
+    x = logits.double()
+    ref_loss = torch.logsumexp(x, -1) - x.gather(1, targets[:, None]).squeeze(1)
+    ref_grad = torch.softmax(x, -1)
+    ref_grad[torch.arange(37), targets] -= 1.0
+    loss = cross_entropy_grad_(logits, targets, 0.5)
+    assert loss.dtype == torch.float32
+    assert rel_err(loss, ref_loss) < 1e-5
+    assert rel_err(logits, 0.5 * ref_grad) < TOL[dtype]
+
+
+def test_fused_chunked_loss_matches_float64():
+    hidden = torch.randn(2, 25, 16, device=DEVICE, requires_grad=True)
+    weight = torch.randn(3000, 16, device=DEVICE, requires_grad=True)
+    targets = torch.randint(0, 3000, (2, 25), device=DEVICE)
+    loss = chunked_lm_loss(hidden, weight, targets, chunk=16, fused=True)
+    h64, w64 = hidden.detach().double().requires_grad_(), weight.detach().double().requires_grad_()
+    ref = F.cross_entropy((h64 @ w64.t()).reshape(-1, 3000), targets.reshape(-1))
+    assert abs(loss.item() - ref.item()) < 1e-5 * abs(ref.item())
+    for g, r in zip(torch.autograd.grad(3 * loss, (hidden, weight)), torch.autograd.grad(3 * ref, (h64, w64)),
+                    strict=True):
+        assert rel_err(g, r) < 1e-5
+
+
 def test_model_with_every_swap_matches_the_stock_model():
     cfg = LMConfig(vocab_size=50, context_length=16, d_model=32, d_ff=64, n_layers=2, n_heads=4)
     torch.manual_seed(0)

@@ -144,3 +144,16 @@ def test_llama_with_trainperf_swaps_matches_the_stock_model():
                             strict=True):
         ga = torch.autograd.grad(ref, a, retain_graph=True)[0]
         torch.testing.assert_close(b, ga, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_fast_rows_sit_beside_the_stock_rows(db, tmp_path):
+    res = runner.invoke(app, ["llama", "--preset", "tiny", "--batch-seq", "1x32", "--backend", "MATH",
+                              "--fast", "--iters", "2", "--dtype", "fp32", "--device", "cpu", "--db", str(db),
+                              "--out", str(tmp_path), "--quiet"])
+    assert res.exit_code == 0, res.output
+    df = pd.read_csv(tmp_path / "training_timing.csv")
+    assert list(df.status) == ["ok", "ok"] and list(df.backend) == ["MATH", "MATH"]
+    stock, fast = df.iloc[0], df.iloc[1]
+    assert stock.swaps == "none" and fast.swaps == "norm=triton,swiglu=triton,loss=chunked"
+    assert stock.speedup == pytest.approx(1.0)  # the baseline is the stock eager row, not the fast one
+    assert fast.speedup == pytest.approx(stock.mean_s / fast.mean_s)

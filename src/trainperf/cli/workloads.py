@@ -176,12 +176,17 @@ def _attention_plots(records: list[Record], out: Path, quiet: bool) -> None:
             err_console.print(f"wrote {path}")
 
 
+# trainperf's fastest Llama step (--fast): every swap that measured faster on the H100
+# (benchmarks/README.md, section 6).
+FAST_SWAPS = {"norm": "triton", "swiglu": "triton", "loss": "chunked"}
+
 LLAMA_COLUMNS: list[report.Column] = [
     ("backend", report.spec("backend")), ("batch", report.spec("batch")), ("seq", report.spec("seq")),
     ("s/iter mean", report.metric("iter_s_mean")), ("median", report.metric("iter_s_median")),
     ("std", report.metric("iter_s_std", 2)), ("tok/s", report.metric("tokens_per_s", 4)),
     ("TFLOP/s", report.metric("tflops")), ("peak GB", report.metric("peak_mem_gb")),
-    ("K/V heads", report.metric("kv_heads")), ("status", report.status), ("notes", report.notes),
+    ("K/V heads", report.metric("kv_heads")), ("compiled", report.spec("compile")),
+    ("swaps", report.metric("swaps")), ("status", report.status), ("notes", report.notes),
 ]
 
 
@@ -205,8 +210,9 @@ def llama(
     norm: str = typer.Option("torch", help="RMSNorm: torch (transformers') | triton (trainperf's)."),
     swiglu: str = typer.Option("torch", help="SwiGLU activation: torch | triton."),
     loss: str = typer.Option("torch", help="Loss: torch (full logits) | chunked."),
-    fast: bool = typer.Option(False, "--fast", help="All of trainperf's swaps: triton norm and SwiGLU, "
-                                                    "chunked loss (not yet chosen by measurement)."),
+    fast: bool = typer.Option(False, "--fast", help="Also run trainperf's fastest step (Triton norm and "
+                                                    "SwiGLU, fused chunked loss) with the first backend, "
+                                                    "beside the stock rows."),
     out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
 ) -> None:
@@ -233,11 +239,13 @@ def llama(
         raise SpecError(f"--baseline {base!r}; valid choices: {', '.join(BACKENDS)}")
     common = dict(dtype=dtype, optimizer=optimizer, inputs=inputs, preset=preset or (
         None if config or model else ("llama-3.2-1b" if gpu else "tiny")), config=config, model=model,
-        layers=layers, device=dev.type, warmup=warmup, iters=iters or (100 if gpu else 5),
-        norm="triton" if fast else norm, swiglu="triton" if fast else swiglu,
-        loss="chunked" if fast else loss)
-    specs = [LlamaSpec(backend=be, batch=b, seq=n, compile=c, **common)
-             for c in parse_list(compile, on_off, "--compile") for (b, n) in grid for be in backends]
+        layers=layers, device=dev.type, warmup=warmup, iters=iters or (100 if gpu else 5))
+    compiles = parse_list(compile, on_off, "--compile")
+    specs = [LlamaSpec(backend=be, batch=b, seq=n, compile=c, norm=norm, swiglu=swiglu, loss=loss, **common)
+             for c in compiles for (b, n) in grid for be in backends]
+    if fast:
+        specs += [LlamaSpec(backend=backends[0], batch=b, seq=n, compile=c, **FAST_SWAPS, **common)
+                  for c in compiles for (b, n) in grid]
     for s in specs:
         validate(s)
     records = run_and_show("llama", specs, measure_llama, LLAMA_COLUMNS, db=db, device=dev,

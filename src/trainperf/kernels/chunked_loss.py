@@ -3,18 +3,29 @@
 Forward computes, chunk by chunk, the logits, the loss and the gradients of the hidden states
 and of the head weight (softmax − one-hot), so only one [chunk, vocab] block lives at a time;
 backward just scales the stored gradients by the incoming gradient of the mean loss.
+Where Triton runs, the softmax and its gradient are one kernel over the logits in their own
+dtype (`cross_entropy.py`) and every matrix product stays in that dtype; otherwise (the CPU)
+the block is taken to float32 and handled by PyTorch ops.
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
+
+from trainperf.kernels.cross_entropy import cross_entropy_grad_, cross_entropy_grad_reference
 
 CHUNK = 4096
 
 
+def _triton_runs(device: torch.device) -> bool:
+    return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+
+
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, targets, chunk):  # noqa: ANN001, ANN205
+    def forward(ctx, hidden, weight, targets, chunk, fused):  # noqa: ANN001, ANN205
         n = hidden.shape[0]
         acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32, or fp64 for fp64 inputs
         grad_hidden = torch.empty_like(hidden)
@@ -22,27 +33,30 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
         total = torch.zeros((), dtype=acc, device=hidden.device)
         w = weight.to(hidden.dtype)
         for i in range(0, n, chunk):
-            h = hidden[i:i + chunk]
-            logits = (h @ w.t()).to(acc)
-            t = targets[i:i + chunk]
-            lse = torch.logsumexp(logits, dim=-1)
-            total += (lse - logits.gather(1, t[:, None]).squeeze(1)).sum()
-            g = torch.softmax(logits, dim=-1)
-            g[torch.arange(len(t), device=g.device), t] -= 1.0
-            g /= n
-            grad_hidden[i:i + chunk] = (g.to(h.dtype) @ w).to(hidden.dtype)
-            grad_weight += g.t() @ h.to(acc)
+            h, t = hidden[i:i + chunk], targets[i:i + chunk]
+            logits = h @ w.t()
+            if fused:  # the logits block becomes its own gradient, in place
+                total += cross_entropy_grad_(logits, t, 1.0 / n).sum()
+                g = logits
+            else:
+                loss, g = cross_entropy_grad_reference(logits, t, 1.0 / n)
+                total += loss.sum()
+            grad_hidden[i:i + chunk] = g.to(h.dtype) @ w
+            grad_weight += (g.t() @ h.to(g.dtype)).to(acc)
         ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
         return total / n
 
     @staticmethod
     def backward(ctx, grad_out):  # noqa: ANN001, ANN205
         grad_hidden, grad_weight = ctx.saved_tensors
-        return grad_hidden * grad_out, grad_weight * grad_out, None, None
+        return grad_hidden * grad_out, grad_weight * grad_out, None, None, None
 
 
 def chunked_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                    chunk: int = CHUNK) -> torch.Tensor:
-    """Mean next-token cross-entropy of `hidden @ weightᵀ` against `targets`, in chunks."""
+                    chunk: int = CHUNK, fused: bool | None = None) -> torch.Tensor:
+    """Mean next-token cross-entropy of `hidden @ weightᵀ` against `targets`, in chunks.
+    `fused` picks the Triton softmax kernel (default: wherever Triton runs, below float64)."""
     d = hidden.shape[-1]
-    return ChunkedLinearCrossEntropy.apply(hidden.reshape(-1, d), weight, targets.reshape(-1), chunk)
+    if fused is None:
+        fused = _triton_runs(hidden.device) and hidden.dtype != torch.float64
+    return ChunkedLinearCrossEntropy.apply(hidden.reshape(-1, d), weight, targets.reshape(-1), chunk, fused)

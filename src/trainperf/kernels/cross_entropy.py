@@ -1,0 +1,61 @@
+"""Cross-entropy loss and its logits gradient in one Triton kernel, written over the logits.
+
+Per row (one program each): an online max / sum-exp pass gives lse, the loss is lse − x[target],
+and a second pass overwrites the logits with (softmax − one-hot) · scale in their own dtype. So
+bf16 logits are read twice and written once, with no float32 copy: the chunked LM loss uses this
+to cut the memory traffic of the [tokens, vocab] block, the largest elementwise work of a step.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_V = 2048
+
+
+def cross_entropy_grad_reference(logits: torch.Tensor, targets: torch.Tensor, scale: float
+                                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row loss and (softmax − one-hot) · scale, computed in (at least) float32."""
+    x = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    lse = torch.logsumexp(x, dim=-1)
+    loss = lse - x.gather(1, targets[:, None]).squeeze(1)
+    grad = torch.softmax(x, dim=-1)
+    grad[torch.arange(len(targets), device=grad.device), targets] -= 1.0
+    return loss, grad * scale
+
+
+@triton.jit
+def _ce_kernel(X, T, LOSS, stride, V, scale, BLOCK: tl.constexpr):
+    row_ptr = X + tl.program_id(0).to(tl.int64) * stride
+    target = tl.load(T + tl.program_id(0))
+    m = tl.full([BLOCK], float("-inf"), dtype=tl.float32)
+    s = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, V, BLOCK):  # online max and sum of exp, lane-wise
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(row_ptr + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+        m_new = tl.maximum(m, x)
+        s = tl.where(m_new > float("-inf"), s * tl.exp(m - m_new) + tl.exp(x - m_new), 0.0)
+        m = m_new
+    m_row = tl.max(m, 0)
+    lse = m_row + tl.log(tl.sum(s * tl.exp(m - m_row), 0))
+    x_target = tl.load(row_ptr + target).to(tl.float32)
+    tl.store(LOSS + tl.program_id(0), lse - x_target)
+    for start in range(0, V, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(row_ptr + cols, mask=cols < V, other=0.0).to(tl.float32)
+        g = tl.exp(x - lse) - tl.where(cols == target, 1.0, 0.0)
+        tl.store(row_ptr + cols, (g * scale).to(X.dtype.element_ty), mask=cols < V)
+
+
+def cross_entropy_grad_(logits: torch.Tensor, targets: torch.Tensor, scale: float) -> torch.Tensor:
+    """Per-row float32 loss; `logits` ([rows, vocab], rows contiguous) become the gradient
+    (softmax − one-hot) · scale in place."""
+    if logits.dim() != 2 or logits.stride(1) != 1:
+        raise ValueError(f"logits must be [rows, vocab] with contiguous rows, got {tuple(logits.shape)}")
+    rows, vocab = logits.shape
+    loss = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    block = min(BLOCK_V, triton.next_power_of_2(vocab))
+    _ce_kernel[(rows,)](logits, targets, loss, logits.stride(0), vocab, scale, BLOCK=block, num_warps=8)
+    return loss
