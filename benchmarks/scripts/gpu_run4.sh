@@ -4,7 +4,7 @@ RUN=${RUN:-run4}
 source benchmarks/scripts/common.sh
 TRAINPERF_TRITON_TUNE=0 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_attention_impls.py \
   tests/test_kernels.py > "$RES/pytest_gpu.txt" 2>&1; tail -3 "$RES/pytest_gpu.txt"
-A="tp attention --db $RES/attention.db --out $RES/plots --dtype bf16 --causal on --quiet"
+A="python3 -m trainperf attention --db $RES/attention.db --out $RES/plots --dtype bf16 --causal on --quiet"
 IMPLS=sdpa-cudnn,sdpa-flash,triton-fa2
 timeout 150 $A --impl $IMPLS,sdpa-efficient --batch 1 --heads 16 --seq 16384 --head-dim 64 --mode fwd+bwd,fwd,bwd \
   | tee "$RES/attention_reference.txt"
