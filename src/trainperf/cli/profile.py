@@ -125,19 +125,27 @@ def profile_llama(
     dtype: str = typer.Option("bf16", help="bf16 | fp16 | fp32."),
     layers: int = typer.Option(None, help="Decoder layers to keep."),
     preset: str = typer.Option(None, help="llama-3.2-1b | tiny."),
+    norm: str = typer.Option("torch", help="RMSNorm: torch | triton."),
+    swiglu: str = typer.Option("torch", help="SwiGLU activation: torch | triton."),
+    loss: str = typer.Option("torch", help="Loss: torch | chunked."),
+    fast: bool = typer.Option(False, "--fast", help="Every swap of `trainperf llama --fast`."),
     steps: int = ProfStepsOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
     ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Breakdown of a Hugging Face Llama training iteration by module range."""
+    from trainperf.cli.workloads import FAST_SWAPS
     from trainperf.workloads.llama_sdpa import LlamaSpec, LlamaStep, choose_kv_mode, validate
 
     dev = device_or_fail(device)
     gpu = dev.type == "cuda"
     b, n = batch_seq_pair(batch_seq or ("1x4096" if gpu else "1x64"))
+    swaps = FAST_SWAPS if fast else {"norm": norm, "swiglu": swiglu, "loss": loss}
     spec = LlamaSpec(backend=backend or ("CUDNN_ATTENTION" if gpu else "MATH"), batch=b, seq=n, dtype=dtype,
-                     layers=layers, preset=preset or ("llama-3.2-1b" if gpu else "tiny"), device=dev.type)
+                     layers=layers, preset=preset or ("llama-3.2-1b" if gpu else "tiny"), device=dev.type,
+                     **swaps)
     validate(spec)
-    name = f"llama_{spec.backend.lower()}_{b}x{n}"
+    name = f"llama_{spec.backend.lower()}_{b}x{n}" + "".join(f"_{k}-{v}" for k, v in swaps.items()
+                                                             if v != "torch")
     if nsys:
         return _nsys_line(_argv_without("--nsys"), name)
     step = LlamaStep(spec, dev)
