@@ -1,6 +1,7 @@
 import pandas as pd
 import pytest
 import torch
+from conftest import rel_err
 from typer.testing import CliRunner
 
 from trainperf.cli import app
@@ -127,7 +128,8 @@ def test_llama_with_trainperf_swaps_matches_the_stock_model():
     stock = hf_llama.build_model(cfg, torch.float32, torch.device("cpu"))
     torch.manual_seed(0)
     fast = hf_llama.build_model(cfg, torch.float32, torch.device("cpu"))
-    assert hf_llama.apply_swaps(fast, norm="triton", swiglu="triton") == ["norm=triton", "swiglu=triton"]
+    assert hf_llama.apply_swaps(fast, norm="triton", swiglu="triton", rope="triton") == [
+        "norm=triton", "swiglu=triton", "rope=triton"]
     assert "Triton" in type(fast.model.norm).__name__
     for m in (stock, fast):
         hf_llama.set_attention(m, hf_llama.attention_name("MATH", False))
@@ -154,6 +156,47 @@ def test_fast_rows_sit_beside_the_stock_rows(db, tmp_path):
     df = pd.read_csv(tmp_path / "training_timing.csv")
     assert list(df.status) == ["ok", "ok"] and list(df.backend) == ["MATH", "MATH"]
     stock, fast = df.iloc[0], df.iloc[1]
-    assert stock.swaps == "none" and fast.swaps == "norm=triton,swiglu=triton,loss=chunked"
+    assert stock.swaps == "none" and fast.swaps == "norm=triton,swiglu=triton,rope=triton,loss=chunked"
     assert stock.speedup == pytest.approx(1.0)  # the baseline is the stock eager row, not the fast one
     assert fast.speedup == pytest.approx(stock.mean_s / fast.mean_s)
+
+
+def test_hf_rope_kernel_matches_transformers_on_a_transposed_view():
+    """The layout Llama's attention hands over: q viewed [b, n, h, d] and transposed, per-batch
+    cos/sin with repeated halves. Stock transformers in float64 is the reference."""
+    pytest.importorskip("triton")
+    from transformers.models.llama import modeling_llama
+
+    from trainperf.kernels.rope import rope_triton_hf
+    b, n, h, d = 2, 19, 3, 16
+    q = torch.randn(b, n, h, d).transpose(1, 2).requires_grad_()
+    angles = torch.rand(b, n, d // 2) * 6
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    out = rope_triton_hf(q, cos, sin)
+    q64 = q.detach().double().requires_grad_()
+    ref, _ = modeling_llama.apply_rotary_pos_emb(q64, q64, cos.double(), sin.double())
+    assert rel_err(out, ref) < 1e-6
+    dout = torch.randn_like(out)
+    grad, ref_grad = torch.autograd.grad(out, q, dout)[0], torch.autograd.grad(ref, q64, dout.double())[0]
+    assert rel_err(grad, ref_grad) < 1e-6
+
+
+def test_rope_swap_leaves_other_models_stock(monkeypatch):
+    """The rope dispatcher is process-wide; only the swapped model may take the Triton path."""
+    pytest.importorskip("triton")
+    import trainperf.kernels.rope as rope_mod
+
+    cfg = hf_llama.load_config("tiny")
+    swapped, other = (hf_llama.build_model(cfg, torch.float32, torch.device("cpu")) for _ in range(2))
+    hf_llama.apply_swaps(swapped, rope="triton")
+    calls = []
+    real = rope_mod.rope_triton_hf
+    monkeypatch.setattr(rope_mod, "rope_triton_hf", lambda *a: calls.append(1) or real(*a))
+    inputs = {"inputs_embeds": torch.randn(1, 8, cfg.hidden_size),
+              "attention_mask": torch.ones(1, 8, dtype=torch.long)}
+    for m in (swapped, other):
+        hf_llama.set_attention(m, hf_llama.attention_name("MATH", False))
+    other(**inputs)
+    assert calls == []
+    swapped(**inputs)
+    assert len(calls) == 2 * cfg.num_hidden_layers  # q and k in every layer

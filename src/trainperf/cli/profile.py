@@ -127,6 +127,7 @@ def profile_llama(
     preset: str = typer.Option(None, help="llama-3.2-1b | tiny."),
     norm: str = typer.Option("torch", help="RMSNorm: torch | triton."),
     swiglu: str = typer.Option("torch", help="SwiGLU activation: torch | triton."),
+    rope: str = typer.Option("torch", help="Rotary embedding: torch | triton."),
     loss: str = typer.Option("torch", help="Loss: torch | chunked."),
     fast: bool = typer.Option(False, "--fast", help="Every swap of `trainperf llama --fast`."),
     steps: int = ProfStepsOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
@@ -139,7 +140,7 @@ def profile_llama(
     dev = device_or_fail(device)
     gpu = dev.type == "cuda"
     b, n = batch_seq_pair(batch_seq or ("1x4096" if gpu else "1x64"))
-    swaps = FAST_SWAPS if fast else {"norm": norm, "swiglu": swiglu, "loss": loss}
+    swaps = FAST_SWAPS if fast else {"norm": norm, "swiglu": swiglu, "rope": rope, "loss": loss}
     spec = LlamaSpec(backend=backend or ("CUDNN_ATTENTION" if gpu else "MATH"), batch=b, seq=n, dtype=dtype,
                      layers=layers, preset=preset or ("llama-3.2-1b" if gpu else "tiny"), device=dev.type,
                      **swaps)

@@ -178,7 +178,7 @@ def _attention_plots(records: list[Record], out: Path, quiet: bool) -> None:
 
 # trainperf's fastest Llama step (--fast): every swap that measured faster on the H100
 # (benchmarks/README.md, section 6).
-FAST_SWAPS = {"norm": "triton", "swiglu": "triton", "loss": "chunked"}
+FAST_SWAPS = {"norm": "triton", "swiglu": "triton", "rope": "triton", "loss": "chunked"}
 
 LLAMA_COLUMNS: list[report.Column] = [
     ("backend", report.spec("backend")), ("batch", report.spec("batch")), ("seq", report.spec("seq")),
@@ -209,10 +209,11 @@ def llama(
     baseline: str = typer.Option(None, help="Backend that speed-ups are relative to."),
     norm: str = typer.Option("torch", help="RMSNorm: torch (transformers') | triton (trainperf's)."),
     swiglu: str = typer.Option("torch", help="SwiGLU activation: torch | triton."),
+    rope: str = typer.Option("torch", help="Rotary embedding: torch | triton."),
     loss: str = typer.Option("torch", help="Loss: torch (full logits) | chunked."),
-    fast: bool = typer.Option(False, "--fast", help="Also run trainperf's fastest step (Triton norm and "
-                                                    "SwiGLU, fused chunked loss) with the first backend, "
-                                                    "beside the stock rows."),
+    fast: bool = typer.Option(False, "--fast", help="Also run trainperf's fastest step (Triton norm, "
+                                                    "SwiGLU and RoPE, fused chunked loss) with the first "
+                                                    "backend, beside the stock rows."),
     out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
 ) -> None:
@@ -241,7 +242,8 @@ def llama(
         None if config or model else ("llama-3.2-1b" if gpu else "tiny")), config=config, model=model,
         layers=layers, device=dev.type, warmup=warmup, iters=iters or (100 if gpu else 5))
     compiles = parse_list(compile, on_off, "--compile")
-    specs = [LlamaSpec(backend=be, batch=b, seq=n, compile=c, norm=norm, swiglu=swiglu, loss=loss, **common)
+    specs = [LlamaSpec(backend=be, batch=b, seq=n, compile=c, norm=norm, swiglu=swiglu, rope=rope,
+                       loss=loss, **common)
              for c in compiles for (b, n) in grid for be in backends]
     if fast:
         specs += [LlamaSpec(backend=backends[0], batch=b, seq=n, compile=c, **FAST_SWAPS, **common)

@@ -11,6 +11,7 @@ never a silent fallback. Backends that reject grouped-query attention get K/V he
 
 from __future__ import annotations
 
+import contextvars
 import json
 from pathlib import Path
 
@@ -104,8 +105,9 @@ def set_attention(model: torch.nn.Module, name: str) -> None:
 SWAPS = ("torch", "triton")
 
 
-def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torch") -> list[str]:
-    """Put trainperf's Triton RMSNorm and SwiGLU kernels into a transformers Llama, in place.
+def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torch",
+                rope: str = "torch") -> list[str]:
+    """Put trainperf's Triton RMSNorm, SwiGLU and RoPE kernels into a transformers Llama, in place.
 
     Weights stay where they are (the norm modules are replaced by ones sharing the weight).
     Returns what was swapped, for the record.
@@ -130,7 +132,38 @@ def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torc
             if type(module).__name__.endswith("MLP") and hasattr(module, "gate_proj"):
                 module.forward = types.MethodType(_swiglu_mlp_forward, module)
         done.append("swiglu=triton")
+    if rope == "triton":
+        _install_rope_dispatch()
+        model.register_forward_pre_hook(lambda m, args: setattr(m, "_rope_token", _TRITON_ROPE.set(True)))
+        model.register_forward_hook(lambda m, args, out: _TRITON_ROPE.reset(m._rope_token))
+        done.append("rope=triton")
     return done
+
+
+# transformers' Llama calls the module-level apply_rotary_pos_emb; it is replaced once by a
+# dispatcher that takes the Triton path only while a model swapped with rope=triton runs forward
+# (the flag below), so other models in the process keep the stock function.
+_TRITON_ROPE: contextvars.ContextVar[bool] = contextvars.ContextVar("trainperf_triton_rope", default=False)
+
+
+def _install_rope_dispatch() -> None:
+    from transformers.models.llama import modeling_llama
+
+    stock = modeling_llama.apply_rotary_pos_emb
+    if getattr(stock, "trainperf_dispatch", False):
+        return
+
+    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):  # noqa: ANN001, ANN202
+        if not (_TRITON_ROPE.get() and unsqueeze_dim == 1):
+            return stock(q, k, cos, sin, unsqueeze_dim)
+        from trainperf.kernels import require_triton
+        from trainperf.kernels.rope import rope_triton_hf
+
+        require_triton(q.device, "--rope triton")
+        return rope_triton_hf(q, cos, sin), rope_triton_hf(k, cos, sin)
+
+    apply_rotary_pos_emb.trainperf_dispatch = True
+    modeling_llama.apply_rotary_pos_emb = apply_rotary_pos_emb
 
 
 def _swiglu_mlp_forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: ANN001

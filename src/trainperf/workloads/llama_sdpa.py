@@ -53,11 +53,12 @@ class LlamaSpec:
     iters: int = 100
     norm: str = "torch"  # torch | triton (trainperf's fused RMSNorm)
     swiglu: str = "torch"  # torch | triton
+    rope: str = "torch"  # torch | triton
     loss: str = "torch"  # torch | chunked (LM head + cross-entropy without full fp32 logits)
 
     def label(self) -> str:
         swaps = "".join(f" {k}={v}" for k, v in (("norm", self.norm), ("swiglu", self.swiglu),
-                                                  ("loss", self.loss)) if v != "torch")
+                                                  ("rope", self.rope), ("loss", self.loss)) if v != "torch")
         return f"{self.backend} {self.batch}x{self.seq}{' compiled' if self.compile else ''}{swaps}"
 
 
@@ -69,6 +70,7 @@ def validate(spec: LlamaSpec) -> None:
     check_choice("dtype", spec.dtype, DTYPES)
     check_choice("norm", spec.norm, hf_llama.SWAPS)
     check_choice("swiglu", spec.swiglu, hf_llama.SWAPS)
+    check_choice("rope", spec.rope, hf_llama.SWAPS)
     check_choice("loss", spec.loss, ("torch", "chunked"))
     try:
         hf_llama.load_config(spec.preset, spec.config, spec.model, spec.layers)
@@ -87,7 +89,7 @@ class LlamaStep:
         torch.manual_seed(0)
         self.cfg = hf_llama.load_config(spec.preset, spec.config, spec.model, spec.layers)
         self.model = hf_llama.build_model(self.cfg, DTYPES[spec.dtype], device)
-        self.swaps = hf_llama.apply_swaps(self.model, spec.norm, spec.swiglu)
+        self.swaps = hf_llama.apply_swaps(self.model, spec.norm, spec.swiglu, spec.rope)
         self.chunked = spec.loss == "chunked"
         if self.chunked:
             self.swaps.append("loss=chunked")
