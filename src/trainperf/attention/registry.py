@@ -80,8 +80,7 @@ def get_attention(name: str, device: torch.device | None = None) -> AttentionFn:
         raise ValueError(f"unknown attention {name!r}; valid choices: {', '.join(NAMES)}")
     if device is not None and device.type != "cuda" and name in GPU_ONLY:
         raise Unsupported(f"{name} needs a CUDA GPU")
-    if name == "triton-fa2" and device is not None and device.type != "cuda":
-        import os
-        if os.environ.get("TRITON_INTERPRET") != "1":
-            raise Unsupported("triton-fa2 needs a CUDA GPU (or TRITON_INTERPRET=1 on the CPU)")
+    if name == "triton-fa2" and device is not None:
+        from trainperf.kernels import require_triton
+        require_triton(device, "triton-fa2")
     return _FACTORIES[name]()

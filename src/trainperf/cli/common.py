@@ -30,6 +30,10 @@ DeviceOpt = typer.Option("auto", help="auto | cpu | cuda | cuda:N")
 RerunOpt = typer.Option(False, "--rerun", help="Measure again cases already in the store.")
 QuietOpt = typer.Option(False, "--quiet", help="No progress bar.")
 JsonOpt = typer.Option(False, "--json", help="Print the records as JSON instead of a table.")
+# One implementation each of the swappable parts (`step` takes lists of them instead).
+SwigluOpt = typer.Option("torch", help="SwiGLU activation: torch | triton.")
+RopeOpt = typer.Option("torch", help="Rotary embedding: torch | triton.")
+LossOpt = typer.Option("torch", help="Loss: torch (full logits) | chunked.")
 
 
 def fail(message: str) -> None:

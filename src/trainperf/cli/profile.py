@@ -11,6 +11,9 @@ import typer
 from trainperf.cli.common import (
     DeviceOpt,
     JsonOpt,
+    LossOpt,
+    RopeOpt,
+    SwigluOpt,
     app,
     batch_seq_pair,
     cli_errors,
@@ -30,6 +33,11 @@ ProfOut = typer.Option(Path("trainperf-out"), "--out", help="Folder for the brea
 NsysOpt = typer.Option(False, "--nsys", help="Print the nsys command line for this profile and exit.")
 RangesOnlyOpt = typer.Option(False, "--ranges-only", help="Run with NVTX ranges, no profiler (under nsys).")
 ProfStepsOpt = typer.Option(1, "--steps", help="Profiled steps.")
+
+
+def _swap_suffix(swaps: dict[str, str]) -> str:
+    """File-name part naming every implementation that is not the stock `torch` one."""
+    return "".join(f"_{k}-{v}" for k, v in swaps.items() if v != "torch")
 
 
 def _profile_and_show(name: str, step, model, dev, steps: int, ranges_only: bool, out: Path,
@@ -95,9 +103,7 @@ def profile_step(
     compile: str = typer.Option("off", help="off | on."),
     attention: str = typer.Option("sdpa", help="Attention implementation."),
     norm: str = typer.Option("torch", help="RMSNorm implementation: torch | fused | triton | cudnn."),
-    rope: str = typer.Option("torch", help="RoPE implementation: torch | triton."),
-    swiglu: str = typer.Option("torch", help="SwiGLU activation: torch | triton."),
-    loss: str = typer.Option("torch", help="Loss: torch | chunked."),
+    rope: str = RopeOpt, swiglu: str = SwigluOpt, loss: str = LossOpt,
     steps: int = ProfStepsOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
     ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
 ) -> None:
@@ -107,8 +113,7 @@ def profile_step(
     dev = device_or_fail(device)
     spec = _step_spec(dev, size, context, batch, precision, compile=on_off(compile), attention=attention,
                       norm=norm, rope=rope, swiglu=swiglu, loss=loss)
-    choices = (("rope", rope), ("swiglu", swiglu), ("loss", loss))
-    swaps = "".join(f"_{k}-{v}" for k, v in choices if v != "torch")
+    swaps = _swap_suffix({"rope": rope, "swiglu": swiglu, "loss": loss})
     name = f"step_{spec.size}_ctx{spec.context}_{spec.precision}_{spec.attention}_{spec.norm}{swaps}"
     if nsys:
         return _nsys_line(_argv_without("--nsys"), name)
@@ -126,16 +131,13 @@ def profile_llama(
     layers: int = typer.Option(None, help="Decoder layers to keep."),
     preset: str = typer.Option(None, help="llama-3.2-1b | tiny."),
     norm: str = typer.Option("torch", help="RMSNorm: torch | triton."),
-    swiglu: str = typer.Option("torch", help="SwiGLU activation: torch | triton."),
-    rope: str = typer.Option("torch", help="Rotary embedding: torch | triton."),
-    loss: str = typer.Option("torch", help="Loss: torch | chunked."),
+    swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt,
     fast: bool = typer.Option(False, "--fast", help="Every swap of `trainperf llama --fast`."),
     steps: int = ProfStepsOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
     ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Breakdown of a Hugging Face Llama training iteration by module range."""
-    from trainperf.cli.workloads import FAST_SWAPS
-    from trainperf.workloads.llama_sdpa import LlamaSpec, LlamaStep, choose_kv_mode, validate
+    from trainperf.workloads.llama_sdpa import FAST_SWAPS, LlamaSpec, LlamaStep, choose_kv_mode, validate
 
     dev = device_or_fail(device)
     gpu = dev.type == "cuda"
@@ -145,8 +147,7 @@ def profile_llama(
                      layers=layers, preset=preset or ("llama-3.2-1b" if gpu else "tiny"), device=dev.type,
                      **swaps)
     validate(spec)
-    name = f"llama_{spec.backend.lower()}_{b}x{n}" + "".join(f"_{k}-{v}" for k, v in swaps.items()
-                                                             if v != "torch")
+    name = f"llama_{spec.backend.lower()}_{b}x{n}{_swap_suffix(swaps)}"
     if nsys:
         return _nsys_line(_argv_without("--nsys"), name)
     step = LlamaStep(spec, dev)

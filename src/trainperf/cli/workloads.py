@@ -11,9 +11,12 @@ from trainperf.cli.common import (
     DbOpt,
     DeviceOpt,
     JsonOpt,
+    LossOpt,
     OutOpt,
     QuietOpt,
     RerunOpt,
+    RopeOpt,
+    SwigluOpt,
     app,
     batch_seq_pair,
     cli_errors,
@@ -176,10 +179,6 @@ def _attention_plots(records: list[Record], out: Path, quiet: bool) -> None:
             err_console.print(f"wrote {path}")
 
 
-# trainperf's fastest Llama step (--fast): the swaps that measured faster on the H100
-# (benchmarks/README.md, section 8). --rope triton is left out: it measured no gain there.
-FAST_SWAPS = {"norm": "triton", "swiglu": "triton", "loss": "chunked"}
-
 LLAMA_COLUMNS: list[report.Column] = [
     ("backend", report.spec("backend")), ("batch", report.spec("batch")), ("seq", report.spec("seq")),
     ("s/iter mean", report.metric("iter_s_mean")), ("median", report.metric("iter_s_median")),
@@ -208,9 +207,7 @@ def llama(
     model: str = typer.Option(None, help="A hub model id (the only option that uses the network)."),
     baseline: str = typer.Option(None, help="Backend that speed-ups are relative to."),
     norm: str = typer.Option("torch", help="RMSNorm: torch (transformers') | triton (trainperf's)."),
-    swiglu: str = typer.Option("torch", help="SwiGLU activation: torch | triton."),
-    rope: str = typer.Option("torch", help="Rotary embedding: torch | triton."),
-    loss: str = typer.Option("torch", help="Loss: torch (full logits) | chunked."),
+    swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt,
     fast: bool = typer.Option(False, "--fast", help="Also run trainperf's fastest step (Triton norm and "
                                                     "SwiGLU, fused chunked loss) with the first backend, "
                                                     "beside the stock rows."),
@@ -222,6 +219,7 @@ def llama(
     from trainperf.workloads.llama_sdpa import (
         CPU_GRID,
         DEFAULT_GRID,
+        FAST_SWAPS,
         LlamaSpec,
         measure_llama,
         timing_table,

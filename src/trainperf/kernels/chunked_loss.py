@@ -10,17 +10,12 @@ the block is taken to float32 and handled by PyTorch ops.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from trainperf.kernels import triton_runs
 from trainperf.kernels.cross_entropy import cross_entropy_grad_, cross_entropy_grad_reference
 
 CHUNK = 4096
-
-
-def _triton_runs(device: torch.device) -> bool:
-    return device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 
 
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
@@ -58,5 +53,5 @@ def chunked_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
     `fused` picks the Triton softmax kernel (default: wherever Triton runs, below float64)."""
     d = hidden.shape[-1]
     if fused is None:
-        fused = _triton_runs(hidden.device) and hidden.dtype != torch.float64
+        fused = triton_runs(hidden.device) and hidden.dtype != torch.float64
     return ChunkedLinearCrossEntropy.apply(hidden.reshape(-1, d), weight, targets.reshape(-1), chunk, fused)

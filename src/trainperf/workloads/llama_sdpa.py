@@ -30,6 +30,9 @@ from trainperf.workloads.step import Phase, no_phase
 DEFAULT_GRID = ((1, 16384), (2, 8192), (3, 4096), (6, 2048), (12, 1024), (24, 768))
 CPU_GRID = ((1, 128), (2, 64))
 OPTIMIZERS = ("sgd", "adamw", "none")
+# trainperf's fastest Llama step (`llama --fast`): the swaps that measured faster on the H100
+# (benchmarks/README.md, section 8). rope=triton is left out: it measured no gain there.
+FAST_SWAPS = {"norm": "triton", "swiglu": "triton", "loss": "chunked"}
 INPUTS = ("embeds", "ids")
 # Phrases PyTorch uses when a pinned SDPA backend cannot take the call.
 NO_KERNEL = ("No available kernel", "No viable backend")
