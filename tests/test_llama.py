@@ -6,6 +6,7 @@ from typer.testing import CliRunner
 
 from trainperf.cli import app
 from trainperf.core.plots import grouped_bars
+from trainperf.core.record import Record
 from trainperf.core.runner import measure_case
 from trainperf.core.store import Store
 from trainperf.models import hf_llama
@@ -202,3 +203,41 @@ def test_rope_swap_leaves_other_models_stock(monkeypatch):
     assert calls == []
     swapped(**inputs)
     assert len(calls) == 2 * cfg.num_hidden_layers  # q and k in every layer
+
+
+def test_compiling_each_decoder_layer_keeps_the_loss_and_gradients():
+    """--compile layers: every decoder layer is compiled on its own, the numbers stay the eager ones."""
+    spec = tiny(backend="FLASH_ATTENTION")  # MATH attention is decomposed by the compiler, FLASH stays an op
+    eager, regional = llama_sdpa.LlamaStep(spec, torch.device("cpu")), llama_sdpa.LlamaStep(
+        llama_sdpa.LlamaSpec(**{**spec.__dict__, "compile": "layers"}), torch.device("cpu"))
+    assert all(layer._compiled_call_impl is not None for layer in regional.model.model.layers)
+    assert eager.model.model.layers[0]._compiled_call_impl is None
+    for step in (eager, regional):
+        step.opt = None  # compare the gradients of one iteration, before any update
+        hf_llama.set_attention(step.model, hf_llama.attention_name("FLASH_ATTENTION", False))
+    torch.testing.assert_close(regional(), eager(), rtol=1e-5, atol=1e-5)
+    for (name, a), b in zip(eager.model.named_parameters(), regional.model.parameters(), strict=True):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def _row(backend, mean_s, compile="off", swaps="none", batch=1, seq=32):
+    spec = tiny(backend=backend, batch=batch, seq=seq, compile=compile)
+    return Record("llama", spec.__dict__, "ok", {"iter_s_mean": mean_s, "swaps": swaps})
+
+
+def test_best_stock_is_the_fastest_row_without_swaps_eager_or_compiled():
+    records = [_row("MATH", 4.0), _row("FLASH_ATTENTION", 2.0, compile="on"), _row("FLASH_ATTENTION", 3.0),
+               _row("FLASH_ATTENTION", 1.0, compile="layers", swaps="loss=chunked"),
+               _row("FLASH_ATTENTION", 0.5, swaps="norm=triton"), _row("MATH", 8.0, batch=2, seq=16)]
+    df = llama_sdpa.timing_table(records, baseline="MATH")
+    # per-layer compile and swapped rows are trainperf's, not stock: they never set the bar
+    assert list(df.vs_best_stock) == pytest.approx([0.5, 1.0, 2 / 3, 2.0, 4.0, 1.0])
+    assert list(df.speedup) == pytest.approx([1.0, 2.0, 4 / 3, 4.0, 8.0, 1.0])
+
+
+def test_records_from_before_the_compile_modes_read_as_on_and_off():
+    old = [Record("llama", {**_row("MATH", 2.0).spec, "compile": c}, "ok",
+                  {"iter_s_mean": t, "swaps": "none"})
+           for c, t in ((False, 2.0), (True, 1.0))]
+    df = llama_sdpa.timing_table(old, baseline="MATH")
+    assert list(df.compile) == ["off", "on"] and list(df.speedup) == pytest.approx([1.0, 2.0])

@@ -7,7 +7,8 @@ exp2. Forward saves O and L = m + log2(l) per row. Backward is three kernels and
   2. dK, dV: one program per key block, looping over the query blocks that see it
   3. dQ:     one program per query block, looping over the key blocks it sees
 Every loop is split into full blocks, which run without masks, and the few blocks that need
-one (the causal diagonal, the ragged end of the sequence). Any sequence length works; head dims
+one (the causal diagonal, the ragged end of the sequence). With a causal mask the forward and dQ
+programs take their query blocks longest-first (the dK/dV order is longest-first already). Any sequence length works; head dims
 up to 128 (padded to a power of two).
 Tile sizes are autotuned per (sequence, head dim, causal); the interpreter uses one small tile.
 """
@@ -42,11 +43,14 @@ def _configs(shapes: list[tuple[int, int, int, int]], interpret: tuple[int, int]
 # BLOCK_M (queries) is a multiple of BLOCK_N (keys) in the forward and dQ kernels, and BLOCK_N a
 # multiple of BLOCK_M in the dK/dV kernel, so a diagonal never straddles a block of the other kind.
 FWD_CONFIGS = _configs([(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3),
-                        (128, 32, 4, 4), (128, 64, 4, 4)], interpret=(32, 16))
+                        (128, 32, 4, 4), (128, 64, 4, 4), (128, 64, 4, 2), (128, 128, 8, 2)],
+                       interpret=(32, 16))
 DKDV_CONFIGS = _configs([(64, 64, 4, 3), (32, 128, 4, 3), (32, 128, 4, 5), (64, 128, 8, 3),
-                         (64, 128, 4, 3), (32, 64, 4, 4)], interpret=(16, 32))
+                         (64, 128, 4, 3), (32, 64, 4, 4), (64, 128, 8, 2), (32, 128, 8, 4)],
+                        interpret=(16, 32))
 DQ_CONFIGS = _configs([(64, 64, 4, 3), (128, 32, 4, 3), (128, 32, 4, 5), (128, 64, 8, 3),
-                       (128, 64, 4, 3), (64, 32, 4, 4)], interpret=(32, 16))
+                       (128, 64, 4, 3), (64, 32, 4, 4), (128, 64, 8, 2), (128, 32, 8, 4)],
+                      interpret=(32, 16))
 TUNE_KEY = ["N_CTX", "HEAD_DIM", "CAUSAL"]
 
 
@@ -66,23 +70,39 @@ def _load_rows(ptr, rows, offs_d, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D: tl.con
 
 
 @triton.jit
+def _heavy_first(CAUSAL: tl.constexpr):
+    """This program's query block. With a causal mask the last query blocks see the most keys,
+    so they go first: the GPU's last wave is then short blocks, not long ones."""
+    pid = tl.program_id(0)
+    if CAUSAL:
+        pid = tl.num_programs(0) - 1 - pid
+    return pid
+
+
+@triton.jit
 def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, offs_d, lo, hi, N_CTX, qk_scale,
                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
                MASK_CAUSAL: tl.constexpr, MASK_EDGE: tl.constexpr, PRECISION: tl.constexpr):
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k = _load_rows(k_base, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE)
-        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
-        if MASK_CAUSAL:  # keys past the sequence are past every valid query too
-            qk = tl.where(offs_m[:, None] >= offs_n[None, :], qk, float("-inf"))
-        if MASK_EDGE:
-            qk = tl.where(offs_n[None, :] < N_CTX, qk, float("-inf"))
-        m_ij = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.math.exp2(qk - m_ij[:, None])
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        if MASK_CAUSAL or MASK_EDGE:
+            qk = qk * qk_scale
+            if MASK_CAUSAL:  # keys past the sequence are past every valid query too
+                qk = tl.where(offs_m[:, None] >= offs_n[None, :], qk, float("-inf"))
+            if MASK_EDGE:
+                qk = tl.where(offs_n[None, :] < N_CTX, qk, float("-inf"))
+            m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            qk = qk - m_ij[:, None]
+        else:  # scale and shift in one fused multiply-add per score
+            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            qk = qk * qk_scale - m_ij[:, None]
+        p = tl.math.exp2(qk)
         alpha = tl.math.exp2(m_i - m_ij)
         l_i = l_i * alpha + tl.sum(p, 1)
         v = _load_rows(v_base, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
         m_i = m_ij
     return acc, l_i, m_i
 
@@ -92,7 +112,7 @@ def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, offs_d, lo, hi, N_CTX, 
 def _fwd_kernel(Q, K, V, O, L, qk_scale, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                 CAUSAL: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr):
-    start_m = tl.program_id(0) * BLOCK_M
+    start_m = _heavy_first(CAUSAL) * BLOCK_M
     base = tl.program_id(1).to(tl.int64) * N_CTX * HEAD_DIM
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
@@ -155,10 +175,10 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, L, Delta, offs_n, offs_d, lo, hi, N_CTX, qk
         p_t = tl.math.exp2(tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale - lse[None, :])
         if MASK_CAUSAL:
             p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
-        dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)
+        dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PRECISION)
         dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
         ds_t = p_t * (dp_t - delta[None, :])
-        dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
+        dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=PRECISION)
     return dk, dv
 
 
@@ -209,7 +229,7 @@ def _dq_inner(dq, q, do, lse, delta, K, V, offs_m, offs_d, lo, hi, N_CTX, qk_sca
             p = tl.where(offs_n[None, :] < N_CTX, p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
     return dq
 
 
@@ -218,7 +238,7 @@ def _dq_inner(dq, q, do, lse, delta, K, V, offs_m, offs_d, lo, hi, N_CTX, qk_sca
 def _bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
                    BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    start_m = tl.program_id(0) * BLOCK_M
+    start_m = _heavy_first(CAUSAL) * BLOCK_M
     bh = tl.program_id(1).to(tl.int64)
     base, row_base = bh * N_CTX * HEAD_DIM, bh * N_CTX
     offs_m = start_m + tl.arange(0, BLOCK_M)

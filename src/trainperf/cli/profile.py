@@ -37,7 +37,7 @@ ProfStepsOpt = typer.Option(1, "--steps", help="Profiled steps.")
 
 def _swap_suffix(swaps: dict[str, str]) -> str:
     """File-name part naming every implementation that is not the stock `torch` one."""
-    return "".join(f"_{k}-{v}" for k, v in swaps.items() if v != "torch")
+    return "".join(f"_{k}-{v}" for k, v in swaps.items() if v not in ("torch", "off"))
 
 
 def _profile_and_show(name: str, step, model, dev, steps: int, ranges_only: bool, out: Path,
@@ -132,17 +132,18 @@ def profile_llama(
     preset: str = typer.Option(None, help="llama-3.2-1b | tiny."),
     norm: str = typer.Option("torch", help="RMSNorm: torch | triton."),
     swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt,
-    fast: bool = typer.Option(False, "--fast", help="Every swap of `trainperf llama --fast`."),
+    compile: str = typer.Option("off", help="off | on (the whole model) | layers (each decoder layer)."),
+    fast: bool = typer.Option(False, "--fast", help="Every setting of `trainperf llama --fast`."),
     steps: int = ProfStepsOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
     ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Breakdown of a Hugging Face Llama training iteration by module range."""
-    from trainperf.workloads.llama_sdpa import FAST_SWAPS, LlamaSpec, LlamaStep, choose_kv_mode, validate
+    from trainperf.workloads.llama_sdpa import FAST, LlamaSpec, LlamaStep, choose_kv_mode, validate
 
     dev = device_or_fail(device)
     gpu = dev.type == "cuda"
     b, n = batch_seq_pair(batch_seq or ("1x4096" if gpu else "1x64"))
-    swaps = FAST_SWAPS if fast else {"norm": norm, "swiglu": swiglu, "rope": rope, "loss": loss}
+    swaps = FAST if fast else {"norm": norm, "swiglu": swiglu, "rope": rope, "loss": loss, "compile": compile}
     spec = LlamaSpec(backend=backend or ("CUDNN_ATTENTION" if gpu else "MATH"), batch=b, seq=n, dtype=dtype,
                      layers=layers, preset=preset or ("llama-3.2-1b" if gpu else "tiny"), device=dev.type,
                      **swaps)

@@ -199,7 +199,8 @@ def llama(
     warmup: int = typer.Option(5, help="Untimed iterations first."),
     optimizer: str = typer.Option("sgd", help="sgd | adamw | none."),
     inputs: str = typer.Option("embeds", "--input", help="embeds (random input embeddings) | ids."),
-    compile: str = typer.Option("off", help="torch.compile the model: off,on."),
+    compile: str = typer.Option("off", help="torch.compile: off,on (the whole model),layers (each decoder "
+                                            "layer on its own)."),
     dtype: str = typer.Option("bf16", help="Weight dtype: bf16 | fp16 | fp32."),
     layers: int = typer.Option(None, help="Use only this many decoder layers (quick runs)."),
     preset: str = typer.Option(None, help="Shipped config: llama-3.2-1b (GPU default) | tiny (CPU default)."),
@@ -208,18 +209,19 @@ def llama(
     baseline: str = typer.Option(None, help="Backend that speed-ups are relative to."),
     norm: str = typer.Option("torch", help="RMSNorm: torch (transformers') | triton (trainperf's)."),
     swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt,
-    fast: bool = typer.Option(False, "--fast", help="Also run trainperf's fastest step (Triton norm and "
-                                                    "SwiGLU, fused chunked loss) with the first backend, "
-                                                    "beside the stock rows."),
+    fast: bool = typer.Option(False, "--fast", help="Also run trainperf's fastest step (its best swaps and "
+                                                    "compile mode) with the first backend, beside the "
+                                                    "other rows."),
     out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Time a random-init Llama training iteration across SDPA backends and batch x seq pairs."""
     from trainperf.models.hf_llama import BACKENDS
     from trainperf.workloads.llama_sdpa import (
+        COMPILE_MODES,
         CPU_GRID,
         DEFAULT_GRID,
-        FAST_SWAPS,
+        FAST,
         LlamaSpec,
         measure_llama,
         timing_table,
@@ -239,13 +241,12 @@ def llama(
     common = dict(dtype=dtype, optimizer=optimizer, inputs=inputs, preset=preset or (
         None if config or model else ("llama-3.2-1b" if gpu else "tiny")), config=config, model=model,
         layers=layers, device=dev.type, warmup=warmup, iters=iters or (100 if gpu else 5))
-    compiles = parse_list(compile, on_off, "--compile")
+    compiles = parse_list(compile, str, "--compile", COMPILE_MODES)
     specs = [LlamaSpec(backend=be, batch=b, seq=n, compile=c, norm=norm, swiglu=swiglu, rope=rope,
                        loss=loss, **common)
              for c in compiles for (b, n) in grid for be in backends]
     if fast:
-        specs += [LlamaSpec(backend=backends[0], batch=b, seq=n, compile=c, **FAST_SWAPS, **common)
-                  for c in compiles for (b, n) in grid]
+        specs += [LlamaSpec(backend=backends[0], batch=b, seq=n, **FAST, **common) for (b, n) in grid]
     for s in specs:
         validate(s)
     records = run_and_show("llama", specs, measure_llama, LLAMA_COLUMNS, db=db, device=dev,

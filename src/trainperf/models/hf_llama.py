@@ -97,6 +97,16 @@ def build_model(cfg, dtype: torch.dtype, device: torch.device) -> torch.nn.Modul
     return model.to(dtype).train()
 
 
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The decoder layers of a transformers causal LM (`model.model.layers`), for regional compile."""
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        from trainperf.core.errors import Unsupported
+
+        raise Unsupported(f"--compile layers: {type(model).__name__} has no model.layers to compile")
+    return layers
+
+
 def set_attention(model: torch.nn.Module, name: str) -> None:
     """Point every attention layer (they read the shared config at call time) at `name`."""
     model.config._attn_implementation = name

@@ -24,15 +24,19 @@ from trainperf.core.stats import summarize
 from trainperf.core.timing import PhaseTimer, start_measured_window
 from trainperf.kernels.chunked_loss import chunked_lm_loss
 from trainperf.models import hf_llama
-from trainperf.workloads.precision import DTYPES
+from trainperf.workloads.precision import DTYPES, check_compiler, compile_regions
 from trainperf.workloads.step import Phase, no_phase
 
 DEFAULT_GRID = ((1, 16384), (2, 8192), (3, 4096), (6, 2048), (12, 1024), (24, 768))
 CPU_GRID = ((1, 128), (2, 64))
 OPTIMIZERS = ("sgd", "adamw", "none")
-# trainperf's fastest Llama step (`llama --fast`): the swaps that measured faster on the H100
-# (benchmarks/README.md, section 8). rope=triton is left out: it measured no gain there.
-FAST_SWAPS = {"norm": "triton", "swiglu": "triton", "loss": "chunked"}
+# off | on (torch.compile the whole model, what "stock compiled" means) | layers (each decoder
+# layer compiled on its own; the mask, the embeddings and the loss stay eager).
+COMPILE_MODES = ("off", "on", "layers")
+# trainperf's fastest Llama step (`llama --fast`, `profile llama --fast`): the settings that
+# measured fastest on the H100 (benchmarks/README.md, section 8). rope=triton is left out: it
+# measured no gain there.
+FAST = {"norm": "triton", "swiglu": "triton", "loss": "chunked", "compile": "off"}
 INPUTS = ("embeds", "ids")
 # Phrases PyTorch uses when a pinned SDPA backend cannot take the call.
 NO_KERNEL = ("No available kernel", "No viable backend")
@@ -46,7 +50,7 @@ class LlamaSpec:
     dtype: str = "bf16"
     optimizer: str = "sgd"
     inputs: str = "embeds"
-    compile: bool = False
+    compile: str = "off"  # one of COMPILE_MODES
     preset: str = "llama-3.2-1b"
     config: str | None = None
     model: str | None = None
@@ -62,7 +66,7 @@ class LlamaSpec:
     def label(self) -> str:
         swaps = "".join(f" {k}={v}" for k, v in (("norm", self.norm), ("swiglu", self.swiglu),
                                                   ("rope", self.rope), ("loss", self.loss)) if v != "torch")
-        return f"{self.backend} {self.batch}x{self.seq}{' compiled' if self.compile else ''}{swaps}"
+        return f"{self.backend} {self.batch}x{self.seq}{COMPILED_LABELS[self.compile]}{swaps}"
 
 
 def validate(spec: LlamaSpec) -> None:
@@ -71,6 +75,9 @@ def validate(spec: LlamaSpec) -> None:
     check_choice("optimizer", spec.optimizer, OPTIMIZERS)
     check_choice("input", spec.inputs, INPUTS)
     check_choice("dtype", spec.dtype, DTYPES)
+    check_choice("compile", spec.compile, COMPILE_MODES)
+    if spec.compile != "off":
+        check_compiler(torch.device(spec.device))
     check_choice("norm", spec.norm, hf_llama.SWAPS)
     check_choice("swiglu", spec.swiglu, hf_llama.SWAPS)
     check_choice("rope", spec.rope, hf_llama.SWAPS)
@@ -97,7 +104,11 @@ class LlamaStep:
         if self.chunked:
             self.swaps.append("loss=chunked")
         run = self.model.model if self.chunked else self.model  # chunked: stop at the hidden states
-        self.forward = torch.compile(run) if spec.compile else run
+        if spec.compile != "off":
+            torch._dynamo.reset()  # each case compiles afresh: no graphs or dynamic shapes of earlier cases
+        self.forward = torch.compile(run) if spec.compile == "on" else run
+        if spec.compile == "layers":
+            compile_regions(hf_llama.decoder_layers(self.model))
         params = self.model.parameters()
         self.opt = {"sgd": lambda: torch.optim.SGD(params, lr=1e-6),
                     "adamw": lambda: torch.optim.AdamW(params, lr=1e-6),
@@ -193,8 +204,8 @@ def measure_llama(spec: LlamaSpec) -> dict[str, Any]:
 
 
 CSV_COLUMNS = ["backend", "batch_size", "seq_len", "mean_s", "median_s", "std_s", "tokens_per_s",
-               "tflops", "peak_mem_gb", "status", "speedup", "kv_heads", "swaps", "reason", "gpu", "torch",
-               "cuda", "cudnn", "sm_clock_mhz", "dtype", "compile"]
+               "tflops", "peak_mem_gb", "status", "speedup", "vs_best_stock", "kv_heads", "swaps", "reason",
+               "gpu", "torch", "cuda", "cudnn", "sm_clock_mhz", "dtype", "compile"]
 
 
 _METRIC_COLUMNS = {"mean_s": "iter_s_mean", "median_s": "iter_s_median", "std_s": "iter_s_std",
@@ -202,34 +213,43 @@ _METRIC_COLUMNS = {"mean_s": "iter_s_mean", "median_s": "iter_s_median", "std_s"
                    "kv_heads": "kv_heads", "swaps": "swaps", "sm_clock_mhz": "sm_clock_mhz"}
 
 
-def setup_label(backend: str, compile: bool, swaps: str) -> str:
-    """Short name of one configuration for plots: backend, compiled or not, trainperf's swaps."""
-    label = backend.replace("_ATTENTION", "").lower()
-    if compile:
-        label += " compiled"
+COMPILED_LABELS = {"off": "", "on": " compiled", "layers": " compiled per layer"}
+
+
+def compile_mode(value: bool | str) -> str:
+    """The compile mode of a record; stores written before the modes had True/False."""
+    return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else str(value)
+
+
+def setup_label(backend: str, compile: str, swaps: str) -> str:
+    """Short name of one configuration for plots: backend, how it was compiled, trainperf's swaps."""
+    label = backend.replace("_ATTENTION", "").lower() + COMPILED_LABELS[compile_mode(compile)]
     if swaps and swaps != "none":
         label += " + swaps"
     return label
 
 
 def timing_table(records: list[Record], baseline: str = "EFFICIENT_ATTENTION") -> pd.DataFrame:
-    """The training_timing.csv table: one row per case, speed-up per (batch, seq) over the stock
-    eager `baseline` backend (compiled rows and rows with trainperf's swaps are compared to it too)."""
+    """The training_timing.csv table, one row per case, with two speed-ups per (batch, seq):
+    `speedup` over the stock eager `baseline` backend, and `vs_best_stock` over the fastest stock
+    row (no swaps; any backend, eager or whole-model compiled) of the same shape."""
     rows = []
     for r in records:
         row = {"backend": r.spec["backend"], "batch_size": r.spec["batch"], "seq_len": r.spec["seq"],
                "status": r.status, "reason": r.reason, "gpu": r.env.get("gpu_name") or "cpu",
-               "dtype": r.spec["dtype"], "compile": r.spec["compile"]}
+               "dtype": r.spec["dtype"], "compile": compile_mode(r.spec["compile"])}
         row.update({col: r.metrics.get(key) for col, key in _METRIC_COLUMNS.items()})
         row.update({col: r.env.get(col) for col in ("torch", "cuda", "cudnn")})
         rows.append(row)
-    df = pd.DataFrame(rows, columns=[c for c in CSV_COLUMNS if c != "speedup"])
-    stock = (df.backend == baseline) & (df.status == "ok") & ~df.compile.astype(bool) & df.swaps.isin(
-        ["none", None])
-    base = df[stock].groupby(["batch_size", "seq_len"])["mean_s"].first()
-    df.insert(CSV_COLUMNS.index("speedup"), "speedup",
-              [base.get((b, n), float("nan")) / t if t else float("nan")
-               for b, n, t in zip(df.batch_size, df.seq_len, df.mean_s, strict=True)])
+    df = pd.DataFrame(rows, columns=[c for c in CSV_COLUMNS if c not in ("speedup", "vs_best_stock")])
+    stock = (df.status == "ok") & df.swaps.isin(["none", None]) & df.compile.isin(["off", "on"])
+    shape = ["batch_size", "seq_len"]
+    bases = (df[stock & (df.backend == baseline) & (df.compile == "off")].groupby(shape)["mean_s"].first(),
+             df[stock].groupby(shape)["mean_s"].min())
+    for col, base in zip(("speedup", "vs_best_stock"), bases, strict=True):
+        df.insert(CSV_COLUMNS.index(col), col, [base.get((b, n), float("nan")) / t if t else float("nan")
+                                                for b, n, t in zip(df.batch_size, df.seq_len, df.mean_s,
+                                                                   strict=True)])
     return df
 
 

@@ -1,9 +1,11 @@
-"""Precision modes shared by workloads: autocast context, grad scaler, validation per device."""
+"""Precision and compiler modes shared by workloads: autocast, grad scaler, regional compilation,
+validation per device."""
 
 from __future__ import annotations
 
 import contextlib
 import shutil
+from collections.abc import Iterable
 
 import torch
 
@@ -48,3 +50,22 @@ def check_compiler(device: torch.device) -> None:
     elif not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
         raise SpecError("--compile on needs a C++ compiler on the CPU (none found on PATH); "
                         "valid choices here: off")
+
+
+def compile_regions(modules: Iterable[torch.nn.Module]) -> None:
+    """torch.compile each module in place ("regional" compilation: a model's repeated blocks).
+
+    Identical blocks share one compiled graph, so compile time no longer grows with depth
+    (minutes → seconds for a 48-layer model) at the cost of fusions across block borders; code
+    outside the blocks (masks, embeddings, the loss) stays eager. Within one process later cases
+    reuse compiled code, and torch.compile's default automatic dynamic shapes turn a dimension
+    that changed symbolic; the recompile limit is raised so that Dynamo never silently falls back
+    to eager in a long sweep.
+    """
+    import torch._dynamo.config as dynamo_config
+
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, max(getattr(dynamo_config, name), 256))
+    for module in modules:
+        module.compile()

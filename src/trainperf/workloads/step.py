@@ -19,7 +19,13 @@ from trainperf.core.timing import LAUNCH_BOUND_RATIO, PhaseTimer, start_measured
 from trainperf.kernels.chunked_loss import chunked_lm_loss
 from trainperf.models.lm import LMConfig, TransformerLM, lm_loss
 from trainperf.models.presets import get_preset
-from trainperf.workloads.precision import autocast, check_compiler, check_precision, grad_scaler
+from trainperf.workloads.precision import (
+    autocast,
+    check_compiler,
+    check_precision,
+    compile_regions,
+    grad_scaler,
+)
 
 MODES = ("train", "forward", "forward-backward")
 LOSSES = ("torch", "chunked")
@@ -110,7 +116,7 @@ class StepCase:
                     if spec.mode == "train" else None)
         self.scaler = grad_scaler(device, spec.precision)
         if spec.compile:
-            compile_regions(self.model)
+            compile_regions([*self.model.layers, self.model.output_norm])
         tokens = torch.randint(0, spec.vocab, (spec.batch, spec.context + 1), device=device)
         self.x, self.y = tokens[:, :-1], tokens[:, 1:]
 
@@ -176,25 +182,6 @@ def measure_step(spec: StepSpec, peak_override: float | None = None) -> dict[str
         metrics["peak_reserved_gb"] = torch.cuda.max_memory_reserved(device) / 2**30
     metrics.update(envmod.gpu_clocks(device))
     return metrics
-
-
-def compile_regions(model: TransformerLM) -> None:
-    """torch.compile each block and the output head in place ("regional" compilation).
-
-    Identical blocks share one compiled graph, so compile time no longer grows with depth
-    (minutes → seconds for the 48-layer preset) at the cost of fusions across block borders.
-    Within one process later cases reuse compiled code, and torch.compile's default automatic
-    dynamic shapes turn a dimension that changed symbolic; the recompile limit is raised so that
-    Dynamo never silently falls back to eager in a long sweep.
-    """
-    import torch._dynamo.config as dynamo_config
-
-    for name in ("recompile_limit", "cache_size_limit"):
-        if hasattr(dynamo_config, name):
-            setattr(dynamo_config, name, max(getattr(dynamo_config, name), 256))
-    for layer in model.layers:
-        layer.compile()
-    model.output_norm.compile()
 
 
 def phase_metrics(timer: PhaseTimer, phases: tuple[str, ...]) -> dict[str, Any]:
