@@ -8,8 +8,8 @@ exp2. Forward saves O and L = m + log2(l) per row. Backward is three kernels and
   3. dQ:     one program per query block, looping over the key blocks it sees
 Every loop is split into full blocks, which run without masks, and the few blocks that need
 one (the causal diagonal, the ragged end of the sequence). With a causal mask the forward and dQ
-programs take their query blocks longest-first (the dK/dV order is longest-first already). Any sequence length works; head dims
-up to 128 (padded to a power of two).
+programs take their query blocks longest-first (the dK/dV order is longest-first already).
+Any sequence length works; head dims up to 128 (padded to a power of two).
 Tile sizes are autotuned per (sequence, head dim, causal); the interpreter uses one small tile.
 """
 
