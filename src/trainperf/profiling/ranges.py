@@ -56,13 +56,17 @@ def phase_range(phase: str) -> Iterator[None]:
 def module_ranges(model: nn.Module, root: str = "fwd") -> Iterator[list[str]]:
     """Open a range around every submodule call of `model`; yields the range names in use.
 
-    The model itself gets no range: the forward phase range (`fwd`) already encloses it.
+    The model itself gets no range: the forward phase range (`fwd`) already encloses it. Nor do
+    modules compiled in place (`module.compile()`) and their children: a hook added there is traced
+    into the compiled graph (recompiles, graph breaks), and Inductor's fused kernels cross
+    submodule borders anyway; their kernels count in the enclosing range.
     """
     stack: list[_Range] = []
     handles = []
     names = []
+    compiled = [p for p, m in model.named_modules() if getattr(m, "_compiled_call_impl", None) is not None]
     for path, module in model.named_modules():
-        if not path:
+        if not path or any(path == c or path.startswith(c + ".") for c in compiled):
             continue
         name = range_name(path, root)
         names.append(name)

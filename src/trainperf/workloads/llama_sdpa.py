@@ -108,7 +108,7 @@ class LlamaStep:
             torch._dynamo.reset()  # each case compiles afresh: no graphs or dynamic shapes of earlier cases
         self.forward = torch.compile(run) if spec.compile == "on" else run
         if spec.compile == "layers":
-            compile_regions(hf_llama.decoder_layers(self.model))
+            compile_regions(hf_llama.compile_targets(self.model))
         params = self.model.parameters()
         self.opt = {"sgd": lambda: torch.optim.SGD(params, lr=1e-6),
                     "adamw": lambda: torch.optim.AdamW(params, lr=1e-6),
