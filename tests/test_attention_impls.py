@@ -39,23 +39,23 @@ def test_torch_fa2_matches_reference(shape, causal):
                             *shape, torch.float32, causal)
 
 
+@pytest.mark.parametrize("impl", ["triton-fa2", "triton-fa2-atomic"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_triton_fa2_matches_reference(shape, causal, dtype):
+def test_triton_fa2_matches_reference(shape, causal, dtype, impl):
     pytest.importorskip("triton")
-    from trainperf.attention.flash_triton import flash_attention_triton
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    check_against_reference(flash_attention_triton, *shape, dtype, causal, device)
+    check_against_reference(get_attention(impl), *shape, dtype, causal, device)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("impl", ["triton-fa2", "triton-fa2-atomic"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("shape", [(2, 8, 1000, 64), (1, 4, 2048, 128), (2, 4, 4099, 32)])
-def test_triton_fa2_on_gpu_at_real_sizes(shape, causal, dtype):
-    from trainperf.attention.flash_triton import flash_attention_triton
-    check_against_reference(flash_attention_triton, *shape, dtype, causal, "cuda")
+def test_triton_fa2_on_gpu_at_real_sizes(shape, causal, dtype, impl):
+    check_against_reference(get_attention(impl), *shape, dtype, causal, "cuda")
 
 
 @pytest.mark.parametrize("name", ["sdpa", "sdpa-math"])

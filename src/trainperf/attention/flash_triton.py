@@ -6,6 +6,9 @@ exp2. Forward saves O and L = m + log2(l) per row. Backward is three kernels and
   1. D = rowsum(dO ∘ O)                          (pre-pass)
   2. dK, dV: one program per key block, looping over the query blocks that see it
   3. dQ:     one program per query block, looping over the key blocks it sees
+or, with `atomic_dq` (`triton-fa2-atomic`), two: the dK/dV kernel also adds each tile's share of
+dQ (dSᵀ·K) into a float32 buffer with atomics, so QKᵀ and dP are computed once per tile pair
+(5 matrix products instead of 7) at the price of float32 atomic traffic.
 Every loop is split into full blocks, which run without masks, and the few blocks that need
 one (the causal diagonal, the ragged end of the sequence). With a causal mask the forward and dQ
 programs take their query blocks longest-first (the dK/dV order is longest-first already).
@@ -163,9 +166,10 @@ def _bwd_delta_kernel(O, DO, Delta, N_ROWS, HEAD_DIM: tl.constexpr, BLOCK_D: tl.
 # unmasked zero key would give p = 2^(-L), which can overflow).
 
 @triton.jit
-def _dkdv_inner(dk, dv, k, v, Q, DO, L, Delta, offs_n, offs_d, lo, hi, N_CTX, qk_scale,
+def _dkdv_inner(dk, dv, k, v, Q, DO, L, Delta, DQ, offs_n, offs_d, lo, hi, N_CTX, qk_scale,
                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                MASK_CAUSAL: tl.constexpr, CHECK_ROWS: tl.constexpr, PRECISION: tl.constexpr):
+                MASK_CAUSAL: tl.constexpr, CHECK_ROWS: tl.constexpr, PRECISION: tl.constexpr,
+                ATOMIC_DQ: tl.constexpr):
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         q = _load_rows(Q, offs_m, offs_d, N_CTX, HEAD_DIM, BLOCK_D, CHECK_ROWS)
@@ -181,16 +185,21 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, L, Delta, offs_n, offs_d, lo, hi, N_CTX, qk
             p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PRECISION)
         dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
-        ds_t = p_t * (dp_t - delta[None, :])
-        dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=PRECISION)
+        ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
+        dk = tl.dot(ds_t, q, dk, input_precision=PRECISION)
+        if ATOMIC_DQ:  # this key block's share of dQ for these queries
+            dq = tl.dot(tl.trans(ds_t), k, input_precision=PRECISION)
+            tl.atomic_add(DQ + offs_m[:, None] * HEAD_DIM + offs_d[None, :], dq, sem="relaxed",
+                          mask=(offs_m[:, None] < N_CTX) & (offs_d[None, :] < HEAD_DIM))
     return dk, dv
 
 
-@triton.autotune(configs=DKDV_CONFIGS, key=TUNE_KEY)
+# DQ is zeroed before every timing run of the autotuner (the atomic variant adds into it).
+@triton.autotune(configs=DKDV_CONFIGS, key=[*TUNE_KEY, "ATOMIC_DQ"], reset_to_zero=["DQ"])
 @triton.jit
-def _bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV, qk_scale, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
+def _bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV, DQ, qk_scale, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
                      BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                     ATOMIC_DQ: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1).to(tl.int64)
     base, row_base = bh * N_CTX * HEAD_DIM, bh * N_CTX
@@ -200,18 +209,18 @@ def _bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV, qk_scale, sm_scale, N_CTX, H
     v = _load_rows(V + base, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, True)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    Qb, DOb, Lb, Db = Q + base, DO + base, L + row_base, Delta + row_base
+    Qb, DOb, Lb, Db, DQb = Q + base, DO + base, L + row_base, Delta + row_base, DQ + base
     m_full = N_CTX - N_CTX % BLOCK_M  # query blocks below this lie wholly inside the sequence
     first_full = 0
     if CAUSAL:  # queries before the key block see none of it; the diagonal blocks are masked
         first_full = tl.minimum(start_n + BLOCK_N, N_CTX)
-        dk, dv = _dkdv_inner(dk, dv, k, v, Qb, DOb, Lb, Db, offs_n, offs_d, start_n, first_full, N_CTX,
-                             qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, True, True, PRECISION)
-    dk, dv = _dkdv_inner(dk, dv, k, v, Qb, DOb, Lb, Db, offs_n, offs_d, first_full, m_full, N_CTX, qk_scale,
-                         HEAD_DIM, BLOCK_D, BLOCK_M, False, False, PRECISION)
+        dk, dv = _dkdv_inner(dk, dv, k, v, Qb, DOb, Lb, Db, DQb, offs_n, offs_d, start_n, first_full,
+                             N_CTX, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, True, True, PRECISION, ATOMIC_DQ)
+    dk, dv = _dkdv_inner(dk, dv, k, v, Qb, DOb, Lb, Db, DQb, offs_n, offs_d, first_full, m_full, N_CTX,
+                         qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, False, False, PRECISION, ATOMIC_DQ)
     tail_start = tl.maximum(first_full, m_full)
-    dk, dv = _dkdv_inner(dk, dv, k, v, Qb, DOb, Lb, Db, offs_n, offs_d, tail_start, N_CTX, N_CTX, qk_scale,
-                         HEAD_DIM, BLOCK_D, BLOCK_M, False, True, PRECISION)
+    dk, dv = _dkdv_inner(dk, dv, k, v, Qb, DOb, Lb, Db, DQb, offs_n, offs_d, tail_start, N_CTX, N_CTX,
+                         qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, False, True, PRECISION, ATOMIC_DQ)
     kv_ptrs = base + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
     kv_mask = (offs_n[:, None] < N_CTX) & (offs_d[None, :] < HEAD_DIM)
     tl.store(DK + kv_ptrs, (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
@@ -278,7 +287,7 @@ def _launch_args(q: torch.Tensor) -> dict:
 
 class FlashAttentionTriton(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal: bool, scale: float):  # noqa: ANN001, ANN205
+    def forward(ctx, q, k, v, causal: bool, scale: float, atomic_dq: bool):  # noqa: ANN001, ANN205
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         b, h, n, _ = q.shape
         out = torch.empty_like(q)
@@ -286,7 +295,7 @@ class FlashAttentionTriton(torch.autograd.Function):
         grid = lambda meta: (triton.cdiv(n, meta["BLOCK_M"]), b * h)  # noqa: E731
         _fwd_kernel[grid](q, k, v, out, lse, scale * LOG2E, n, CAUSAL=causal, **_launch_args(q))
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.scale = causal, scale
+        ctx.causal, ctx.scale, ctx.atomic_dq = causal, scale, atomic_dq
         return out
 
     @staticmethod
@@ -299,19 +308,26 @@ class FlashAttentionTriton(torch.autograd.Function):
         rows, block_r = b * h * n, 64
         _bwd_delta_kernel[(triton.cdiv(rows, block_r),)](out, dout, delta, rows, args["HEAD_DIM"],
                                                         args["BLOCK_D"], block_r)
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
+        # the atomic variant accumulates dQ (unscaled) in float32; the other writes it directly
+        dq = (torch.zeros(q.shape, dtype=torch.float32, device=q.device) if ctx.atomic_dq
+              else torch.empty_like(q))
         common = (lse, delta)
         scales = (ctx.scale * LOG2E, ctx.scale, n)
         _bwd_dkdv_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), b * h)](
-            q, k, v, dout, *common, dk, dv, *scales, CAUSAL=ctx.causal, **args)
-        _bwd_dq_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_M"]), b * h)](
-            q, k, v, dout, *common, dq, *scales, CAUSAL=ctx.causal, **args)
-        return dq, dk, dv, None, None
+            q, k, v, dout, *common, dk, dv, dq, *scales, CAUSAL=ctx.causal, ATOMIC_DQ=ctx.atomic_dq, **args)
+        if ctx.atomic_dq:
+            dq = (dq * ctx.scale).to(q.dtype)
+        else:
+            _bwd_dq_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_M"]), b * h)](
+                q, k, v, dout, *common, dq, *scales, CAUSAL=ctx.causal, **args)
+        return dq, dk, dv, None, None, None
 
 
 def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
-                           scale: float | None = None) -> torch.Tensor:
-    """FlashAttention-2 (Triton) for [batch, heads, seq, head_dim] fp16/bf16/fp32 tensors."""
+                           scale: float | None = None, atomic_dq: bool = False) -> torch.Tensor:
+    """FlashAttention-2 (Triton) for [batch, heads, seq, head_dim] fp16/bf16/fp32 tensors;
+    `atomic_dq` picks the two-kernel backward (dQ by float32 atomics)."""
     if not (q.shape == k.shape == v.shape) or q.dim() != 4:
         raise ValueError("triton-fa2 needs q, k, v of one shape [batch, heads, seq, head_dim]; "
                          f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
@@ -320,4 +336,4 @@ def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ca
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"triton-fa2 supports fp16, bf16 and fp32, got {q.dtype}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    return FlashAttentionTriton.apply(q, k, v, causal, scale)
+    return FlashAttentionTriton.apply(q, k, v, causal, scale, atomic_dq)

@@ -56,9 +56,11 @@ def _torch_fa2() -> AttentionFn:
     return flash_attention_torch
 
 
-def _triton_fa2() -> AttentionFn:
+def _triton_fa2(atomic_dq: bool = False) -> AttentionFn:
+    from functools import partial
+
     from trainperf.attention.flash_triton import flash_attention_triton
-    return flash_attention_triton
+    return partial(flash_attention_triton, atomic_dq=True) if atomic_dq else flash_attention_triton
 
 
 _FACTORIES: dict[str, Callable[[], AttentionFn]] = {
@@ -68,6 +70,7 @@ _FACTORIES: dict[str, Callable[[], AttentionFn]] = {
     **{name: (lambda b=b: sdpa_pinned(b)) for name, b in SDPA_BACKENDS.items()},
     "torch-fa2": _torch_fa2,
     "triton-fa2": _triton_fa2,
+    "triton-fa2-atomic": lambda: _triton_fa2(atomic_dq=True),
 }
 
 NAMES = tuple(_FACTORIES)
@@ -80,7 +83,7 @@ def get_attention(name: str, device: torch.device | None = None) -> AttentionFn:
         raise ValueError(f"unknown attention {name!r}; valid choices: {', '.join(NAMES)}")
     if device is not None and device.type != "cuda" and name in GPU_ONLY:
         raise Unsupported(f"{name} needs a CUDA GPU")
-    if name == "triton-fa2" and device is not None:
+    if name.startswith("triton-") and device is not None:
         from trainperf.kernels import require_triton
-        require_triton(device, "triton-fa2")
+        require_triton(device, name)
     return _FACTORIES[name]()
