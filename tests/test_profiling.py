@@ -12,7 +12,7 @@ from trainperf.profiling.breakdown import breakdown, busy_time
 from trainperf.profiling.nsys import NsysFormatError, read_nsys_sqlite
 from trainperf.profiling.ranges import module_ranges, range_name
 from trainperf.profiling.session import compare_breakdowns, load_breakdown
-from trainperf.profiling.torch_prof import profile_steps
+from trainperf.profiling.torch_prof import profile_steps, read_chrome_trace
 
 runner = CliRunner()
 EXPECTED = ["fwd.embed", "fwd.layer", "fwd.layer.attn", "fwd.layer.attn.prenorm", "fwd.layer.attn.qkv_proj",
@@ -70,6 +70,23 @@ def test_modules_compiled_in_place_get_no_ranges():
         assert model.layers[0]._forward_pre_hooks == {} and model.layers[0].attn._forward_hooks == {}
         assert len(model.layers[1]._forward_pre_hooks) == 1 and len(model.output_norm._forward_hooks) == 1
     assert "fwd.layer.attn.qkv_proj" in names  # layer 1 still has its ranges
+
+
+def test_attention_fwd_bwd_range_counts_kernels_launched_by_the_autograd_thread(tmp_path):
+    """`profile attention --mode fwd+bwd`: the backward kernels come from autograd's worker thread
+    (tid 2 here), and still belong to the mode's range, opened on the main thread (tid 1)."""
+    def x(name, cat, ts, dur, tid, **args):
+        return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "tid": tid, "args": args}
+    events = [x("fwd+bwd", "user_annotation", 0, 100, 1), x("my_module", "user_annotation", 0, 100, 1),
+              x("cudaLaunchKernel", "cuda_runtime", 10, 1, 1, correlation=1),
+              x("cudaLaunchKernel", "cuda_runtime", 50, 1, 2, correlation=2),
+              x("fwd_kernel", "kernel", 20, 30, 7, correlation=1),
+              x("bwd_kernel", "kernel", 60, 30, 7, correlation=2)]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    ranges = breakdown(read_chrome_trace(path, gpu=True)).ranges.set_index("range")
+    assert ranges.loc["fwd+bwd", "kernels"] == 2  # a phase: any thread
+    assert ranges.loc["my_module", "kernels"] == 1  # a module range: its own thread only
 
 
 def test_cpu_breakdown_pipeline_counts_nested_ranges():

@@ -14,7 +14,10 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-PHASE_RANGES = {"forward": "fwd", "backward": "bwd", "optimizer": "optimizer", "step": "step"}
+# Step phases, and the attention benchmark's modes (`profile attention`): their kernels count
+# whichever thread launched them (autograd launches backward kernels from its own thread).
+PHASE_RANGES = {"forward": "fwd", "backward": "bwd", "optimizer": "optimizer", "step": "step",
+                "fwd+bwd": "fwd+bwd"}
 _BLOCK_LISTS = {"layers", "h", "blocks", "layer"}
 
 
