@@ -20,8 +20,10 @@ from trainperf.cli.common import (
     app,
     batch_seq_pair,
     cli_errors,
+    console,
     device_or_fail,
     err_console,
+    frame_table,
     run_and_show,
 )
 from trainperf.core import report
@@ -224,6 +226,7 @@ def llama(
         FAST,
         LlamaSpec,
         measure_llama,
+        summary_table,
         timing_table,
         validate,
         write_outputs,
@@ -251,7 +254,11 @@ def llama(
         validate(s)
     records = run_and_show("llama", specs, measure_llama, LLAMA_COLUMNS, db=db, device=dev,
                            rerun=rerun, quiet=quiet, as_json=as_json, title="trainperf llama")
-    for path in write_outputs(timing_table(records, base), out, base):
+    table = timing_table(records, base)
+    summary = summary_table(table)
+    if not (quiet or as_json) and summary.shape[1] > 2:  # more than one setup to set side by side
+        console.print(frame_table(summary, title="seconds per iteration; speed-up over the best stock row"))
+    for path in write_outputs(table, out, base):
         if not (quiet or as_json):
             err_console.print(f"wrote {path}")
 

@@ -254,6 +254,19 @@ def timing_table(records: list[Record], baseline: str = "EFFICIENT_ATTENTION") -
     return df
 
 
+def summary_table(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per shape: seconds per iteration of every setup, then each of trainperf's setups
+    (per-layer compile or swaps) as a speed-up over the best stock row of that shape."""
+    ok = df[df.status == "ok"].assign(
+        shape=lambda d: d.batch_size.astype(str) + "x" + d.seq_len.astype(str),
+        setup=lambda d: [setup_label(*row) for row in zip(d.backend, d.compile, d.swaps, strict=True)])
+    times = ok.pivot_table(index="shape", columns="setup", values="mean_s", aggfunc="first", sort=False)
+    ours = ok[~(ok.swaps.isin(["none", None]) & ok.compile.isin(["off", "on"]))]
+    gains = ours.pivot_table(index="shape", columns="setup", values="vs_best_stock", aggfunc="first",
+                             sort=False).add_suffix(" vs best stock")
+    return times.join(gains).reset_index()
+
+
 def write_outputs(df: pd.DataFrame, out, baseline: str) -> list:
     """training_timing.csv, iteration_time.png and speedup.png in folder `out`."""
     from trainperf.core.plots import grouped_bars
