@@ -246,3 +246,13 @@ def test_records_from_before_the_compile_modes_read_as_on_and_off():
            for c, t in ((False, 2.0), (True, 1.0))]
     df = llama_sdpa.timing_table(old, baseline="MATH")
     assert list(df.compile) == ["off", "on"] and list(df.speedup) == pytest.approx([1.0, 2.0])
+
+
+def test_compile_layers_names_what_it_needs_on_a_model_without_decoder_layers():
+    from trainperf.core.errors import Unsupported
+
+    with pytest.raises(Unsupported, match="--compile layers: Linear has no model.layers"):
+        hf_llama.compile_targets(torch.nn.Linear(2, 2))
+    model = hf_llama.build_model(hf_llama.load_config("tiny"), torch.float32, torch.device("cpu"))
+    targets = hf_llama.compile_targets(model)
+    assert targets[:-1] == list(model.model.layers) and targets[-1] is model.model.norm
