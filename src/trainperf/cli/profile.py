@@ -153,7 +153,10 @@ def profile_llama(
         return _nsys_line(_argv_without("--nsys"), name)
     step = LlamaStep(spec, dev)
     choose_kv_mode(step, spec.backend)
-    _profile_and_show(name, step, step.model, dev, steps, ranges_only, out, {"spec": spec.__dict__}, as_json)
+    # a whole-model compile traces every module: range hooks there would be compiled in (and
+    # recompile it), so that profile has phase ranges only; per-layer compile keeps the rest
+    ranged = None if spec.compile == "on" else step.model
+    _profile_and_show(name, step, ranged, dev, steps, ranges_only, out, {"spec": spec.__dict__}, as_json)
 
 
 @profile_app.command("attention")
