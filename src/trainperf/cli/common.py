@@ -72,13 +72,20 @@ def run_and_show(workload: str, specs: Sequence[Any], measure: Callable[[Any], d
     env = envmod.capture(device)
     records = run_sweep(workload, specs, measure, store, env, rerun=rerun, quiet=quiet or as_json,
                         label=lambda s: s.label(), console=err_console)
+    show_records(records, columns, title, as_json)
+    if not as_json:
+        gpu = env.get("gpu_name") or f"CPU ({env['cpu_count']} cores)"
+        console.print(f"[dim]{len(records)} cases on {gpu}, torch {env['torch']}; stored in {db}[/dim]")
+    return records
+
+
+def show_records(records: Sequence[Record], columns: Sequence[report.Column], title: str,
+                 as_json: bool) -> None:
+    """The records as a table on the terminal, or as JSON on stdout."""
     if as_json:
         sys.stdout.write(report.export(to_frame(records), "json"))
     else:
         console.print(report.rich_table(records, columns, title=title))
-        gpu = env.get("gpu_name") or f"CPU ({env['cpu_count']} cores)"
-        console.print(f"[dim]{len(records)} cases on {gpu}, torch {env['torch']}; stored in {db}[/dim]")
-    return records
 
 
 OutOpt = typer.Option(Path("trainperf-out"), "--out", help="Folder for plots and CSV files.")

@@ -16,8 +16,8 @@ from trainperf.cli.common import (
     RerunOpt,
     app,
     cli_errors,
-    console,
     err_console,
+    show_records,
 )
 from trainperf.core import env as envmod
 from trainperf.core import report
@@ -61,13 +61,6 @@ def _run_distributed(workload: str, specs: list, backend: str, db: Path, rerun: 
     return [r for r in (store.find_case(k) for k in keys) if r is not None]
 
 
-def _show(records: list[Record], columns: list[report.Column], title: str, as_json: bool) -> None:
-    if as_json:
-        typer.echo(report.export(to_frame(records), "json"), nl=False)
-    else:
-        console.print(report.rich_table(records, columns, title=title))
-
-
 COMM_COLUMNS: list[report.Column] = [
     ("op", report.spec("op")), ("size MB", lambda r: report.fmt(r.spec["size_bytes"] / 1e6)),
     ("n", report.spec("world_size")), ("backend", report.spec("backend")), ("dtype", report.spec("dtype")),
@@ -100,7 +93,7 @@ def comm(
     for s in specs:
         validate(s)
     records = _run_distributed("comm", specs, backend, db, rerun, quiet or as_json)
-    _show(records, COMM_COLUMNS, "trainperf comm", as_json)
+    show_records(records, COMM_COLUMNS, "trainperf comm", as_json)
     ok = to_frame(r for r in records if r.status == "ok")
     if not ok.empty:
         from trainperf.core.plots import line_grid
@@ -163,4 +156,4 @@ def ddp(
     for s in specs:
         validate(s)
     records = _run_distributed("ddp", specs, backend, db, rerun, quiet or as_json)
-    _show(records, DDP_COLUMNS, "trainperf ddp", as_json)
+    show_records(records, DDP_COLUMNS, "trainperf ddp", as_json)

@@ -22,6 +22,12 @@ def _params(model: nn.Module) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
+def copy_from_flat(tensors: list[torch.Tensor], flat: torch.Tensor) -> None:
+    """Write a buffer made by `_flatten_dense_tensors(tensors)` back into those tensors."""
+    for t, part in zip(tensors, _unflatten_dense_tensors(flat, tensors), strict=True):
+        t.copy_(part)
+
+
 class GradSync:
     """No synchronisation: the compute-only baseline (and the base of the variants)."""
 
@@ -45,9 +51,7 @@ class FlatSync(GradSync):
         grads = [p.grad for p in self.params]
         flat = _flatten_dense_tensors(grads)
         dist.all_reduce(flat)
-        flat.div_(self.world)
-        for g, synced in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
-            g.copy_(synced)
+        copy_from_flat(grads, flat.div_(self.world))
 
 
 class OverlapSync(GradSync):
@@ -96,10 +100,7 @@ class BucketedSync(GradSync):
                 self._launch(i)
         for i, (work, flat) in sorted(self.pending.items()):
             work.wait()
-            flat.div_(self.world)
-            grads = [p.grad for p in self.buckets[i]]
-            for g, synced in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
-                g.copy_(synced)
+            copy_from_flat([p.grad for p in self.buckets[i]], flat.div_(self.world))
         self.pending.clear()
         self.ready = [0] * len(self.buckets)
 

@@ -110,9 +110,10 @@ def launch(worker: Callable[..., Any], world_size: int, backend: str, args: tupl
             mp.spawn(_entry, args=(world_size, backend, free_port(), timeout_s, worker, args, error_dir),
                      nprocs=world_size, join=True)
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
-            cause = _first_failure(error_dir) or str(exc).strip().splitlines()[-1]
+            first = _first_failure(error_dir)
+            cause = first or str(exc).strip().splitlines()[-1]
             finished = len(list(Path(error_dir).glob("done*"))) == world_size
-            if finished and isinstance(exc, mp.ProcessExitedException) and _first_failure(error_dir) is None:
+            if finished and isinstance(exc, mp.ProcessExitedException) and first is None:
                 # Every rank had returned from its work (and its results were stored) when one
                 # died in process-group teardown: say so, but do not call the run failed.
                 warnings.warn(f"all ranks finished their work, then {cause} while shutting down",

@@ -13,7 +13,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+from torch._utils import _flatten_dense_tensors
+
+from trainperf.distributed.grad_sync import copy_from_flat
 
 
 class ShardedOptimizer:
@@ -40,8 +42,7 @@ class ShardedOptimizer:
                 flat = _flatten_dense_tensors([p.data for p in owned])
                 dist.broadcast(flat, src=r)
                 if r != self.rank:
-                    for p, synced in zip(owned, _unflatten_dense_tensors(flat, owned), strict=True):
-                        p.data.copy_(synced)
+                    copy_from_flat([p.data for p in owned], flat)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:

@@ -6,7 +6,7 @@ For each row (batch, head, position) with halves x1, x2 and the position's cos/s
 The kernel reads x through its strides (the [batch, heads, seq, dim] views that attention
 layers make by transposing need no copy first) and handles ROWS rows per program. cos/sin are
 [seq, dim/2] tables (trainperf's LM) or per-batch [batch, seq, dim] tensors whose halves repeat
-(Hugging Face's Llama). `rope_reference` is the PyTorch version used by the LM.
+(Hugging Face's Llama). `rope_reference` is the LM's own PyTorch version (models/lm.py).
 """
 
 from __future__ import annotations
@@ -15,14 +15,9 @@ import torch
 import triton
 import triton.language as tl
 
+from trainperf.models.lm import rope_reference  # noqa: F401 - the reference beside its kernel
+
 ROWS = 16
-
-
-def rope_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [..., seq, head_dim]; cos, sin: [seq, head_dim / 2]."""
-    x1, x2 = x.chunk(2, dim=-1)
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
 @triton.jit

@@ -19,6 +19,13 @@ from trainperf.models.norms import NORMS, make_norm
 IMPLS = ("torch", "triton")  # implementations of RoPE and of the SwiGLU activation
 
 
+def rope_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE in PyTorch. x: [..., seq, head_dim]; cos, sin: [seq, head_dim / 2]."""
+    x1, x2 = x.chunk(2, dim=-1)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
 @dataclass(frozen=True)
 class LMConfig:
     vocab_size: int = 10_000
@@ -68,9 +75,7 @@ class Rope(nn.Module):
 
     def _rotate(self, x: torch.Tensor) -> torch.Tensor:
         seq = x.shape[-2]
-        cos, sin = self.cos[:seq].to(x.dtype), self.sin[:seq].to(x.dtype)
-        x1, x2 = x.chunk(2, dim=-1)
-        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+        return rope_reference(x, self.cos[:seq], self.sin[:seq])
 
     def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.impl == "triton":

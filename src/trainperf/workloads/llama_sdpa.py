@@ -230,6 +230,18 @@ def setup_label(backend: str, compile: str, swaps: str) -> str:
     return label
 
 
+def _stock(df: pd.DataFrame) -> pd.Series:
+    """Rows of the stock model: no trainperf swaps, eager or whole-model compiled."""
+    return df.swaps.isin(["none", None]) & df.compile.isin(["off", "on"])
+
+
+def _ok_by_setup(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows that ran, with their shape (`case`, e.g. 1x16384) and setup label."""
+    return df[df.status == "ok"].assign(
+        case=lambda d: d.batch_size.astype(str) + "x" + d.seq_len.astype(str),
+        setup=lambda d: [setup_label(*row) for row in zip(d.backend, d.compile, d.swaps, strict=True)])
+
+
 def timing_table(records: list[Record], baseline: str = "EFFICIENT_ATTENTION") -> pd.DataFrame:
     """The training_timing.csv table, one row per case, with two speed-ups per (batch, seq):
     `speedup` over the stock eager `baseline` backend, and `vs_best_stock` over the fastest stock
@@ -243,7 +255,7 @@ def timing_table(records: list[Record], baseline: str = "EFFICIENT_ATTENTION") -
         row.update({col: r.env.get(col) for col in ("torch", "cuda", "cudnn")})
         rows.append(row)
     df = pd.DataFrame(rows, columns=[c for c in CSV_COLUMNS if c not in ("speedup", "vs_best_stock")])
-    stock = (df.status == "ok") & df.swaps.isin(["none", None]) & df.compile.isin(["off", "on"])
+    stock = (df.status == "ok") & _stock(df)
     shape = ["batch_size", "seq_len"]
     bases = (df[stock & (df.backend == baseline) & (df.compile == "off")].groupby(shape)["mean_s"].first(),
              df[stock].groupby(shape)["mean_s"].min())
@@ -257,14 +269,11 @@ def timing_table(records: list[Record], baseline: str = "EFFICIENT_ATTENTION") -
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per shape: seconds per iteration of every setup, then each of trainperf's setups
     (per-layer compile or swaps) as a speed-up over the best stock row of that shape."""
-    ok = df[df.status == "ok"].assign(
-        shape=lambda d: d.batch_size.astype(str) + "x" + d.seq_len.astype(str),
-        setup=lambda d: [setup_label(*row) for row in zip(d.backend, d.compile, d.swaps, strict=True)])
-    times = ok.pivot_table(index="shape", columns="setup", values="mean_s", aggfunc="first", sort=False)
-    ours = ok[~(ok.swaps.isin(["none", None]) & ok.compile.isin(["off", "on"]))]
-    gains = ours.pivot_table(index="shape", columns="setup", values="vs_best_stock", aggfunc="first",
-                             sort=False).add_suffix(" vs best stock")
-    return times.join(gains).reset_index()
+    ok = _ok_by_setup(df)
+    times = ok.pivot_table(index="case", columns="setup", values="mean_s", aggfunc="first", sort=False)
+    gains = ok[~_stock(ok)].pivot_table(index="case", columns="setup", values="vs_best_stock",
+                                        aggfunc="first", sort=False).add_suffix(" vs best stock")
+    return times.join(gains).rename_axis("shape").reset_index()
 
 
 def write_outputs(df: pd.DataFrame, out, baseline: str) -> list:
@@ -274,9 +283,7 @@ def write_outputs(df: pd.DataFrame, out, baseline: str) -> list:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "training_timing.csv", out / "iteration_time.png", out / "speedup.png"]
     df.to_csv(paths[0], index=False)
-    ok = df[df.status == "ok"].assign(
-        case=lambda d: d.batch_size.astype(str) + "x" + d.seq_len.astype(str),
-        setup=lambda d: [setup_label(*row) for row in zip(d.backend, d.compile, d.swaps, strict=True)])
+    ok = _ok_by_setup(df)
     gpu = ", ".join(sorted(set(df.gpu.dropna())))
     grouped_bars(ok, "case", "setup", "mean_s", paths[1], "mean seconds per iteration (lower is better)",
                  title=f"Llama training iteration, {gpu}")
