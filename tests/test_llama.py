@@ -5,13 +5,14 @@ from conftest import rel_err
 from typer.testing import CliRunner
 
 from trainperf.cli import app
+from trainperf.core.errors import SpecError
 from trainperf.core.plots import grouped_bars
 from trainperf.core.record import Record
 from trainperf.core.runner import measure_case
 from trainperf.core.store import Store
 from trainperf.models import hf_llama
 from trainperf.workloads import llama_sdpa
-from trainperf.workloads.llama_sdpa import CSV_COLUMNS, LlamaSpec, measure_llama
+from trainperf.workloads.llama_sdpa import CSV_COLUMNS, LlamaSpec, measure_llama, validate
 
 pytest.importorskip("transformers")
 runner = CliRunner()
@@ -50,6 +51,17 @@ def test_metrics_and_verified_backend():
     assert m["kv_heads"] == "native"
     assert "aten::_scaled_dot_product_attention_math" in m["sdpa_ops"]
     assert m["tokens_per_s"] == pytest.approx(64 / m["iter_s_mean"])
+
+
+def test_kv_heads_expanded_is_recorded_as_asked_and_as_a_swap():
+    m = measure_llama(tiny(kv_heads="expanded"))
+    assert m["kv_heads"] == "expanded" and "kv=expanded" in m["swaps"]
+    assert "kv=expanded" in tiny(kv_heads="expanded").label()
+
+
+def test_unknown_kv_heads_mode_is_a_spec_error():
+    with pytest.raises(SpecError, match="kv-heads"):
+        validate(tiny(kv_heads="grouped"))
 
 
 def test_backend_that_cannot_run_is_an_unsupported_row():

@@ -34,6 +34,8 @@ JsonOpt = typer.Option(False, "--json", help="Print the records as JSON instead 
 SwigluOpt = typer.Option("torch", help="SwiGLU activation: torch | triton.")
 RopeOpt = typer.Option("torch", help="Rotary embedding: torch | triton.")
 LossOpt = typer.Option("torch", help="Loss: torch (full logits) | chunked.")
+KvHeadsOpt = typer.Option("native", "--kv-heads", help="Grouped K/V heads into SDPA: native (enable_gqa) | "
+                                                       "expanded (repeat_kv first).")
 
 
 def fail(message: str) -> None:

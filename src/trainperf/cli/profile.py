@@ -11,6 +11,7 @@ import typer
 from trainperf.cli.common import (
     DeviceOpt,
     JsonOpt,
+    KvHeadsOpt,
     LossOpt,
     RopeOpt,
     SwigluOpt,
@@ -37,7 +38,7 @@ ProfStepsOpt = typer.Option(1, "--steps", help="Profiled steps.")
 
 def _swap_suffix(swaps: dict[str, str]) -> str:
     """File-name part naming every implementation that is not the stock `torch` one."""
-    return "".join(f"_{k}-{v}" for k, v in swaps.items() if v not in ("torch", "off"))
+    return "".join(f"_{k}-{v}" for k, v in swaps.items() if v not in ("torch", "off", "native"))
 
 
 def _profile_and_show(name: str, step, model, dev, steps: int, ranges_only: bool, out: Path,
@@ -131,7 +132,7 @@ def profile_llama(
     layers: int = typer.Option(None, help="Decoder layers to keep."),
     preset: str = typer.Option(None, help="llama-3.2-1b | tiny."),
     norm: str = typer.Option("torch", help="RMSNorm: torch | triton."),
-    swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt,
+    swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt, kv_heads: str = KvHeadsOpt,
     compile: str = typer.Option("off", help="off | on (the whole model) | layers (each decoder layer)."),
     fast: bool = typer.Option(False, "--fast", help="Every setting of `trainperf llama --fast`."),
     steps: int = ProfStepsOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
@@ -143,7 +144,8 @@ def profile_llama(
     dev = device_or_fail(device)
     gpu = dev.type == "cuda"
     b, n = batch_seq_pair(batch_seq or ("1x4096" if gpu else "1x64"))
-    swaps = FAST if fast else {"norm": norm, "swiglu": swiglu, "rope": rope, "loss": loss, "compile": compile}
+    swaps = {**(FAST if fast else {"norm": norm, "swiglu": swiglu, "rope": rope, "loss": loss,
+                                   "compile": compile}), "kv_heads": kv_heads}
     spec = LlamaSpec(backend=backend or ("CUDNN_ATTENTION" if gpu else "MATH"), batch=b, seq=n, dtype=dtype,
                      layers=layers, preset=preset or ("llama-3.2-1b" if gpu else "tiny"), device=dev.type,
                      **swaps)
@@ -152,7 +154,7 @@ def profile_llama(
     if nsys:
         return _nsys_line(_argv_without("--nsys"), name)
     step = LlamaStep(spec, dev)
-    choose_kv_mode(step, spec.backend)
+    choose_kv_mode(step, spec.backend, spec.kv_heads)
     # a whole-model compile traces every module: range hooks there would be compiled in (and
     # recompile it), so that profile has phase ranges only; per-layer compile keeps the rest
     ranged = None if spec.compile == "on" else step.model

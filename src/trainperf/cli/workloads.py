@@ -11,6 +11,7 @@ from trainperf.cli.common import (
     DbOpt,
     DeviceOpt,
     JsonOpt,
+    KvHeadsOpt,
     LossOpt,
     OutOpt,
     QuietOpt,
@@ -210,7 +211,7 @@ def llama(
     model: str = typer.Option(None, help="A hub model id (the only option that uses the network)."),
     baseline: str = typer.Option(None, help="Backend that speed-ups are relative to."),
     norm: str = typer.Option("torch", help="RMSNorm: torch (transformers') | triton (trainperf's)."),
-    swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt,
+    swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt, kv_heads: str = KvHeadsOpt,
     fast: bool = typer.Option(False, "--fast", help="Also run trainperf's fastest step (its best swaps and "
                                                     "compile mode) with the first backend, beside the "
                                                     "other rows."),
@@ -224,6 +225,7 @@ def llama(
         CPU_GRID,
         DEFAULT_GRID,
         FAST,
+        KV_HEADS,
         LlamaSpec,
         measure_llama,
         summary_table,
@@ -245,9 +247,10 @@ def llama(
         None if config or model else ("llama-3.2-1b" if gpu else "tiny")), config=config, model=model,
         layers=layers, device=dev.type, warmup=warmup, iters=iters or (100 if gpu else 5))
     compiles = parse_list(compile, str, "--compile", COMPILE_MODES)
+    kv_modes = parse_list(kv_heads, str, "--kv-heads", KV_HEADS)
     specs = [LlamaSpec(backend=be, batch=b, seq=n, compile=c, norm=norm, swiglu=swiglu, rope=rope,
-                       loss=loss, **common)
-             for c in compiles for (b, n) in grid for be in backends]
+                       loss=loss, kv_heads=kv, **common)
+             for c in compiles for kv in kv_modes for (b, n) in grid for be in backends]
     if fast:
         specs += [LlamaSpec(backend=backends[0], batch=b, seq=n, **FAST, **common) for (b, n) in grid]
     for s in specs:

@@ -38,6 +38,9 @@ COMPILE_MODES = ("off", "on", "layers")
 # (Inductor fuses norms, RoPE, SwiGLU and residual adds there) and the fused chunked loss.
 FAST = {"loss": "chunked", "compile": "layers"}
 INPUTS = ("embeds", "ids")
+# How grouped-query K/V heads reach SDPA: native (the backend's own GQA, enable_gqa; expanded when
+# the backend refuses it) | expanded (repeat_kv to one K/V head per query head first).
+KV_HEADS = ("native", "expanded")
 # Phrases PyTorch uses when a pinned SDPA backend cannot take the call.
 NO_KERNEL = ("No available kernel", "No viable backend")
 
@@ -62,10 +65,12 @@ class LlamaSpec:
     swiglu: str = "torch"  # torch | triton
     rope: str = "torch"  # torch | triton
     loss: str = "torch"  # torch | chunked (LM head + cross-entropy without full fp32 logits)
+    kv_heads: str = "native"  # one of KV_HEADS
 
     def label(self) -> str:
         swaps = "".join(f" {k}={v}" for k, v in (("norm", self.norm), ("swiglu", self.swiglu),
                                                   ("rope", self.rope), ("loss", self.loss)) if v != "torch")
+        swaps += " kv=expanded" if self.kv_heads == "expanded" else ""
         return f"{self.backend} {self.batch}x{self.seq}{COMPILED_LABELS[self.compile]}{swaps}"
 
 
@@ -82,6 +87,7 @@ def validate(spec: LlamaSpec) -> None:
     check_choice("swiglu", spec.swiglu, hf_llama.SWAPS)
     check_choice("rope", spec.rope, hf_llama.SWAPS)
     check_choice("loss", spec.loss, ("torch", "chunked"))
+    check_choice("kv-heads", spec.kv_heads, KV_HEADS)
     try:
         hf_llama.load_config(spec.preset, spec.config, spec.model, spec.layers)
     except (ValueError, OSError) as exc:
@@ -103,6 +109,8 @@ class LlamaStep:
         self.chunked = spec.loss == "chunked"
         if self.chunked:
             self.swaps.append("loss=chunked")
+        if spec.kv_heads == "expanded":
+            self.swaps.append("kv=expanded")
         run = self.model.model if self.chunked else self.model  # chunked: stop at the hidden states
         if spec.compile != "off":
             torch._dynamo.reset()  # each case compiles afresh: no graphs or dynamic shapes of earlier cases
@@ -143,10 +151,11 @@ class LlamaStep:
         return sum(m.weight.numel() for m in self.model.modules() if isinstance(m, torch.nn.Linear))
 
 
-def choose_kv_mode(step: LlamaStep, backend: str) -> str:
-    """Run one iteration natively; if the backend refuses GQA, retry with K/V heads expanded."""
+def choose_kv_mode(step: LlamaStep, backend: str, kv_heads: str = "native") -> str:
+    """Run one iteration with K/V heads as asked; native falls back to expanded where the backend
+    refuses GQA. Returns the mode that ran."""
     refusals = []
-    for expand in (False, True):
+    for expand in (False, True)[KV_HEADS.index(kv_heads):]:
         hf_llama.set_attention(step.model, hf_llama.attention_name(backend, expand_kv=expand))
         try:
             step()
@@ -155,7 +164,8 @@ def choose_kv_mode(step: LlamaStep, backend: str) -> str:
             if not _no_kernel(exc):
                 raise
             refusals.append(str(exc).strip().splitlines()[0])
-    raise Unsupported(f"{backend}: {refusals[0]} (also with K/V heads expanded)")
+    also = " (also with K/V heads expanded)" if len(refusals) > 1 else " (K/V heads expanded)"
+    raise Unsupported(f"{backend}: {refusals[0]}{also}")
 
 
 def attention_ops_seen(step: LlamaStep) -> list[str]:
@@ -172,7 +182,7 @@ def attention_ops_seen(step: LlamaStep) -> list[str]:
 def measure_llama(spec: LlamaSpec) -> dict[str, Any]:
     device = torch.device(spec.device)
     step = LlamaStep(spec, device)
-    kv_mode = choose_kv_mode(step, spec.backend)
+    kv_mode = choose_kv_mode(step, spec.backend, spec.kv_heads)
     ops = attention_ops_seen(step)
     expected = hf_llama.BACKEND_OPS[spec.backend]
     decomposed = spec.backend == "MATH" and spec.compile != "off" and not ops  # compiled into matmuls
