@@ -176,9 +176,23 @@ def test_fast_rows_sit_beside_the_stock_rows(db, tmp_path):
     assert stock.speedup == pytest.approx(1.0)  # the baseline is the stock eager row, not the fast one
     assert fast.speedup == pytest.approx(stock.mean_s / fast.mean_s)
     summary = llama_sdpa.summary_table(df)  # what the terminal shows beside the per-case table
-    assert list(summary.columns) == ["shape", "math", "math compiled per layer + swaps",
-                                     "math compiled per layer + swaps vs best stock"]
+    assert list(summary.columns) == ["shape", "math", "math compiled per layer + loss=chunked",
+                                     "math compiled per layer + loss=chunked vs best stock"]
     assert summary.iloc[0, 3] == pytest.approx(fast.vs_best_stock)
+
+
+def test_setups_that_differ_only_in_swaps_get_their_own_bars_and_columns(db, tmp_path):
+    res = runner.invoke(app, ["llama", "--preset", "tiny", "--batch-seq", "1x32", "--backend", "MATH",
+                              "--loss", "chunked", "--kv-heads", "native,expanded", "--iters", "2",
+                              "--dtype", "fp32", "--device", "cpu", "--db", str(db), "--out", str(tmp_path),
+                              "--quiet"])
+    assert res.exit_code == 0, res.output
+    df = pd.read_csv(tmp_path / "training_timing.csv")
+    assert list(df.swaps) == ["loss=chunked", "loss=chunked,kv=expanded"]
+    assert list(df.kv_heads) == ["native", "expanded"]
+    assert (tmp_path / "iteration_time.png").stat().st_size > 0
+    assert list(llama_sdpa.summary_table(df).columns) == ["shape", "math + loss=chunked",
+                                                          "math + loss=chunked,kv=expanded"]
 
 
 def test_hf_rope_kernel_matches_transformers_on_a_transposed_view():

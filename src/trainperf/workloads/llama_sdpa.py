@@ -233,10 +233,11 @@ def compile_mode(value: bool | str) -> str:
 
 
 def setup_label(backend: str, compile: str, swaps: str) -> str:
-    """Short name of one configuration for plots: backend, how it was compiled, trainperf's swaps."""
+    """Short name of one configuration for plots and the summary: backend, how it was compiled,
+    trainperf's swaps (named, so setups that differ only in their swaps stay apart)."""
     label = backend.replace("_ATTENTION", "").lower() + COMPILED_LABELS[compile_mode(compile)]
     if swaps and swaps != "none":
-        label += " + swaps"
+        label += f" + {swaps}"
     return label
 
 
