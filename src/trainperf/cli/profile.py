@@ -13,6 +13,7 @@ from trainperf.cli.common import (
     JsonOpt,
     KvHeadsOpt,
     LossOpt,
+    MaskOpt,
     RopeOpt,
     SwigluOpt,
     app,
@@ -38,7 +39,7 @@ ProfStepsOpt = typer.Option(1, "--steps", help="Profiled steps.")
 
 def _swap_suffix(swaps: dict[str, str]) -> str:
     """File-name part naming every implementation that is not the stock `torch` one."""
-    return "".join(f"_{k}-{v}" for k, v in swaps.items() if v not in ("torch", "off", "native"))
+    return "".join(f"_{k}-{v}" for k, v in swaps.items() if v not in ("torch", "off", "native", "ones"))
 
 
 def _profile_and_show(name: str, step, model, dev, steps: int, ranges_only: bool, out: Path,
@@ -133,6 +134,7 @@ def profile_llama(
     preset: str = typer.Option(None, help="llama-3.2-1b | tiny."),
     norm: str = typer.Option("torch", help="RMSNorm: torch | triton."),
     swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt, kv_heads: str = KvHeadsOpt,
+    mask: str = MaskOpt,
     compile: str = typer.Option("off", help="off | on (the whole model) | layers (each decoder layer)."),
     fast: bool = typer.Option(False, "--fast", help="Every setting of `trainperf llama --fast`."),
     steps: int = ProfStepsOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
@@ -145,7 +147,7 @@ def profile_llama(
     gpu = dev.type == "cuda"
     b, n = batch_seq_pair(batch_seq or ("1x4096" if gpu else "1x64"))
     swaps = {**(FAST if fast else {"norm": norm, "swiglu": swiglu, "rope": rope, "loss": loss,
-                                   "compile": compile}), "kv_heads": kv_heads}
+                                   "compile": compile, "mask": mask}), "kv_heads": kv_heads}
     spec = LlamaSpec(backend=backend or ("CUDNN_ATTENTION" if gpu else "MATH"), batch=b, seq=n, dtype=dtype,
                      layers=layers, preset=preset or ("llama-3.2-1b" if gpu else "tiny"), device=dev.type,
                      **swaps)
