@@ -171,13 +171,13 @@ def test_fast_rows_sit_beside_the_stock_rows(db, tmp_path):
     df = pd.read_csv(tmp_path / "training_timing.csv")
     assert list(df.status) == ["ok", "ok"] and list(df.backend) == ["MATH", "MATH"]
     stock, fast = df.iloc[0], df.iloc[1]
-    assert stock.swaps == "none" and fast.swaps == "loss=chunked,mask=none"
+    assert stock.swaps == "none" and fast.swaps == "loss=chunked"
     assert (stock.compile, fast.compile) == ("off", "layers")
     assert stock.speedup == pytest.approx(1.0)  # the baseline is the stock eager row, not the fast one
     assert fast.speedup == pytest.approx(stock.mean_s / fast.mean_s)
     summary = llama_sdpa.summary_table(df)  # what the terminal shows beside the per-case table
-    assert list(summary.columns) == ["shape", "math", "math compiled per layer + loss=chunked,mask=none",
-                                     "math compiled per layer + loss=chunked,mask=none vs best stock"]
+    assert list(summary.columns) == ["shape", "math", "math compiled per layer + loss=chunked",
+                                     "math compiled per layer + loss=chunked vs best stock"]
     assert summary.iloc[0, 3] == pytest.approx(fast.vs_best_stock)
 
 
@@ -249,39 +249,6 @@ def test_compiling_each_decoder_layer_keeps_the_loss_and_gradients():
     torch.testing.assert_close(regional(), eager(), rtol=1e-5, atol=1e-5)
     for (name, a), b in zip(eager.model.named_parameters(), regional.model.parameters(), strict=True):
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-5, msg=name)
-
-
-def test_no_mask_is_the_same_attention_as_the_all_ones_mask():
-    steps = [llama_sdpa.LlamaStep(tiny(mask=m), torch.device("cpu")) for m in ("ones", "none")]
-    assert "attention_mask" not in steps[1].inputs and steps[1].swaps == ["mask=none"]
-    for step in steps:
-        step.opt = None
-        hf_llama.set_attention(step.model, hf_llama.attention_name("MATH", False))
-    torch.testing.assert_close(steps[1](), steps[0](), rtol=1e-6, atol=1e-6)
-    for a, b in zip(steps[0].model.parameters(), steps[1].model.parameters(), strict=True):
-        torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.gpu
-def test_without_the_mask_an_iteration_never_waits_on_the_host():
-    """Why `--mask none` is faster: transformers reads the all-ones mask back to the host."""
-    syncs = {}
-    for mask in ("ones", "none"):
-        step = llama_sdpa.LlamaStep(tiny(device="cuda", dtype="bf16", mask=mask, loss="chunked"),
-                                    torch.device("cuda"))
-        hf_llama.set_attention(step.model, hf_llama.attention_name("MATH", False))
-        step()  # first-call set-up (handles, autotuning) may synchronise
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            step()
-            syncs[mask] = False
-        except RuntimeError as exc:
-            assert "synchroniz" in str(exc)
-            syncs[mask] = True
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    assert syncs == {"ones": True, "none": False}
 
 
 def _row(backend, mean_s, compile="off", swaps="none", batch=1, seq=32):

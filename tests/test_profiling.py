@@ -97,7 +97,7 @@ def test_cpu_breakdown_pipeline_counts_nested_ranges():
     assert t.loc["fwd.layer", "kernel_ms"] >= t.loc["fwd.layer.attn", "kernel_ms"]
     assert t.loc["step", "share"] == pytest.approx(1.0)
     assert bd.unattributed_kernels == 0
-    assert 0 <= bd.idle_fraction < 1 and not bd.top_kernels.empty
+    assert 0 <= bd.idle_fraction < 1 and not bd.kernels.empty
 
 
 def test_busy_time_counts_overlap_once():
@@ -155,7 +155,9 @@ def test_nsys_attribution_nesting_and_outside_kernels(tmp_path):
     assert "never-closed" not in t.index and "a mark, not a range" not in t.index
     assert t.loc["fwd.layer", "kernel_ms"] == pytest.approx((1000 + 2000) / 1e6)  # ns → ms
     assert bd.unattributed_kernels == 1  # E ran outside every range
-    assert bd.top_kernels.iloc[0]["kernel"] == "kernF"  # longest (6 µs)
+    assert bd.kernels.iloc[0]["kernel"] == "kernF"  # longest (6 µs)
+    assert sorted(bd.kernels["kernel"]) == sorted(f"kern{c}" for c in "ABCDEF")  # every kernel, not a top few
+    assert bd.kernels["total_ms"].sum() == pytest.approx(bd.total_kernel_ms)
 
 
 def test_nsys_missing_table_is_a_clear_error(tmp_path):

@@ -36,8 +36,6 @@ RopeOpt = typer.Option("torch", help="Rotary embedding: torch | triton.")
 LossOpt = typer.Option("torch", help="Loss: torch (full logits) | chunked.")
 KvHeadsOpt = typer.Option("native", "--kv-heads", help="Grouped K/V heads into SDPA: native (enable_gqa) | "
                                                        "expanded (repeat_kv first).")
-MaskOpt = typer.Option("ones", help="Attention mask: ones (all-ones, as the reference; transformers checks "
-                                   "it on the host every iteration) | none (the same attention, no check).")
 
 
 def fail(message: str) -> None:

@@ -13,7 +13,6 @@ from trainperf.cli.common import (
     JsonOpt,
     KvHeadsOpt,
     LossOpt,
-    MaskOpt,
     RopeOpt,
     SwigluOpt,
     app,
@@ -35,11 +34,12 @@ ProfOut = typer.Option(Path("trainperf-out"), "--out", help="Folder for the brea
 NsysOpt = typer.Option(False, "--nsys", help="Print the nsys command line for this profile and exit.")
 RangesOnlyOpt = typer.Option(False, "--ranges-only", help="Run with NVTX ranges, no profiler (under nsys).")
 ProfStepsOpt = typer.Option(1, "--steps", help="Profiled steps.")
+TOP_KERNELS = 15  # kernels shown in the terminal; the JSON and the kernels CSV hold them all
 
 
 def _swap_suffix(swaps: dict[str, str]) -> str:
     """File-name part naming every implementation that is not the stock `torch` one."""
-    return "".join(f"_{k}-{v}" for k, v in swaps.items() if v not in ("torch", "off", "native", "ones"))
+    return "".join(f"_{k}-{v}" for k, v in swaps.items() if v not in ("torch", "off", "native"))
 
 
 def _profile_and_show(name: str, step, model, dev, steps: int, ranges_only: bool, out: Path,
@@ -62,7 +62,8 @@ def _profile_and_show(name: str, step, model, dev, steps: int, ranges_only: bool
 def _show_breakdown(bd, title: str) -> None:
     ranges = bd.ranges.assign(share=bd.ranges["share"] * 100).rename(columns={"share": "share %"})
     console.print(frame_table(ranges, title=title))
-    top = bd.top_kernels.assign(share=bd.top_kernels["share"] * 100).rename(columns={"share": "share %"})
+    top = bd.kernels.head(TOP_KERNELS).assign(share=lambda d: d["share"] * 100).rename(
+        columns={"share": "share %"})
     top["kernel"] = top["kernel"].str.slice(0, 90)
     console.print(frame_table(top, title="top kernels"))
     console.print(f"kernel time {report.fmt(bd.total_kernel_ms)} ms; device idle "
@@ -134,7 +135,6 @@ def profile_llama(
     preset: str = typer.Option(None, help="llama-3.2-1b | tiny."),
     norm: str = typer.Option("torch", help="RMSNorm: torch | triton."),
     swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt, kv_heads: str = KvHeadsOpt,
-    mask: str = MaskOpt,
     compile: str = typer.Option("off", help="off | on (the whole model) | layers (each decoder layer)."),
     fast: bool = typer.Option(False, "--fast", help="Every setting of `trainperf llama --fast`."),
     steps: int = ProfStepsOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
@@ -147,7 +147,7 @@ def profile_llama(
     gpu = dev.type == "cuda"
     b, n = batch_seq_pair(batch_seq or ("1x4096" if gpu else "1x64"))
     swaps = {**(FAST if fast else {"norm": norm, "swiglu": swiglu, "rope": rope, "loss": loss,
-                                   "compile": compile, "mask": mask}), "kv_heads": kv_heads}
+                                   "compile": compile}), "kv_heads": kv_heads}
     spec = LlamaSpec(backend=backend or ("CUDNN_ATTENTION" if gpu else "MATH"), batch=b, seq=n, dtype=dtype,
                      layers=layers, preset=preset or ("llama-3.2-1b" if gpu else "tiny"), device=dev.type,
                      **swaps)

@@ -13,7 +13,6 @@ from trainperf.cli.common import (
     JsonOpt,
     KvHeadsOpt,
     LossOpt,
-    MaskOpt,
     OutOpt,
     QuietOpt,
     RerunOpt,
@@ -213,7 +212,6 @@ def llama(
     baseline: str = typer.Option(None, help="Backend that speed-ups are relative to."),
     norm: str = typer.Option("torch", help="RMSNorm: torch (transformers') | triton (trainperf's)."),
     swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt, kv_heads: str = KvHeadsOpt,
-    mask: str = MaskOpt,
     fast: bool = typer.Option(False, "--fast", help="Also run trainperf's fastest step (its best swaps and "
                                                     "compile mode) with the first backend, beside the "
                                                     "other rows."),
@@ -228,7 +226,6 @@ def llama(
         DEFAULT_GRID,
         FAST,
         KV_HEADS,
-        MASKS,
         LlamaSpec,
         measure_llama,
         summary_table,
@@ -251,10 +248,9 @@ def llama(
         layers=layers, device=dev.type, warmup=warmup, iters=iters or (100 if gpu else 5))
     compiles = parse_list(compile, str, "--compile", COMPILE_MODES)
     kv_modes = parse_list(kv_heads, str, "--kv-heads", KV_HEADS)
-    masks = parse_list(mask, str, "--mask", MASKS)
     specs = [LlamaSpec(backend=be, batch=b, seq=n, compile=c, norm=norm, swiglu=swiglu, rope=rope,
-                       loss=loss, kv_heads=kv, mask=m, **common)
-             for c in compiles for kv in kv_modes for m in masks for (b, n) in grid for be in backends]
+                       loss=loss, kv_heads=kv, **common)
+             for c in compiles for kv in kv_modes for (b, n) in grid for be in backends]
     if fast:
         specs += [LlamaSpec(backend=backends[0], batch=b, seq=n, **FAST, **common) for (b, n) in grid]
     for s in specs:

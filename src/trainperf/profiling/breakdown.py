@@ -31,23 +31,24 @@ class Trace:
 
 @dataclass
 class Breakdown:
-    """What `trainperf profile` prints: per-range table, top kernels and the idle fraction."""
+    """What `trainperf profile` prints: per-range table, kernels and the idle fraction."""
 
     ranges: pd.DataFrame  # range, calls, kernels, kernel_ms, share
-    top_kernels: pd.DataFrame  # kernel, count, total_ms, mean_us, share
+    kernels: pd.DataFrame  # kernel, count, total_ms, mean_us, share; every kernel, longest first
     idle_fraction: float
     total_kernel_ms: float
     unattributed_kernels: int
 
     def to_dict(self) -> dict:
         return {"ranges": self.ranges.to_dict(orient="records"),
-                "top_kernels": self.top_kernels.to_dict(orient="records"),
+                "kernels": self.kernels.to_dict(orient="records"),
                 "idle_fraction": self.idle_fraction, "total_kernel_ms": self.total_kernel_ms,
                 "unattributed_kernels": self.unattributed_kernels}
 
     @classmethod
     def from_dict(cls, d: dict) -> Breakdown:
-        return cls(pd.DataFrame(d["ranges"]), pd.DataFrame(d["top_kernels"]), d["idle_fraction"],
+        kernels = d["kernels"] if "kernels" in d else d["top_kernels"]  # files before 0.1: top 15 only
+        return cls(pd.DataFrame(d["ranges"]), pd.DataFrame(kernels), d["idle_fraction"],
                    d["total_kernel_ms"], d["unattributed_kernels"])
 
 
@@ -84,8 +85,8 @@ def busy_time(kernels: pd.DataFrame) -> float:
     return float(total + cur_e - cur_s)
 
 
-def breakdown(trace: Trace, top: int = 15) -> Breakdown:
-    """Per-range calls, kernel count and kernel time; top kernels; GPU idle fraction."""
+def breakdown(trace: Trace) -> Breakdown:
+    """Per-range calls, kernel count and kernel time; time per kernel name; GPU idle fraction."""
     kernels = trace.kernels.assign(dur=trace.kernels["end"] - trace.kernels["start"])
     total = float(kernels["dur"].sum())
     pairs = attribute(trace)
@@ -98,11 +99,11 @@ def breakdown(trace: Trace, top: int = 15) -> Breakdown:
     table["share"] = table["kernel_ms"] / (total / 1e3) if total else np.nan
     table = table.sort_values("range").reset_index(drop=True)
     tk = kernels.groupby("name")["dur"].agg(["size", "sum", "mean"]).sort_values("sum", ascending=False)
-    top_kernels = pd.DataFrame({"kernel": tk.index, "count": tk["size"].to_numpy(),
-                                "total_ms": tk["sum"].to_numpy() / 1e3, "mean_us": tk["mean"].to_numpy(),
-                                "share": tk["sum"].to_numpy() / total if total else np.nan}).head(top)
+    by_kernel = pd.DataFrame({"kernel": tk.index, "count": tk["size"].to_numpy(),
+                              "total_ms": tk["sum"].to_numpy() / 1e3, "mean_us": tk["mean"].to_numpy(),
+                              "share": tk["sum"].to_numpy() / total if total else np.nan})
     span = float(kernels["end"].max() - kernels["start"].min()) if len(kernels) else 0.0
     idle = 1.0 - busy_time(kernels) / span if span > 0 else float("nan")
     attributed = set(pairs["correlation"]) if len(pairs) else set()
-    return Breakdown(table, top_kernels, idle, total / 1e3,
+    return Breakdown(table, by_kernel, idle, total / 1e3,
                      int((~kernels["correlation"].isin(attributed)).sum()))

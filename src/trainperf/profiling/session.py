@@ -49,7 +49,7 @@ def save_breakdown(bd: Breakdown, path: Path, meta: dict[str, Any]) -> list[Path
     ranges_csv = path.parent / f"{path.name}_ranges.csv"
     kernels_csv = path.parent / f"{path.name}_kernels.csv"
     bd.ranges.to_csv(ranges_csv, index=False)
-    bd.top_kernels.to_csv(kernels_csv, index=False)
+    bd.kernels.to_csv(kernels_csv, index=False)
     return [json_path, ranges_csv, kernels_csv]
 
 

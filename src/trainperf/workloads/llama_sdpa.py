@@ -2,11 +2,8 @@
 
 One iteration is what the reference benchmark times: forward from random input embeddings with
 an all-ones attention mask, cross-entropy against random targets, zero_grad, backward, SGD step
-(lr 1e-6). `mask="none"` leaves the mask out: the same attention (nothing is padding), without the
-host sync transformers spends on checking that the mask is all ones, which drains the GPU's queue
-at the start of every iteration.
-FLOPs: 6·N·tokens plus the causal attention term (see core/flops.py), N counting the weights inside
-matrix multiplies (the tied LM head included).
+(lr 1e-6). FLOPs: 6·N·tokens plus the causal attention term (see core/flops.py), N counting the
+weights inside matrix multiplies (the tied LM head included).
 """
 
 from __future__ import annotations
@@ -39,14 +36,12 @@ COMPILE_MODES = ("off", "on", "layers")
 # trainperf's fastest Llama step (`llama --fast`, `profile llama --fast`): the settings that
 # measured fastest on the H100 (benchmarks/README.md, section 9): each decoder layer compiled
 # (Inductor fuses norms, RoPE, SwiGLU and residual adds there) and the fused chunked loss.
-FAST = {"loss": "chunked", "compile": "layers", "mask": "none"}
+FAST = {"loss": "chunked", "compile": "layers"}
 INPUTS = ("embeds", "ids")
 # How grouped-query K/V heads reach SDPA: native (the backend's own GQA, enable_gqa; expanded when
 # the backend refuses it) | expanded (repeat_kv to one K/V head per query head first).
 KV_HEADS = ("native", "expanded")
-MASKS = ("ones", "none")  # an all-ones padding mask (the reference's) | no mask
-STOCK_PARTS = {"norm": "torch", "swiglu": "torch", "rope": "torch", "loss": "torch", "kv": "native",
-               "mask": "ones"}
+STOCK_PARTS = {"norm": "torch", "swiglu": "torch", "rope": "torch", "loss": "torch", "kv": "native"}
 # Phrases PyTorch uses when a pinned SDPA backend cannot take the call.
 NO_KERNEL = ("No available kernel", "No viable backend")
 
@@ -72,12 +67,11 @@ class LlamaSpec:
     rope: str = "torch"  # torch | triton
     loss: str = "torch"  # torch | chunked (LM head + cross-entropy without full fp32 logits)
     kv_heads: str = "native"  # one of KV_HEADS
-    mask: str = "ones"  # one of MASKS
 
     def swap_names(self) -> list[str]:
         """trainperf's changes to the stock step as `part=choice`; none for the stock model."""
         ours = {"norm": self.norm, "swiglu": self.swiglu, "rope": self.rope, "loss": self.loss,
-                "kv": self.kv_heads, "mask": self.mask}
+                "kv": self.kv_heads}
         return [f"{k}={v}" for k, v in ours.items() if v != STOCK_PARTS[k]]
 
     def label(self) -> str:
@@ -99,7 +93,6 @@ def validate(spec: LlamaSpec) -> None:
     check_choice("rope", spec.rope, hf_llama.SWAPS)
     check_choice("loss", spec.loss, ("torch", "chunked"))
     check_choice("kv-heads", spec.kv_heads, KV_HEADS)
-    check_choice("mask", spec.mask, MASKS)
     try:
         hf_llama.load_config(spec.preset, spec.config, spec.model, spec.layers)
     except (ValueError, OSError) as exc:
@@ -136,8 +129,7 @@ class LlamaStep:
                                                         dtype=DTYPES[spec.dtype])}
         else:
             self.inputs = {"input_ids": torch.randint(0, vocab, (b, n), device=device)}
-        if spec.mask == "ones":
-            self.inputs["attention_mask"] = torch.ones(b, n, dtype=torch.long, device=device)
+        self.inputs["attention_mask"] = torch.ones(b, n, dtype=torch.long, device=device)
         self.targets = torch.randint(0, vocab, (b, n), device=device)
 
     def __call__(self, phase: Phase = no_phase) -> torch.Tensor:
