@@ -203,7 +203,7 @@ def llama(
     optimizer: str = typer.Option("sgd", help="sgd | adamw | none."),
     inputs: str = typer.Option("embeds", "--input", help="embeds (random input embeddings) | ids."),
     compile: str = typer.Option("off", help="torch.compile: off,on (the whole model),layers (each decoder "
-                                            "layer on its own),layers-graphs (the same, as CUDA graphs)."),
+                                            "layer on its own)."),
     dtype: str = typer.Option("bf16", help="Weight dtype: bf16 | fp16 | fp32."),
     layers: int = typer.Option(None, help="Use only this many decoder layers (quick runs)."),
     preset: str = typer.Option(None, help="Shipped config: llama-3.2-1b (GPU default) | tiny (CPU default)."),

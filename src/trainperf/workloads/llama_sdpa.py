@@ -31,9 +31,8 @@ DEFAULT_GRID = ((1, 16384), (2, 8192), (3, 4096), (6, 2048), (12, 1024), (24, 76
 CPU_GRID = ((1, 128), (2, 64))
 OPTIMIZERS = ("sgd", "adamw", "none")
 # off | on (torch.compile the whole model, what "stock compiled" means) | layers (each decoder
-# layer compiled on its own; the mask, the embeddings and the loss stay eager) | layers-graphs
-# (the same, each layer's forward and backward replayed as CUDA graphs: no launch gaps).
-COMPILE_MODES = ("off", "on", "layers", "layers-graphs")
+# layer compiled on its own; the mask, the embeddings and the loss stay eager).
+COMPILE_MODES = ("off", "on", "layers")
 # trainperf's fastest Llama step (`llama --fast`, `profile llama --fast`): the settings that
 # measured fastest on the H100 (benchmarks/README.md, section 9): each decoder layer compiled
 # (Inductor fuses norms, RoPE, SwiGLU and residual adds there) and the fused chunked loss.
@@ -118,10 +117,8 @@ class LlamaStep:
         if spec.compile != "off":
             torch._dynamo.reset()  # each case compiles afresh: no graphs or dynamic shapes of earlier cases
         self.forward = torch.compile(run) if spec.compile == "on" else run
-        self.graphs = spec.compile == "layers-graphs"
-        if spec.compile.startswith("layers"):
-            compile_regions(hf_llama.compile_targets(self.model),
-                            mode="reduce-overhead" if self.graphs else None)
+        if spec.compile == "layers":
+            compile_regions(hf_llama.compile_targets(self.model))
         params = self.model.parameters()
         self.opt = {"sgd": lambda: torch.optim.SGD(params, lr=1e-6),
                     "adamw": lambda: torch.optim.AdamW(params, lr=1e-6),
@@ -137,8 +134,6 @@ class LlamaStep:
 
     def __call__(self, phase: Phase = no_phase) -> torch.Tensor:
         """One iteration; `phase(name)` wraps forward, backward and optimizer."""
-        if self.graphs:  # a new iteration: CUDA-graph outputs of the last one may be overwritten
-            torch.compiler.cudagraph_mark_step_begin()
         with phase("forward"):
             if self.chunked:
                 hidden = self.forward(**self.inputs).last_hidden_state
@@ -231,8 +226,7 @@ _METRIC_COLUMNS = {"mean_s": "iter_s_mean", "median_s": "iter_s_median", "std_s"
                    "kv_heads": "kv_heads", "swaps": "swaps", "sm_clock_mhz": "sm_clock_mhz"}
 
 
-COMPILED_LABELS = {"off": "", "on": " compiled", "layers": " compiled per layer",
-                   "layers-graphs": " compiled per layer, CUDA graphs"}
+COMPILED_LABELS = {"off": "", "on": " compiled", "layers": " compiled per layer"}
 
 
 def compile_mode(value: bool | str) -> str:

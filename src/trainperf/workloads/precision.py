@@ -52,7 +52,7 @@ def check_compiler(device: torch.device) -> None:
                         "valid choices here: off")
 
 
-def compile_regions(modules: Iterable[torch.nn.Module], mode: str | None = None) -> None:
+def compile_regions(modules: Iterable[torch.nn.Module]) -> None:
     """torch.compile each module in place ("regional" compilation: a model's repeated blocks).
 
     Identical blocks share one compiled graph, so compile time no longer grows with depth
@@ -60,7 +60,7 @@ def compile_regions(modules: Iterable[torch.nn.Module], mode: str | None = None)
     outside the blocks (masks, embeddings, the loss) stays eager. Within one process later cases
     reuse compiled code, and torch.compile's default automatic dynamic shapes turn a dimension
     that changed symbolic; the recompile limit is raised so that Dynamo never silently falls back
-    to eager in a long sweep. `mode` is torch.compile's (e.g. "reduce-overhead": CUDA graphs).
+    to eager in a long sweep.
     """
     import torch._dynamo.config as dynamo_config
 
@@ -68,4 +68,4 @@ def compile_regions(modules: Iterable[torch.nn.Module], mode: str | None = None)
         if hasattr(dynamo_config, name):
             setattr(dynamo_config, name, max(getattr(dynamo_config, name), 256))
     for module in modules:
-        module.compile(mode=mode)
+        module.compile()
