@@ -180,11 +180,14 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, L, Delta, DQ, offs_n, offs_d, lo, hi, N_CTX
         else:
             lse = tl.load(L + offs_m)
             delta = tl.load(Delta + offs_m)
-        p_t = tl.math.exp2(tl.dot(k, tl.trans(q), input_precision=PRECISION) * qk_scale - lse[None, :])
+        s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)
+        # issued before the exponentials, which do not need it: its matrix product can run while
+        # they do (v3 issued it after dV's product, so products and exponentials took turns)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+        p_t = tl.math.exp2(s_t * qk_scale - lse[None, :])
         if MASK_CAUSAL:
             p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PRECISION)
-        dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
         ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
         dk = tl.dot(ds_t, q, dk, input_precision=PRECISION)
         if ATOMIC_DQ:  # this key block's share of dQ for these queries
@@ -235,12 +238,13 @@ def _dq_inner(dq, q, do, lse, delta, K, V, offs_m, offs_d, lo, hi, N_CTX, qk_sca
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k = _load_rows(K, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE)
         v = _load_rows(V, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE)
-        p = tl.math.exp2(tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale - lse[:, None])
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # before the exponentials (see dK/dV)
+        p = tl.math.exp2(s * qk_scale - lse[:, None])
         if MASK_CAUSAL:
             p = tl.where(offs_m[:, None] >= offs_n[None, :], p, 0.0)
         if MASK_EDGE:
             p = tl.where(offs_n[None, :] < N_CTX, p, 0.0)
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
     return dq
