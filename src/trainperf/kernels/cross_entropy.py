@@ -40,7 +40,8 @@ def cross_entropy_grad_reference(logits: torch.Tensor, targets: torch.Tensor, sc
     return loss, grad * scale
 
 
-# The kernel overwrites X, so the autotuner puts the logits back after each trial.
+# The kernel overwrites X, so the autotuner puts the logits back after each trial (it holds a
+# copy of the block while it tunes, once per vocabulary size).
 @triton.autotune(configs=_configs(), key=["V"], restore_value=["X"])
 @triton.jit
 def _ce_kernel(X, T, LOSS, stride, V, scale, BLOCK: tl.constexpr):

@@ -47,7 +47,7 @@ class Breakdown:
 
     @classmethod
     def from_dict(cls, d: dict) -> Breakdown:
-        kernels = d["kernels"] if "kernels" in d else d["top_kernels"]  # files before 0.1: top 15 only
+        kernels = d["kernels"] if "kernels" in d else d["top_kernels"]  # older files: the top 15 only
         return cls(pd.DataFrame(d["ranges"]), pd.DataFrame(kernels), d["idle_fraction"],
                    d["total_kernel_ms"], d["unattributed_kernels"])
 
