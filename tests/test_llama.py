@@ -181,6 +181,32 @@ def test_fast_rows_sit_beside_the_stock_rows(db, tmp_path):
     assert summary.iloc[0, 3] == pytest.approx(fast.vs_best_stock)
 
 
+def test_fused_norm_swap_matches_transformers_rmsnorm():
+    cfg = hf_llama.load_config("tiny")
+    models = []
+    for norm in ("torch", "fused"):
+        torch.manual_seed(0)
+        m = hf_llama.build_model(cfg, torch.float32, torch.device("cpu"))
+        weight = m.model.norm.weight
+        assert hf_llama.apply_swaps(m, norm=norm) == ([] if norm == "torch" else ["norm=fused"])
+        assert m.model.norm.weight is weight  # shared, not copied
+        hf_llama.set_attention(m, hf_llama.attention_name("MATH", False))
+        models.append(m)
+    assert type(models[1].model.norm).__name__ == "FusedRMSNorm"
+    x = torch.randn(2, 24, cfg.hidden_size)
+    outs = [m(inputs_embeds=x).logits for m in models]  # transformers' norm computes in float32
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+    grads = [torch.autograd.grad(o.square().mean(), list(m.parameters())) for o, m in zip(outs, models,
+                                                                                          strict=True)]
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
+
+
+def test_cudnn_norm_without_its_package_is_an_unsupported_row_naming_it():
+    rec = measure_case("llama", tiny(norm="cudnn"), measure_llama, {"device": "cpu"})
+    assert rec.status == "unsupported" and "--norm cudnn" in rec.reason
+
+
 def test_setups_that_differ_only_in_swaps_get_their_own_bars_and_columns(db, tmp_path):
     res = runner.invoke(app, ["llama", "--preset", "tiny", "--batch-seq", "1x32", "--backend", "MATH",
                               "--loss", "chunked", "--kv-heads", "native,expanded", "--iters", "2",

@@ -133,7 +133,7 @@ def profile_llama(
     dtype: str = typer.Option("bf16", help="bf16 | fp16 | fp32."),
     layers: int = typer.Option(None, help="Decoder layers to keep."),
     preset: str = typer.Option(None, help="llama-3.2-1b | tiny."),
-    norm: str = typer.Option("torch", help="RMSNorm: torch | triton."),
+    norm: str = typer.Option("torch", help="RMSNorm: torch | fused | triton | cudnn."),
     swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt, kv_heads: str = KvHeadsOpt,
     compile: str = typer.Option("off", help="off | on (the whole model) | layers (each decoder layer)."),
     fast: bool = typer.Option(False, "--fast", help="Every setting of `trainperf llama --fast`."),

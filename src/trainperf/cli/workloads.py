@@ -210,7 +210,8 @@ def llama(
     config: str = typer.Option(None, help="A local config.json or model folder instead of a preset."),
     model: str = typer.Option(None, help="A hub model id (the only option that uses the network)."),
     baseline: str = typer.Option(None, help="Backend that speed-ups are relative to."),
-    norm: str = typer.Option("torch", help="RMSNorm: torch (transformers') | triton (trainperf's)."),
+    norm: str = typer.Option("torch", help="RMSNorm: torch (transformers') | fused (F.rms_norm) | triton "
+                                           "(trainperf's) | cudnn (cuDNN frontend)."),
     swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt, kv_heads: str = KvHeadsOpt,
     fast: bool = typer.Option(False, "--fast", help="Also run trainperf's fastest step (its best swaps and "
                                                     "compile mode) with the first backend, beside the "

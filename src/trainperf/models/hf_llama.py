@@ -116,28 +116,29 @@ def set_attention(model: torch.nn.Module, name: str) -> None:
 
 
 SWAPS = ("torch", "triton")
+NORM_SWAPS = ("torch", "fused", "triton", "cudnn")  # the names of models/norms.py
 
 
 def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torch",
                 rope: str = "torch") -> list[str]:
-    """Put trainperf's Triton RMSNorm, SwiGLU and RoPE kernels into a transformers Llama, in place.
-
-    Weights stay where they are (the norm modules are replaced by ones sharing the weight).
+    """Put another RMSNorm (PyTorch's fused one, trainperf's Triton one, cuDNN's: by the names of
+    models/norms.py) and trainperf's Triton SwiGLU and RoPE kernels into a transformers Llama, in
+    place. Weights stay where they are (the norm modules are replaced by ones sharing the weight).
     Returns what was swapped, for the record.
     """
     import types
 
-    from trainperf.models.norms import TritonRMSNorm
+    from trainperf.models.norms import NORMS
 
     done = []
-    if norm == "triton":
+    if norm != "torch":
         for name, module in list(model.named_modules()):
             if type(module).__name__.endswith("RMSNorm"):
-                fast = TritonRMSNorm(module.weight.shape[0], eps=module.variance_epsilon)
-                fast.weight = module.weight
+                swapped = NORMS[norm](module.weight.shape[0], eps=module.variance_epsilon)
+                swapped.weight = module.weight
                 parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
-                setattr(parent, name.rsplit(".", 1)[-1], fast)
-        done.append("norm=triton")
+                setattr(parent, name.rsplit(".", 1)[-1], swapped)
+        done.append(f"norm={norm}")
     if swiglu == "triton":
         if getattr(model.config, "hidden_act", "silu") != "silu":
             raise ValueError(f"--swiglu triton needs hidden_act 'silu', not {model.config.hidden_act!r}")

@@ -62,7 +62,7 @@ class LlamaSpec:
     device: str = "cuda"
     warmup: int = 5
     iters: int = 100
-    norm: str = "torch"  # torch | triton (trainperf's fused RMSNorm)
+    norm: str = "torch"  # torch | fused (F.rms_norm) | triton (trainperf's) | cudnn (cuDNN frontend)
     swiglu: str = "torch"  # torch | triton
     rope: str = "torch"  # torch | triton
     loss: str = "torch"  # torch | chunked (LM head + cross-entropy without full fp32 logits)
@@ -88,7 +88,7 @@ def validate(spec: LlamaSpec) -> None:
     check_choice("compile", spec.compile, COMPILE_MODES)
     if spec.compile != "off":
         check_compiler(torch.device(spec.device))
-    check_choice("norm", spec.norm, hf_llama.SWAPS)
+    check_choice("norm", spec.norm, hf_llama.NORM_SWAPS)
     check_choice("swiglu", spec.swiglu, hf_llama.SWAPS)
     check_choice("rope", spec.rope, hf_llama.SWAPS)
     check_choice("loss", spec.loss, ("torch", "chunked"))
