@@ -7,8 +7,10 @@ exp2. Forward saves O and L = m + log2(l) per row. Backward is three kernels and
   2. dK, dV: one program per key block, looping over the query blocks that see it
   3. dQ:     one program per query block, looping over the key blocks it sees
 or, with `atomic_dq` (`triton-fa2-atomic`), two: the dK/dV kernel also adds each tile's share of
-dQ (dSᵀ·K) into a float32 buffer with atomics, so QKᵀ and dP are computed once per tile pair
-(5 matrix products instead of 7) at the price of float32 atomic traffic.
+dQ (dSᵀ·K) into a float32 buffer, so QKᵀ and dP are computed once per tile pair (5 matrix products
+instead of 7) at the price of float32 reduction traffic. On Hopper and later the share goes as
+one bulk TMA reduction per tile (a tensor descriptor's atomic_add); elsewhere, and in the
+interpreter (which lacks descriptor reductions), as element-wise atomics.
 Every loop is split into full blocks, which run without masks, and the few blocks that need
 one (the causal diagonal, the ragged end of the sequence). With a causal mask the forward and dQ
 programs take their query blocks longest-first (the dK/dV order is longest-first already).
@@ -169,7 +171,7 @@ def _bwd_delta_kernel(O, DO, Delta, N_ROWS, HEAD_DIM: tl.constexpr, BLOCK_D: tl.
 def _dkdv_inner(dk, dv, k, v, Q, DO, L, Delta, DQ, offs_n, offs_d, lo, hi, N_CTX, qk_scale,
                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                 MASK_CAUSAL: tl.constexpr, CHECK_ROWS: tl.constexpr, PRECISION: tl.constexpr,
-                ATOMIC_DQ: tl.constexpr):
+                ATOMIC_DQ: tl.constexpr, TMA_DQ: tl.constexpr):
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         q = _load_rows(Q, offs_m, offs_d, N_CTX, HEAD_DIM, BLOCK_D, CHECK_ROWS)
@@ -192,8 +194,11 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, L, Delta, DQ, offs_n, offs_d, lo, hi, N_CTX
         dk = tl.dot(ds_t, q, dk, input_precision=PRECISION)
         if ATOMIC_DQ:  # this key block's share of dQ for these queries
             dq = tl.dot(tl.trans(ds_t), k, input_precision=PRECISION)
-            tl.atomic_add(DQ + offs_m[:, None] * HEAD_DIM + offs_d[None, :], dq, sem="relaxed",
-                          mask=(offs_m[:, None] < N_CTX) & (offs_d[None, :] < HEAD_DIM))
+            if TMA_DQ:  # rows and columns past the tensor are dropped by the TMA unit
+                DQ.atomic_add([start_m, 0], dq)
+            else:
+                tl.atomic_add(DQ + offs_m[:, None] * HEAD_DIM + offs_d[None, :], dq, sem="relaxed",
+                              mask=(offs_m[:, None] < N_CTX) & (offs_d[None, :] < HEAD_DIM))
     return dk, dv
 
 
@@ -202,7 +207,8 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, L, Delta, DQ, offs_n, offs_d, lo, hi, N_CTX
 @triton.jit
 def _bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV, DQ, qk_scale, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
                      BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                     ATOMIC_DQ: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                     ATOMIC_DQ: tl.constexpr, TMA_DQ: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr):
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1).to(tl.int64)
     base, row_base = bh * N_CTX * HEAD_DIM, bh * N_CTX
@@ -212,18 +218,24 @@ def _bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV, DQ, qk_scale, sm_scale, N_CT
     v = _load_rows(V + base, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, True)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    Qb, DOb, Lb, Db, DQb = Q + base, DO + base, L + row_base, Delta + row_base, DQ + base
+    Qb, DOb, Lb, Db = Q + base, DO + base, L + row_base, Delta + row_base
+    if TMA_DQ:  # this head's float32 dQ, reduced into a whole [BLOCK_M, d] tile at a time
+        DQb = tl.make_tensor_descriptor(DQ + base, shape=[N_CTX, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                        block_shape=[BLOCK_M, BLOCK_D])
+    else:
+        DQb = DQ + base
     m_full = N_CTX - N_CTX % BLOCK_M  # query blocks below this lie wholly inside the sequence
     first_full = 0
     if CAUSAL:  # queries before the key block see none of it; the diagonal blocks are masked
         first_full = tl.minimum(start_n + BLOCK_N, N_CTX)
         dk, dv = _dkdv_inner(dk, dv, k, v, Qb, DOb, Lb, Db, DQb, offs_n, offs_d, start_n, first_full,
-                             N_CTX, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, True, True, PRECISION, ATOMIC_DQ)
+                             N_CTX, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, True, True, PRECISION, ATOMIC_DQ,
+                             TMA_DQ)
     dk, dv = _dkdv_inner(dk, dv, k, v, Qb, DOb, Lb, Db, DQb, offs_n, offs_d, first_full, m_full, N_CTX,
-                         qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, False, False, PRECISION, ATOMIC_DQ)
+                         qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, False, False, PRECISION, ATOMIC_DQ, TMA_DQ)
     tail_start = tl.maximum(first_full, m_full)
     dk, dv = _dkdv_inner(dk, dv, k, v, Qb, DOb, Lb, Db, DQb, offs_n, offs_d, tail_start, N_CTX, N_CTX,
-                         qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, False, True, PRECISION, ATOMIC_DQ)
+                         qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, False, True, PRECISION, ATOMIC_DQ, TMA_DQ)
     kv_ptrs = base + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
     kv_mask = (offs_n[:, None] < N_CTX) & (offs_d[None, :] < HEAD_DIM)
     tl.store(DK + kv_ptrs, (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
@@ -283,6 +295,18 @@ def _bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DI
     tl.store(dq_ptrs, (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)
 
 
+def _tma_reduction(dq: torch.Tensor) -> bool:
+    """Whether dQ's tiles can be reduced by the TMA unit: a GPU with one (Hopper on), rows of a
+    multiple of 16 bytes, not the interpreter. Device-side descriptors need Triton's scratch
+    allocator, which is set here (a torch allocation on dQ's device)."""
+    ok = (not INTERPRET and dq.is_cuda and torch.cuda.get_device_capability(dq.device) >= (9, 0)
+          and dq.shape[-1] * dq.element_size() % 16 == 0)
+    if ok:
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8,
+                                                                     device=dq.device))
+    return ok
+
+
 def _launch_args(q: torch.Tensor) -> dict:
     d = q.shape[-1]
     return {"HEAD_DIM": d, "BLOCK_D": max(16, triton.next_power_of_2(d)),
@@ -319,7 +343,8 @@ class FlashAttentionTriton(torch.autograd.Function):
         common = (lse, delta)
         scales = (ctx.scale * LOG2E, ctx.scale, n)
         _bwd_dkdv_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), b * h)](
-            q, k, v, dout, *common, dk, dv, dq, *scales, CAUSAL=ctx.causal, ATOMIC_DQ=ctx.atomic_dq, **args)
+            q, k, v, dout, *common, dk, dv, dq, *scales, CAUSAL=ctx.causal, ATOMIC_DQ=ctx.atomic_dq,
+            TMA_DQ=ctx.atomic_dq and _tma_reduction(dq), **args)
         if ctx.atomic_dq:
             dq = (dq * ctx.scale).to(q.dtype)
         else:
