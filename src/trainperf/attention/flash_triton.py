@@ -21,27 +21,22 @@ Tile sizes are autotuned per (sequence, head dim, causal); the interpreter uses 
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import triton
 import triton.language as tl
 
+from trainperf.kernels import interpreting, tune_candidates
+
 LOG2E = 1.4426950408889634
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 MAX_HEAD_DIM = 128
 
 
 def _configs(shapes: list[tuple[int, int, int, int]], interpret: tuple[int, int]) -> list[triton.Config]:
-    """(BLOCK_M, BLOCK_N, warps, stages) candidates. The interpreter gets one small tile (with
-    BLOCK_M != BLOCK_N, so the tests cover diagonals that span several blocks), and
-    TRAINPERF_TRITON_TUNE=0 keeps only the first (quick compiles for correctness tests)."""
-    if INTERPRET:
-        shapes = [(*interpret, 1, 1)]
-    elif os.environ.get("TRAINPERF_TRITON_TUNE") == "0":
-        shapes = shapes[:1]
+    """(BLOCK_M, BLOCK_N, warps, stages) candidates (`tune_candidates`). The interpreter gets one
+    small tile with BLOCK_M != BLOCK_N, so the tests cover diagonals that span several blocks."""
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
-            for m, n, w, s in shapes]
+            for m, n, w, s in tune_candidates(shapes, (*interpret, 1, 1))]
 
 
 # Short lists of shapes that suit Hopper and Ampere; autotuning picks per (seq, head dim, causal).
@@ -64,18 +59,31 @@ TUNE_KEY = ["N_CTX", "HEAD_DIM", "CAUSAL"]
 
 
 @triton.jit
+def _in_rows(rows, offs_d, N_CTX, HEAD_DIM: tl.constexpr):
+    """Mask of a [rows, BLOCK_D] tile: the rows inside the sequence, the columns inside d."""
+    return (rows[:, None] < N_CTX) & (offs_d[None, :] < HEAD_DIM)
+
+
+@triton.jit
 def _load_rows(ptr, rows, offs_d, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                CHECK_ROWS: tl.constexpr):
     """A [rows, BLOCK_D] tile; masks only where a row may lie past the sequence or d is padded,
     so full blocks load unmasked (wider, pipelined loads)."""
     ptrs = ptr + rows[:, None] * HEAD_DIM + offs_d[None, :]
     if CHECK_ROWS:
-        tile = tl.load(ptrs, mask=(rows[:, None] < N_CTX) & (offs_d[None, :] < HEAD_DIM), other=0.0)
+        tile = tl.load(ptrs, mask=_in_rows(rows, offs_d, N_CTX, HEAD_DIM), other=0.0)
     elif HEAD_DIM == BLOCK_D:
         tile = tl.load(ptrs)
     else:
         tile = tl.load(ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
     return tile
+
+
+@triton.jit
+def _store_rows(ptr, rows, offs_d, N_CTX, HEAD_DIM: tl.constexpr, tile):
+    """Store a [rows, BLOCK_D] tile in `ptr`'s dtype, leaving out rows past the sequence and d."""
+    tl.store(ptr + rows[:, None] * HEAD_DIM + offs_d[None, :], tile.to(ptr.dtype.element_ty),
+             mask=_in_rows(rows, offs_d, N_CTX, HEAD_DIM))
 
 
 @triton.jit
@@ -143,8 +151,7 @@ def _fwd_kernel(Q, K, V, O, L, qk_scale, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D:
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, Kb, Vb, offs_m, offs_d, n_full, N_CTX, N_CTX, qk_scale,
                                    HEAD_DIM, BLOCK_D, BLOCK_N, False, True, PRECISION)
     acc = acc / l_i[:, None]
-    tl.store(O + base + offs_m[:, None] * HEAD_DIM + offs_d[None, :], acc.to(O.dtype.element_ty),
-             mask=(offs_m[:, None] < N_CTX) & (offs_d[None, :] < HEAD_DIM))
+    _store_rows(O + base, offs_m, offs_d, N_CTX, HEAD_DIM, acc)
     tl.store(L + tl.program_id(1).to(tl.int64) * N_CTX + offs_m, m_i + tl.math.log2(l_i),
              mask=offs_m < N_CTX)
 
@@ -154,7 +161,7 @@ def _bwd_delta_kernel(O, DO, Delta, N_ROWS, HEAD_DIM: tl.constexpr, BLOCK_D: tl.
                       BLOCK_R: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     offs_d = tl.arange(0, BLOCK_D)
-    mask = (rows[:, None] < N_ROWS) & (offs_d[None, :] < HEAD_DIM)
+    mask = _in_rows(rows, offs_d, N_ROWS, HEAD_DIM)
     ptrs = rows[:, None].to(tl.int64) * HEAD_DIM + offs_d[None, :]
     o = tl.load(O + ptrs, mask=mask, other=0.0).to(tl.float32)
     do = tl.load(DO + ptrs, mask=mask, other=0.0).to(tl.float32)
@@ -198,7 +205,7 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, L, Delta, DQ, offs_n, offs_d, lo, hi, N_CTX
                 DQ.atomic_add([start_m, 0], dq)
             else:
                 tl.atomic_add(DQ + offs_m[:, None] * HEAD_DIM + offs_d[None, :], dq, sem="relaxed",
-                              mask=(offs_m[:, None] < N_CTX) & (offs_d[None, :] < HEAD_DIM))
+                              mask=_in_rows(offs_m, offs_d, N_CTX, HEAD_DIM))
     return dk, dv
 
 
@@ -236,10 +243,8 @@ def _bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV, DQ, qk_scale, sm_scale, N_CT
     tail_start = tl.maximum(first_full, m_full)
     dk, dv = _dkdv_inner(dk, dv, k, v, Qb, DOb, Lb, Db, DQb, offs_n, offs_d, tail_start, N_CTX, N_CTX,
                          qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, False, True, PRECISION, ATOMIC_DQ, TMA_DQ)
-    kv_ptrs = base + offs_n[:, None] * HEAD_DIM + offs_d[None, :]
-    kv_mask = (offs_n[:, None] < N_CTX) & (offs_d[None, :] < HEAD_DIM)
-    tl.store(DK + kv_ptrs, (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
-    tl.store(DV + kv_ptrs, dv.to(DV.dtype.element_ty), mask=kv_mask)
+    _store_rows(DK + base, offs_n, offs_d, N_CTX, HEAD_DIM, dk * sm_scale)
+    _store_rows(DV + base, offs_n, offs_d, N_CTX, HEAD_DIM, dv)
 
 
 @triton.jit
@@ -290,16 +295,14 @@ def _bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DI
                        BLOCK_D, BLOCK_N, False, False, PRECISION)
         dq = _dq_inner(dq, q, do, lse, delta, Kb, Vb, offs_m, offs_d, n_full, N_CTX, N_CTX, qk_scale,
                        HEAD_DIM, BLOCK_D, BLOCK_N, False, True, PRECISION)
-    q_mask = (offs_m[:, None] < N_CTX) & (offs_d[None, :] < HEAD_DIM)
-    dq_ptrs = DQ + base + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
-    tl.store(dq_ptrs, (dq * sm_scale).to(DQ.dtype.element_ty), mask=q_mask)
+    _store_rows(DQ + base, offs_m, offs_d, N_CTX, HEAD_DIM, dq * sm_scale)
 
 
 def _tma_reduction(dq: torch.Tensor) -> bool:
     """Whether dQ's tiles can be reduced by the TMA unit: a GPU with one (Hopper on), rows of a
     multiple of 16 bytes, not the interpreter. Device-side descriptors need Triton's scratch
     allocator, which is set here (a torch allocation on dQ's device)."""
-    ok = (not INTERPRET and dq.is_cuda and torch.cuda.get_device_capability(dq.device) >= (9, 0)
+    ok = (not interpreting() and dq.is_cuda and torch.cuda.get_device_capability(dq.device) >= (9, 0)
           and dq.shape[-1] * dq.element_size() % 16 == 0)
     if ok:
         triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8,

@@ -10,23 +10,15 @@ so a row's second read can come from L2 instead of HBM.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
+from trainperf.kernels import tune_candidates
 
-def _configs() -> list[triton.Config]:
-    """(BLOCK, warps) candidates; the interpreter gets one narrow block (several per row in the
-    tests) and TRAINPERF_TRITON_TUNE=0 keeps the first."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        shapes = [(512, 4)]
-    else:
-        shapes = [(2048, 8), (4096, 8), (4096, 16), (8192, 16), (8192, 32), (16384, 32)]
-        if os.environ.get("TRAINPERF_TRITON_TUNE") == "0":
-            shapes = shapes[:1]
-    return [triton.Config({"BLOCK": b}, num_warps=w) for b, w in shapes]
+# (BLOCK, warps) candidates; the interpreter gets one narrow block (several per row in the tests).
+CONFIGS = [triton.Config({"BLOCK": b}, num_warps=w) for b, w in tune_candidates(
+    [(2048, 8), (4096, 8), (4096, 16), (8192, 16), (8192, 32), (16384, 32)], (512, 4))]
 
 
 def cross_entropy_grad_reference(logits: torch.Tensor, targets: torch.Tensor, scale: float
@@ -42,7 +34,7 @@ def cross_entropy_grad_reference(logits: torch.Tensor, targets: torch.Tensor, sc
 
 # The kernel overwrites X, so the autotuner puts the logits back after each trial (it holds a
 # copy of the block while it tunes, once per vocabulary size).
-@triton.autotune(configs=_configs(), key=["V"], restore_value=["X"])
+@triton.autotune(configs=CONFIGS, key=["V"], restore_value=["X"])
 @triton.jit
 def _ce_kernel(X, T, LOSS, stride, V, scale, BLOCK: tl.constexpr):
     row_ptr = X + tl.program_id(0).to(tl.int64) * stride

@@ -17,6 +17,9 @@ from pathlib import Path
 
 import torch
 
+from trainperf.models.lm import IMPLS
+from trainperf.models.norms import NORMS
+
 CONFIG_DIR = Path(__file__).parent / "configs"
 PRESETS = {"llama-3.2-1b": CONFIG_DIR / "llama-3.2-1b.json", "tiny": CONFIG_DIR / "llama-tiny.json"}
 BACKENDS = ("CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "FLASH_ATTENTION", "MATH")
@@ -115,8 +118,8 @@ def set_attention(model: torch.nn.Module, name: str) -> None:
     model.config._attn_implementation = name
 
 
-SWAPS = ("torch", "triton")
-NORM_SWAPS = ("torch", "fused", "triton", "cudnn")  # the names of models/norms.py
+SWAPS = IMPLS  # RoPE and SwiGLU: the LM's own choices
+NORM_SWAPS = tuple(NORMS)
 
 
 def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torch",
@@ -127,8 +130,6 @@ def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torc
     Returns what was swapped, for the record.
     """
     import types
-
-    from trainperf.models.norms import NORMS
 
     done = []
     if norm != "torch":

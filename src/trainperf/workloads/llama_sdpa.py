@@ -25,7 +25,7 @@ from trainperf.core.timing import PhaseTimer, start_measured_window
 from trainperf.kernels.chunked_loss import chunked_lm_loss
 from trainperf.models import hf_llama
 from trainperf.workloads.precision import DTYPES, check_compiler, compile_regions
-from trainperf.workloads.step import Phase, no_phase
+from trainperf.workloads.step import LOSSES, Phase, no_phase
 
 DEFAULT_GRID = ((1, 16384), (2, 8192), (3, 4096), (6, 2048), (12, 1024), (24, 768))
 CPU_GRID = ((1, 128), (2, 64))
@@ -41,7 +41,8 @@ INPUTS = ("embeds", "ids")
 # How grouped-query K/V heads reach SDPA: native (the backend's own GQA, enable_gqa; expanded when
 # the backend refuses it) | expanded (repeat_kv to one K/V head per query head first).
 KV_HEADS = ("native", "expanded")
-STOCK_PARTS = {"norm": "torch", "swiglu": "torch", "rope": "torch", "loss": "torch", "kv": "native"}
+# The swappable parts as they are named in a record's swaps, and the spec field of each.
+SWAP_FIELDS = {"norm": "norm", "swiglu": "swiglu", "rope": "rope", "loss": "loss", "kv": "kv_heads"}
 # Phrases PyTorch uses when a pinned SDPA backend cannot take the call.
 NO_KERNEL = ("No available kernel", "No viable backend")
 
@@ -69,10 +70,11 @@ class LlamaSpec:
     kv_heads: str = "native"  # one of KV_HEADS
 
     def swap_names(self) -> list[str]:
-        """trainperf's changes to the stock step as `part=choice`; none for the stock model."""
-        ours = {"norm": self.norm, "swiglu": self.swiglu, "rope": self.rope, "loss": self.loss,
-                "kv": self.kv_heads}
-        return [f"{k}={v}" for k, v in ours.items() if v != STOCK_PARTS[k]]
+        """trainperf's changes to the stock step as `part=choice` (a part off its default, the
+        stock choice); none for the stock model."""
+        stock = self.__dataclass_fields__
+        return [f"{name}={getattr(self, f)}" for name, f in SWAP_FIELDS.items()
+                if getattr(self, f) != stock[f].default]
 
     def label(self) -> str:
         swaps = "".join(f" {name}" for name in self.swap_names())
@@ -91,7 +93,7 @@ def validate(spec: LlamaSpec) -> None:
     check_choice("norm", spec.norm, hf_llama.NORM_SWAPS)
     check_choice("swiglu", spec.swiglu, hf_llama.SWAPS)
     check_choice("rope", spec.rope, hf_llama.SWAPS)
-    check_choice("loss", spec.loss, ("torch", "chunked"))
+    check_choice("loss", spec.loss, LOSSES)
     check_choice("kv-heads", spec.kv_heads, KV_HEADS)
     try:
         hf_llama.load_config(spec.preset, spec.config, spec.model, spec.layers)
