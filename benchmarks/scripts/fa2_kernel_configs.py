@@ -1,0 +1,95 @@
+"""Time each triton-fa2 kernel (forward, dK/dV, dQ) with every tile shape, one at a time.
+
+For each candidate: registers per thread, spilled bytes, shared memory, how many programs fit
+on one SM (registers and shared memory are the limits), time (median of do_bench) and the
+kernel's matrix-product rate. Candidates are the autotuning lists plus the EXTRA shapes below,
+so a shape can be measured before it joins the lists. Causal, bf16.
+Usage: PYTHONPATH=src python3 benchmarks/scripts/fa2_kernel_configs.py B H N D [out.csv]
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+
+import torch
+import triton
+from triton.testing import do_bench
+
+from trainperf.attention import flash_triton as ft
+
+EXTRA = {  # (BLOCK_M, BLOCK_N, warps, stages) not (yet) in the autotuning lists
+    "fwd": [(64, 64, 4, 2), (64, 32, 4, 3), (128, 64, 8, 4), (128, 32, 8, 3)],
+    "dkdv": [(64, 64, 4, 2), (32, 64, 4, 3), (64, 128, 8, 4), (32, 128, 8, 3), (16, 64, 4, 3)],
+    "dq": [(64, 64, 4, 2), (64, 32, 4, 3), (128, 64, 8, 4), (128, 32, 8, 3)],
+}
+REGS_PER_SM, SMEM_PER_SM, SMEM_RESERVED = 65536, 233472, 1024
+
+
+def programs_per_sm(regs: int, smem: int, warps: int) -> int:
+    """Resident programs per SM (H100: 64K registers, 228 KB shared memory, 64 warps)."""
+    per_warp = -(-max(regs, 1) * 32 // 256) * 256
+    return min(REGS_PER_SM // (per_warp * warps), SMEM_PER_SM // (smem + SMEM_RESERVED), 64 // warps)
+
+
+def candidates(name: str, lists: list[triton.Config]) -> list[tuple[int, int, int, int]]:
+    listed = [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in lists]
+    return listed + [c for c in EXTRA[name] if c not in listed]
+
+
+def main(b: int, h: int, n: int, d: int, out: str | None = None) -> None:
+    torch.manual_seed(0)
+    q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    scale = d ** -0.5
+    args = ft._launch_args(q)
+    o = torch.empty_like(q)
+    lse = torch.empty((b * h, n), device="cuda", dtype=torch.float32)
+    ft._fwd_kernel[lambda m: (triton.cdiv(n, m["BLOCK_M"]), b * h)](q, k, v, o, lse, scale * ft.LOG2E, n,
+                                                                    CAUSAL=True, **args)
+    delta = (o.float() * do.float()).sum(-1).reshape(b * h, n)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    product = 2 * b * h * n * n * d / 2  # one causal QKᵀ-sized product
+    kernels = {
+        "fwd": (ft._fwd_kernel, ft.FWD_CONFIGS, 2, "BLOCK_M",
+                lambda: (q, k, v, o, lse, scale * ft.LOG2E, n), {}),
+        "dkdv": (ft._bwd_dkdv_kernel, ft.DKDV_CONFIGS, 4, "BLOCK_N",
+                 lambda: (q, k, v, do, lse, delta, dk, dv, dq, scale * ft.LOG2E, scale, n),
+                 {"ATOMIC_DQ": False, "TMA_DQ": False}),
+        "dq": (ft._bwd_dq_kernel, ft.DQ_CONFIGS, 3, "BLOCK_M",
+               lambda: (q, k, v, do, lse, delta, dq, scale * ft.LOG2E, scale, n), {}),
+    }
+    rows = []
+    for name, (kernel, lists, products, grid_block, kargs, extra) in kernels.items():
+        for bm, bn, w, s in candidates(name, lists):
+            meta = {"BLOCK_M": bm, "BLOCK_N": bn}
+            grid = (triton.cdiv(n, meta[grid_block]), b * h)
+
+            def launch(meta: dict = meta, grid: tuple = grid, w: int = w, s: int = s) -> object:
+                return kernel.fn[grid](*kargs(), CAUSAL=True, num_warps=w, num_stages=s, **meta, **extra,
+                                       **args)
+            try:
+                compiled = launch()
+                ms = do_bench(launch, warmup=25, rep=100)
+            except Exception as e:  # noqa: BLE001 - a shape that does not compile is a result too
+                print(f"{name} {bm}x{bn} w{w} s{s}: {type(e).__name__}: {str(e)[:120]}", flush=True)
+                continue
+            row = {"kernel": name, "BLOCK_M": bm, "BLOCK_N": bn, "warps": w, "stages": s,
+                   "regs": compiled.n_regs, "spill_bytes": compiled.n_spills,
+                   "smem": compiled.metadata.shared,
+                   "per_sm": programs_per_sm(compiled.n_regs, compiled.metadata.shared, w),
+                   "ms": round(ms, 4), "tflops": round(products * product / ms / 1e9, 1),
+                   "listed": (bm, bn, w, s) not in EXTRA[name]}
+            rows.append(row)
+            print(row, flush=True)
+    for name in kernels:
+        best = min((r for r in rows if r["kernel"] == name), key=lambda r: r["ms"])
+        print(f"fastest {name}: {best}")
+    if out:
+        with open(out, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main(*(int(a) for a in sys.argv[1:5]), *(sys.argv[5:6]))
