@@ -1,0 +1,126 @@
+"""Experiment: a causal FlashAttention forward whose off-diagonal loop is warp-specialised.
+
+Triton (3.5+) can split a loop over warps on Hopper: a producer warp issues the TMA loads of K
+and V (device-side tensor descriptors) while consumer warp groups compute, so one group's
+exponentials can run while another's matrix products do. triton-fa2's forward does one after
+the other (its profile: products plus exponentials, no overlap). This probe measures a forward
+written that way, with and without `warp_specialize`, against triton-fa2's own forward and
+cuDNN, and checks it against SDPA. Sequence length must be a multiple of 128. Only one loop
+per kernel compiles with warp specialisation here, so every key block up to the diagonal is
+masked; the rows without `warp_specialize` measure what that costs.
+Usage: PYTHONPATH=src python3 benchmarks/scripts/fa2_ws_forward.py B H N D
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.testing import do_bench
+
+from trainperf.attention import flash_triton as ft
+
+
+@triton.jit
+def _ws_inner(acc, l_i, m_i, q, desc_k, desc_v, offs_m, y, lo, hi, qk_scale, BLOCK_N: tl.constexpr,
+              MASK: tl.constexpr, WS: tl.constexpr):
+    offset = y + lo
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        acc, l_i, m_i = _ws_step(acc, l_i, m_i, q, desc_k, desc_v, offs_m, offset, start_n, qk_scale, BLOCK_N,
+                                 MASK)
+        offset += BLOCK_N
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _ws_step(acc, l_i, m_i, q, desc_k, desc_v, offs_m, offset, start_n, qk_scale, BLOCK_N: tl.constexpr,
+             MASK: tl.constexpr):
+    """One key block: scores, online softmax, and the accumulator update."""
+    k = desc_k.load([offset, 0]).T
+    qk = tl.dot(q, k)
+    if MASK:
+        mask = offs_m[:, None] >= (start_n + tl.arange(0, BLOCK_N))[None, :]
+        qk = qk * qk_scale + tl.where(mask, 0, -1.0e6)
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))
+        qk -= m_ij[:, None]
+    else:
+        m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        qk = qk * qk_scale - m_ij[:, None]
+    p = tl.math.exp2(qk)
+    alpha = tl.math.exp2(m_i - m_ij)
+    l_ij = tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    v = desc_v.load([offset, 0])
+    acc = tl.dot(p.to(v.dtype), v, acc)
+    l_i = l_i * alpha + l_ij
+    m_i = m_ij
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _ws_fwd_kernel(Q, K, V, O, L, qk_scale, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, WS: tl.constexpr):
+    start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
+    rows = tl.num_programs(1) * N_CTX  # every head's rows, one after another
+    y = tl.program_id(1) * N_CTX
+    desc_q = tl.make_tensor_descriptor(Q, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_M, HEAD_DIM])
+    desc_k = tl.make_tensor_descriptor(K, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_N, HEAD_DIM])
+    desc_v = tl.make_tensor_descriptor(V, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_N, HEAD_DIM])
+    desc_o = tl.make_tensor_descriptor(O, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                       block_shape=[BLOCK_M, HEAD_DIM])
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    q = desc_q.load([y + start_m, 0])
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32) + 1.0
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    # one loop over every key block up to the diagonal, masked throughout: the diagonal cannot
+    # have a loop of its own next to a warp-specialised one (it fails to compile, Triton 3.9)
+    acc, l_i, m_i = _ws_inner(acc, l_i, m_i, q, desc_k, desc_v, offs_m, y, 0, start_m + BLOCK_M, qk_scale,
+                              BLOCK_N, True, WS)
+    acc = acc / l_i[:, None]
+    desc_o.store([y + start_m, 0], acc.to(O.dtype.element_ty))
+    tl.store(L + y + offs_m, m_i + tl.math.log2(l_i))
+
+
+def ws_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_m: int, block_n: int, warps: int,
+               stages: int, ws: bool) -> tuple[torch.Tensor, object]:
+    b, h, n, d = q.shape
+    o = torch.empty_like(q)
+    lse = torch.empty((b * h, n), device=q.device, dtype=torch.float32)
+    compiled = _ws_fwd_kernel[(n // block_m, b * h)](q, k, v, o, lse, d ** -0.5 * ft.LOG2E, n, d, block_m, block_n,
+                                                     ws, num_warps=warps, num_stages=stages)
+    return o, compiled
+
+
+def main(b: int, h: int, n: int, d: int) -> None:
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        cudnn_ms = do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), warmup=25, rep=200)
+    ours_ms = do_bench(lambda: ft.flash_attention_triton(q, k, v, causal=True), warmup=25, rep=200)
+    print(f"cudnn fwd {cudnn_ms:.4f} ms; triton-fa2 fwd (autotuned) {ours_ms:.4f} ms", flush=True)
+    for bm, bn, w, s in [(128, 64, 4, 2), (128, 64, 4, 3), (128, 128, 4, 2), (128, 64, 8, 2), (128, 128, 8, 2)]:
+        for ws in (False, True):
+            try:
+                out, compiled = ws_forward(q, k, v, bm, bn, w, s, ws)
+                err = (out.float() - ref.float()).abs().max().item()
+                ms = do_bench(lambda: ws_forward(q, k, v, bm, bn, w, s, ws), warmup=25, rep=200)
+            except Exception as e:  # noqa: BLE001 - a shape that does not compile is a result too
+                print(f"{bm}x{bn} w{w} s{s} ws={ws}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+                continue
+            print(f"{bm}x{bn} w{w} s{s} ws={ws}: {ms:.4f} ms, max |err| vs cuDNN {err:.2e}, regs {compiled.n_regs} "
+                  f"spills {compiled.n_spills} smem {compiled.metadata.shared}", flush=True)
+
+
+if __name__ == "__main__":
+    main(*(int(a) for a in sys.argv[1:5]))
