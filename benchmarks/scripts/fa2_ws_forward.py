@@ -13,6 +13,8 @@ Usage: PYTHONPATH=src python3 benchmarks/scripts/fa2_ws_forward.py B H N D
 
 from __future__ import annotations
 
+import functools
+import itertools
 import sys
 
 import torch
@@ -95,8 +97,8 @@ def ws_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_m: int, 
     b, h, n, d = q.shape
     o = torch.empty_like(q)
     lse = torch.empty((b * h, n), device=q.device, dtype=torch.float32)
-    compiled = _ws_fwd_kernel[(n // block_m, b * h)](q, k, v, o, lse, d ** -0.5 * ft.LOG2E, n, d, block_m, block_n,
-                                                     ws, num_warps=warps, num_stages=stages)
+    compiled = _ws_fwd_kernel[(n // block_m, b * h)](q, k, v, o, lse, d ** -0.5 * ft.LOG2E, n, d, block_m,
+                                                     block_n, ws, num_warps=warps, num_stages=stages)
     return o, compiled
 
 
@@ -106,20 +108,22 @@ def main(b: int, h: int, n: int, d: int) -> None:
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
         ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        cudnn_ms = do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), warmup=25, rep=200)
+        cudnn_ms = do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), warmup=25,
+                            rep=200)
     ours_ms = do_bench(lambda: ft.flash_attention_triton(q, k, v, causal=True), warmup=25, rep=200)
     print(f"cudnn fwd {cudnn_ms:.4f} ms; triton-fa2 fwd (autotuned) {ours_ms:.4f} ms", flush=True)
-    for bm, bn, w, s in [(128, 64, 4, 2), (128, 64, 4, 3), (128, 128, 4, 2), (128, 64, 8, 2), (128, 128, 8, 2)]:
-        for ws in (False, True):
-            try:
-                out, compiled = ws_forward(q, k, v, bm, bn, w, s, ws)
-                err = (out.float() - ref.float()).abs().max().item()
-                ms = do_bench(lambda: ws_forward(q, k, v, bm, bn, w, s, ws), warmup=25, rep=200)
-            except Exception as e:  # noqa: BLE001 - a shape that does not compile is a result too
-                print(f"{bm}x{bn} w{w} s{s} ws={ws}: {type(e).__name__}: {str(e)[:300]}", flush=True)
-                continue
-            print(f"{bm}x{bn} w{w} s{s} ws={ws}: {ms:.4f} ms, max |err| vs cuDNN {err:.2e}, regs {compiled.n_regs} "
-                  f"spills {compiled.n_spills} smem {compiled.metadata.shared}", flush=True)
+    shapes = [(128, 64, 4, 2), (128, 64, 4, 3), (128, 128, 4, 2), (128, 64, 8, 2), (128, 128, 8, 2)]
+    for (bm, bn, w, s), ws in itertools.product(shapes, (False, True)):
+        label = f"{bm}x{bn} w{w} s{s} ws={ws}"
+        try:
+            out, compiled = ws_forward(q, k, v, bm, bn, w, s, ws)
+            err = (out.float() - ref.float()).abs().max().item()
+            ms = do_bench(functools.partial(ws_forward, q, k, v, bm, bn, w, s, ws), warmup=25, rep=200)
+        except Exception as e:  # noqa: BLE001 - a shape that does not compile is a result too
+            print(f"{label}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+            continue
+        print(f"{label}: {ms:.4f} ms, max |err| vs cuDNN {err:.2e}, regs {compiled.n_regs} "
+              f"spills {compiled.n_spills} smem {compiled.metadata.shared}", flush=True)
 
 
 if __name__ == "__main__":
