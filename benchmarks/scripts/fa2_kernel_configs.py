@@ -23,7 +23,6 @@ EXTRA = {  # (BLOCK_M, BLOCK_N, warps, stages) not (yet) in the autotuning lists
     "dkdv": [(64, 64, 4, 2), (32, 64, 4, 3), (64, 128, 8, 4), (32, 128, 8, 3), (16, 64, 4, 3)],
     "dq": [(64, 64, 4, 2), (64, 32, 4, 3), (128, 64, 8, 4), (128, 32, 8, 3)],
 }
-EXTRA["dkdv-dp-after-dv"] = EXTRA["dkdv"]  # the same shapes with dP's product after dV's (v3's order)
 REGS_PER_SM, SMEM_PER_SM, SMEM_RESERVED = 65536, 233472, 1024
 
 
@@ -35,7 +34,7 @@ def programs_per_sm(regs: int, smem: int, warps: int) -> int:
 
 def candidates(name: str, lists: list[triton.Config]) -> list[tuple[int, int, int, int]]:
     listed = [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in lists]
-    return listed + [c for c in EXTRA.get(name, []) if c not in listed]
+    return listed + [c for c in EXTRA[name] if c not in listed]
 
 
 def main(b: int, h: int, n: int, d: int, out: str | None = None) -> None:
@@ -55,10 +54,7 @@ def main(b: int, h: int, n: int, d: int, out: str | None = None) -> None:
                 lambda: (q, k, v, o, lse, scale * ft.LOG2E, n), {}),
         "dkdv": (ft._bwd_dkdv_kernel, ft.DKDV_CONFIGS, 4, "BLOCK_N",
                  lambda: (q, k, v, do, lse, delta, dk, dv, dq, scale * ft.LOG2E, scale, n),
-                 {"ATOMIC_DQ": False, "TMA_DQ": False, "DP_FIRST": True}),
-        "dkdv-dp-after-dv": (ft._bwd_dkdv_kernel, ft.DKDV_CONFIGS, 4, "BLOCK_N",
-                             lambda: (q, k, v, do, lse, delta, dk, dv, dq, scale * ft.LOG2E, scale, n),
-                             {"ATOMIC_DQ": False, "TMA_DQ": False, "DP_FIRST": False}),
+                 {"ATOMIC_DQ": False, "TMA_DQ": False}),
         "dq": (ft._bwd_dq_kernel, ft.DQ_CONFIGS, 3, "BLOCK_M",
                lambda: (q, k, v, do, lse, delta, dq, scale * ft.LOG2E, scale, n), {}),
     }
@@ -83,7 +79,7 @@ def main(b: int, h: int, n: int, d: int, out: str | None = None) -> None:
                    "smem": compiled.metadata.shared,
                    "per_sm": programs_per_sm(compiled.n_regs, compiled.metadata.shared, w),
                    "ms": round(ms, 4), "tflops": round(products * product / ms / 1e9, 1),
-                   "listed": (bm, bn, w, s) not in EXTRA[name] and extra.get("DP_FIRST", True)}
+                   "listed": (bm, bn, w, s) not in EXTRA[name]}
             rows.append(row)
             print(row, flush=True)
     for name in kernels:

@@ -32,12 +32,10 @@ LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 128
 
 
-def _configs(shapes: list[tuple[int, int, int, int]], interpret: tuple[int, int],
-             **constants: object) -> list[triton.Config]:
-    """(BLOCK_M, BLOCK_N, warps, stages) candidates (`tune_candidates`), each with `constants`.
-    The interpreter gets one small tile with BLOCK_M != BLOCK_N, so the tests cover diagonals
-    that span several blocks."""
-    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, **constants}, num_warps=w, num_stages=s)
+def _configs(shapes: list[tuple[int, int, int, int]], interpret: tuple[int, int]) -> list[triton.Config]:
+    """(BLOCK_M, BLOCK_N, warps, stages) candidates (`tune_candidates`). The interpreter gets one
+    small tile with BLOCK_M != BLOCK_N, so the tests cover diagonals that span several blocks."""
+    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
             for m, n, w, s in tune_candidates(shapes, (*interpret, 1, 1))]
 
 
@@ -52,7 +50,7 @@ FWD_CONFIGS = _configs([(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64,
 DKDV_CONFIGS = _configs([(64, 64, 4, 3), (32, 128, 4, 3), (32, 128, 4, 5), (64, 128, 8, 3),
                          (64, 128, 4, 3), (32, 64, 4, 4), (64, 128, 8, 2), (32, 128, 8, 4),
                          (64, 64, 8, 3), (32, 64, 8, 3)],
-                        interpret=(16, 32), DP_FIRST=True)
+                        interpret=(16, 32))
 DQ_CONFIGS = _configs([(64, 64, 4, 3), (128, 32, 4, 3), (128, 32, 4, 5), (128, 64, 8, 3),
                        (128, 64, 4, 3), (64, 32, 4, 4), (128, 64, 8, 2), (128, 32, 8, 4),
                        (64, 64, 8, 3), (64, 32, 8, 3)],
@@ -180,7 +178,7 @@ def _bwd_delta_kernel(O, DO, Delta, N_ROWS, HEAD_DIM: tl.constexpr, BLOCK_D: tl.
 def _dkdv_inner(dk, dv, k, v, Q, DO, L, Delta, DQ, offs_n, offs_d, lo, hi, N_CTX, qk_scale,
                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                 MASK_CAUSAL: tl.constexpr, CHECK_ROWS: tl.constexpr, PRECISION: tl.constexpr,
-                ATOMIC_DQ: tl.constexpr, TMA_DQ: tl.constexpr, DP_FIRST: tl.constexpr):
+                ATOMIC_DQ: tl.constexpr, TMA_DQ: tl.constexpr):
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         q = _load_rows(Q, offs_m, offs_d, N_CTX, HEAD_DIM, BLOCK_D, CHECK_ROWS)
@@ -192,15 +190,13 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, L, Delta, DQ, offs_n, offs_d, lo, hi, N_CTX
             lse = tl.load(L + offs_m)
             delta = tl.load(Delta + offs_m)
         s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)
-        if DP_FIRST:  # issued before the exponentials, which do not need it, so its product can
-            # run while they do; the price is two float32 tiles alive at once (registers)
-            dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+        # issued before the exponentials, which do not need it: its matrix product can run while
+        # they do (v3 issued it after dV's product, so products and exponentials took turns)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
         p_t = tl.math.exp2(s_t * qk_scale - lse[None, :])
         if MASK_CAUSAL:
             p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PRECISION)
-        if not DP_FIRST:
-            dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
         ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
         dk = tl.dot(ds_t, q, dk, input_precision=PRECISION)
         if ATOMIC_DQ:  # this key block's share of dQ for these queries
@@ -219,7 +215,7 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, L, Delta, DQ, offs_n, offs_d, lo, hi, N_CTX
 def _bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV, DQ, qk_scale, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
                      BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
                      ATOMIC_DQ: tl.constexpr, TMA_DQ: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, DP_FIRST: tl.constexpr):
+                     BLOCK_N: tl.constexpr):
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1).to(tl.int64)
     base, row_base = bh * N_CTX * HEAD_DIM, bh * N_CTX
@@ -241,14 +237,12 @@ def _bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV, DQ, qk_scale, sm_scale, N_CT
         first_full = tl.minimum(start_n + BLOCK_N, N_CTX)
         dk, dv = _dkdv_inner(dk, dv, k, v, Qb, DOb, Lb, Db, DQb, offs_n, offs_d, start_n, first_full,
                              N_CTX, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, True, True, PRECISION, ATOMIC_DQ,
-                             TMA_DQ, DP_FIRST)
+                             TMA_DQ)
     dk, dv = _dkdv_inner(dk, dv, k, v, Qb, DOb, Lb, Db, DQb, offs_n, offs_d, first_full, m_full, N_CTX,
-                         qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, False, False, PRECISION, ATOMIC_DQ, TMA_DQ,
-                         DP_FIRST)
+                         qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, False, False, PRECISION, ATOMIC_DQ, TMA_DQ)
     tail_start = tl.maximum(first_full, m_full)
     dk, dv = _dkdv_inner(dk, dv, k, v, Qb, DOb, Lb, Db, DQb, offs_n, offs_d, tail_start, N_CTX, N_CTX,
-                         qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, False, True, PRECISION, ATOMIC_DQ, TMA_DQ,
-                         DP_FIRST)
+                         qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, False, True, PRECISION, ATOMIC_DQ, TMA_DQ)
     _store_rows(DK + base, offs_n, offs_d, N_CTX, HEAD_DIM, dk * sm_scale)
     _store_rows(DV + base, offs_n, offs_d, N_CTX, HEAD_DIM, dv)
 
