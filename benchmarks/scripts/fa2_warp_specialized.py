@@ -145,8 +145,9 @@ def ws_dq(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, l
     b, h, n, d = q.shape
     dq = torch.empty_like(q)
     scale = d ** -0.5
-    compiled = _ws_dq_kernel[(n // block_m, b * h)](q, k, v, do, lse, delta, dq, scale * ft.LOG2E, scale, n, d,
-                                                    block_m, block_n, ws, num_warps=warps, num_stages=stages)
+    compiled = _ws_dq_kernel[(n // block_m, b * h)](q, k, v, do, lse, delta, dq, scale * ft.LOG2E, scale, n,
+                                                    d, block_m, block_n, ws, num_warps=warps,
+                                                    num_stages=stages)
     return dq, compiled
 
 
@@ -203,7 +204,8 @@ def main(b: int, h: int, n: int, d: int) -> None:
     print(f"cudnn fwd {cudnn_ms:.4f} ms; triton-fa2 fwd (autotuned) {ours_ms:.4f} ms", flush=True)
     shapes = [(128, 64, 4, 2), (128, 64, 4, 3), (128, 128, 4, 2), (128, 64, 8, 2), (128, 128, 8, 2)]
     for (bm, bn, w, s), ws in itertools.product(shapes, (False, True)):
-        report(f"fwd {bm}x{bn} w{w} s{s} ws={ws}", functools.partial(ws_forward, q, k, v, bm, bn, w, s, ws), ref)
+        report(f"fwd {bm}x{bn} w{w} s{s} ws={ws}", functools.partial(ws_forward, q, k, v, bm, bn, w, s, ws),
+               ref)
 
 
 if __name__ == "__main__":
