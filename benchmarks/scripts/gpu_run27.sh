@@ -5,5 +5,5 @@
 RUN=${RUN:-run27}
 source benchmarks/scripts/common.sh
 P=benchmarks/scripts/fa2_warp_specialized.py
-timeout 200 python3 $P 1 16 16384 64 2>&1 | grep -v Warning | tee "$RES/ws_forward_reference.txt"
-timeout 200 python3 $P 1 8 16384 128 2>&1 | grep -v Warning | tee "$RES/ws_forward_d128.txt"
+timeout 200 python3 $P 1 16 16384 64 fwd 2>&1 | grep -v Warning | tee "$RES/ws_forward_reference.txt"
+timeout 200 python3 $P 1 8 16384 128 fwd 2>&1 | grep -v Warning | tee "$RES/ws_forward_d128.txt"
