@@ -10,6 +10,7 @@ Usage: PYTHONPATH=src python3 benchmarks/scripts/fa2_kernel_configs.py B H N D [
 from __future__ import annotations
 
 import csv
+import functools
 import sys
 
 import torch
@@ -51,23 +52,20 @@ def main(b: int, h: int, n: int, d: int, out: str | None = None) -> None:
     product = 2 * b * h * n * n * d / 2  # one causal QKᵀ-sized product
     kernels = {
         "fwd": (ft._fwd_kernel, ft.FWD_CONFIGS, 2, "BLOCK_M",
-                lambda: (q, k, v, o, lse, scale * ft.LOG2E, n), {}),
+                (q, k, v, o, lse, scale * ft.LOG2E, n), {}),
         "dkdv": (ft._bwd_dkdv_kernel, ft.DKDV_CONFIGS, 4, "BLOCK_N",
-                 lambda: (q, k, v, do, lse, delta, dk, dv, dq, scale * ft.LOG2E, scale, n),
+                 (q, k, v, do, lse, delta, dk, dv, dq, scale * ft.LOG2E, scale, n),
                  {"ATOMIC_DQ": False, "TMA_DQ": False}),
         "dq": (ft._bwd_dq_kernel, ft.DQ_CONFIGS, 3, "BLOCK_M",
-               lambda: (q, k, v, do, lse, delta, dq, scale * ft.LOG2E, scale, n), {}),
+               (q, k, v, do, lse, delta, dq, scale * ft.LOG2E, scale, n), {}),
     }
     rows = []
     for name, (kernel, lists, products, grid_block, kargs, extra) in kernels.items():
         for bm, bn, w, s in candidates(name, lists):
             meta = {"BLOCK_M": bm, "BLOCK_N": bn}
             grid = (triton.cdiv(n, meta[grid_block]), b * h)
-
-            def launch(kernel: object = kernel, kargs: object = kargs, extra: dict = extra, meta: dict = meta,
-                       grid: tuple = grid, w: int = w, s: int = s) -> object:
-                return kernel.fn[grid](*kargs(), CAUSAL=True, num_warps=w, num_stages=s, **meta, **extra,
-                                       **args)
+            launch = functools.partial(kernel.fn[grid], *kargs, CAUSAL=True, num_warps=w, num_stages=s,
+                                       **meta, **extra, **args)
             try:
                 compiled = launch()
                 ms = do_bench(launch, warmup=25, rep=100)

@@ -30,40 +30,16 @@ from trainperf.attention import flash_triton as ft
 
 
 @triton.jit
-def _ws_inner(acc, l_i, m_i, q, desc_k, desc_v, offs_m, y, lo, hi, qk_scale, BLOCK_N: tl.constexpr,
-              MASK: tl.constexpr, WS: tl.constexpr):
-    offset = y + lo
-    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
-        start_n = tl.multiple_of(start_n, BLOCK_N)
-        acc, l_i, m_i = _ws_step(acc, l_i, m_i, q, desc_k, desc_v, offs_m, offset, start_n, qk_scale, BLOCK_N,
-                                 MASK)
-        offset += BLOCK_N
-    return acc, l_i, m_i
+def _rows_desc(ptr, rows, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
+    """A descriptor over every head's rows of a [.., HEAD_DIM] tensor, loading BLOCK rows at a time."""
+    return tl.make_tensor_descriptor(ptr, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                     block_shape=[BLOCK, HEAD_DIM])
 
 
 @triton.jit
-def _ws_step(acc, l_i, m_i, q, desc_k, desc_v, offs_m, offset, start_n, qk_scale, BLOCK_N: tl.constexpr,
-             MASK: tl.constexpr):
-    """One key block: scores, online softmax, and the accumulator update."""
-    k = desc_k.load([offset, 0]).T
-    qk = tl.dot(q, k)
-    if MASK:
-        mask = offs_m[:, None] >= (start_n + tl.arange(0, BLOCK_N))[None, :]
-        qk = qk * qk_scale + tl.where(mask, 0, -1.0e6)
-        m_ij = tl.maximum(m_i, tl.max(qk, 1))
-        qk -= m_ij[:, None]
-    else:
-        m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        qk = qk * qk_scale - m_ij[:, None]
-    p = tl.math.exp2(qk)
-    alpha = tl.math.exp2(m_i - m_ij)
-    l_ij = tl.sum(p, 1)
-    acc = acc * alpha[:, None]
-    v = desc_v.load([offset, 0])
-    acc = tl.dot(p.to(v.dtype), v, acc)
-    l_i = l_i * alpha + l_ij
-    m_i = m_ij
-    return acc, l_i, m_i
+def _causal(offs_m, start_n, BLOCK_N: tl.constexpr):
+    """Which scores of a [rows, BLOCK_N] tile a causal mask keeps."""
+    return offs_m[:, None] >= (start_n + tl.arange(0, BLOCK_N))[None, :]
 
 
 @triton.jit
@@ -72,25 +48,31 @@ def _ws_fwd_kernel(Q, K, V, O, L, qk_scale, N_CTX, HEAD_DIM: tl.constexpr, BLOCK
     start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     rows = tl.num_programs(1) * N_CTX  # every head's rows, one after another
     y = tl.program_id(1) * N_CTX
-    desc_q = tl.make_tensor_descriptor(Q, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1],
-                                       block_shape=[BLOCK_M, HEAD_DIM])
-    desc_k = tl.make_tensor_descriptor(K, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1],
-                                       block_shape=[BLOCK_N, HEAD_DIM])
-    desc_v = tl.make_tensor_descriptor(V, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1],
-                                       block_shape=[BLOCK_N, HEAD_DIM])
-    desc_o = tl.make_tensor_descriptor(O, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1],
-                                       block_shape=[BLOCK_M, HEAD_DIM])
+    desc_k, desc_v = _rows_desc(K, rows, HEAD_DIM, BLOCK_N), _rows_desc(V, rows, HEAD_DIM, BLOCK_N)
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    q = desc_q.load([y + start_m, 0])
+    q = _rows_desc(Q, rows, HEAD_DIM, BLOCK_M).load([y + start_m, 0])
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32) + 1.0
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    offset = y
     # one loop over every key block up to the diagonal, masked throughout: the diagonal cannot
-    # have a loop of its own next to a warp-specialised one (it fails to compile, Triton 3.9)
-    acc, l_i, m_i = _ws_inner(acc, l_i, m_i, q, desc_k, desc_v, offs_m, y, 0, start_m + BLOCK_M, qk_scale,
-                              BLOCK_N, True, WS)
+    # have a loop of its own next to a warp-specialised one (it fails to compile, Triton 3.6, 3.9)
+    for start_n in tl.range(0, start_m + BLOCK_M, BLOCK_N, warp_specialize=WS):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        qk = tl.dot(q, desc_k.load([offset, 0]).T)
+        qk = qk * qk_scale + tl.where(_causal(offs_m, start_n, BLOCK_N), 0, -1.0e6)
+        m_ij = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_ij[:, None])
+        alpha = tl.math.exp2(m_i - m_ij)
+        l_ij = tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        v = desc_v.load([offset, 0])
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        l_i = l_i * alpha + l_ij
+        m_i = m_ij
+        offset += BLOCK_N
     acc = acc / l_i[:, None]
-    desc_o.store([y + start_m, 0], acc.to(O.dtype.element_ty))
+    _rows_desc(O, rows, HEAD_DIM, BLOCK_M).store([y + start_m, 0], acc.to(O.dtype.element_ty))
     tl.store(L + y + offs_m, m_i + tl.math.log2(l_i))
 
 
@@ -100,17 +82,10 @@ def _ws_dq_kernel(Q, K, V, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DIM
     start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     rows = tl.num_programs(1) * N_CTX
     y = tl.program_id(1) * N_CTX
-    desc_q = tl.make_tensor_descriptor(Q, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1],
-                                       block_shape=[BLOCK_M, HEAD_DIM])
-    desc_do = tl.make_tensor_descriptor(DO, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1],
-                                        block_shape=[BLOCK_M, HEAD_DIM])
-    desc_k = tl.make_tensor_descriptor(K, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1],
-                                       block_shape=[BLOCK_N, HEAD_DIM])
-    desc_v = tl.make_tensor_descriptor(V, shape=[rows, HEAD_DIM], strides=[HEAD_DIM, 1],
-                                       block_shape=[BLOCK_N, HEAD_DIM])
+    desc_k, desc_v = _rows_desc(K, rows, HEAD_DIM, BLOCK_N), _rows_desc(V, rows, HEAD_DIM, BLOCK_N)
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    q = desc_q.load([y + start_m, 0])
-    do = desc_do.load([y + start_m, 0])
+    q = _rows_desc(Q, rows, HEAD_DIM, BLOCK_M).load([y + start_m, 0])
+    do = _rows_desc(DO, rows, HEAD_DIM, BLOCK_M).load([y + start_m, 0])
     lse = tl.load(L + y + offs_m)
     delta = tl.load(Delta + y + offs_m)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
@@ -121,7 +96,7 @@ def _ws_dq_kernel(Q, K, V, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DIM
         s = tl.dot(q, k.T)
         dp = tl.dot(do, v.T)
         p = tl.math.exp2(s * qk_scale - lse[:, None])
-        p = tl.where(offs_m[:, None] >= (start_n + tl.arange(0, BLOCK_N))[None, :], p, 0.0)
+        p = tl.where(_causal(offs_m, start_n, BLOCK_N), p, 0.0)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq)
         offset += BLOCK_N
