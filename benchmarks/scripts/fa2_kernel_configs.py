@@ -3,8 +3,10 @@
 For each candidate: registers per thread, spilled bytes, shared memory, how many programs fit
 on one SM (registers and shared memory are the limits), time (median of do_bench) and the
 kernel's matrix-product rate. Candidates are the autotuning lists plus the EXTRA shapes below,
-so a shape can be measured before it joins the lists. Causal, bf16.
-Usage: PYTHONPATH=src python3 benchmarks/scripts/fa2_kernel_configs.py B H N D [out.csv]
+so a shape can be measured before it joins the lists. Causal, bf16. `dkdv-atomic` is the fused
+backward of `triton-fa2-atomic` (dK/dV plus dQ's shares, by the TMA unit where there is one).
+Usage: PYTHONPATH=src python3 benchmarks/scripts/fa2_kernel_configs.py B H N D [out.csv [kernels]]
+       (kernels: comma-separated, default fwd,dkdv,dq)
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ EXTRA = {  # (BLOCK_M, BLOCK_N, warps, stages) not (yet) in the autotuning lists
     "dkdv": [(64, 64, 4, 2), (32, 64, 4, 3), (64, 128, 8, 4), (32, 128, 8, 3), (16, 64, 4, 3)],
     "dq": [(64, 64, 4, 2), (64, 32, 4, 3), (128, 64, 8, 4), (128, 32, 8, 3)],
 }
+EXTRA["dkdv-atomic"] = EXTRA["dkdv"]
 REGS_PER_SM, SMEM_PER_SM, SMEM_RESERVED = 65536, 233472, 1024
 
 
@@ -38,7 +41,7 @@ def candidates(name: str, lists: list[triton.Config]) -> list[tuple[int, int, in
     return listed + [c for c in EXTRA[name] if c not in listed]
 
 
-def main(b: int, h: int, n: int, d: int, out: str | None = None) -> None:
+def main(b: int, h: int, n: int, d: int, out: str | None = None, only: str = "fwd,dkdv,dq") -> None:
     torch.manual_seed(0)
     q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
     scale = d ** -0.5
@@ -55,10 +58,14 @@ def main(b: int, h: int, n: int, d: int, out: str | None = None) -> None:
                 (q, k, v, o, lse, scale * ft.LOG2E, n), {}),
         "dkdv": (ft._bwd_dkdv_kernel, ft.DKDV_CONFIGS, 4, "BLOCK_N",
                  (q, k, v, do, lse, delta, dk, dv, dq, scale * ft.LOG2E, scale, n),
-                 {"ATOMIC_DQ": False, "TMA_DQ": False}),
+                 {"ATOMIC_DQ": False, "TMA": False}),
+        "dkdv-atomic": (ft._bwd_dkdv_kernel, ft.DKDV_CONFIGS, 5, "BLOCK_N",
+                        (q, k, v, do, lse, delta, dk, dv, dq.float(), scale * ft.LOG2E, scale, n),
+                        {"ATOMIC_DQ": True, "TMA": ft._use_tma(q)}),
         "dq": (ft._bwd_dq_kernel, ft.DQ_CONFIGS, 3, "BLOCK_M",
                (q, k, v, do, lse, delta, dq, scale * ft.LOG2E, scale, n), {}),
     }
+    kernels = {name: kernels[name] for name in only.split(",")}
     rows = []
     for name, (kernel, lists, products, grid_block, kargs, extra) in kernels.items():
         for bm, bn, w, s in candidates(name, lists):
@@ -91,4 +98,4 @@ def main(b: int, h: int, n: int, d: int, out: str | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:5]), *(sys.argv[5:6]))
+    main(*(int(a) for a in sys.argv[1:5]), *(sys.argv[5:7]))

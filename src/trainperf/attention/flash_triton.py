@@ -8,9 +8,11 @@ exp2. Forward saves O and L = m + log2(l) per row. Backward is three kernels and
   3. dQ:     one program per query block, looping over the key blocks it sees
 or, with `atomic_dq` (`triton-fa2-atomic`), two: the dK/dV kernel also adds each tile's share of
 dQ (dSᵀ·K) into a float32 buffer, so QKᵀ and dP are computed once per tile pair (5 matrix products
-instead of 7) at the price of float32 reduction traffic. On Hopper and later the share goes as
-one bulk TMA reduction per tile (a tensor descriptor's atomic_add); elsewhere, and in the
-interpreter (which lacks descriptor reductions), as element-wise atomics.
+instead of 7) at the price of float32 reduction traffic. On Hopper and later that kernel's loop
+reads its tiles (Q, dO, L, D) and sends each dQ share (one bulk reduction per tile) through the
+TMA unit with tensor descriptors; mixing TMA reductions with cp.async loads would make each
+reduction's wait drain the load pipeline too. Elsewhere, and in the interpreter (which lacks
+descriptor reductions), the loads are plain and the shares go as element-wise atomics.
 Every loop is split into full blocks, which run without masks, and the few blocks that need
 one (the causal diagonal, the ragged end of the sequence). With a causal mask the forward and dQ
 programs take their query blocks longest-first (the dK/dV order is longest-first already).
@@ -178,17 +180,23 @@ def _bwd_delta_kernel(O, DO, Delta, N_ROWS, HEAD_DIM: tl.constexpr, BLOCK_D: tl.
 def _dkdv_inner(dk, dv, k, v, Q, DO, L, Delta, DQ, offs_n, offs_d, lo, hi, N_CTX, qk_scale,
                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
                 MASK_CAUSAL: tl.constexpr, CHECK_ROWS: tl.constexpr, PRECISION: tl.constexpr,
-                ATOMIC_DQ: tl.constexpr, TMA_DQ: tl.constexpr):
+                ATOMIC_DQ: tl.constexpr, TMA: tl.constexpr):
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
-        q = _load_rows(Q, offs_m, offs_d, N_CTX, HEAD_DIM, BLOCK_D, CHECK_ROWS)
-        do = _load_rows(DO, offs_m, offs_d, N_CTX, HEAD_DIM, BLOCK_D, CHECK_ROWS)
-        if CHECK_ROWS:
-            lse = tl.load(L + offs_m, mask=offs_m < N_CTX, other=0.0)
-            delta = tl.load(Delta + offs_m, mask=offs_m < N_CTX, other=0.0)
+        if TMA:  # Q, dO, L, D are tensor descriptors; rows past the sequence load as zeros
+            q = Q.load([start_m, 0])
+            do = DO.load([start_m, 0])
+            lse = L.load([start_m])
+            delta = Delta.load([start_m])
         else:
-            lse = tl.load(L + offs_m)
-            delta = tl.load(Delta + offs_m)
+            q = _load_rows(Q, offs_m, offs_d, N_CTX, HEAD_DIM, BLOCK_D, CHECK_ROWS)
+            do = _load_rows(DO, offs_m, offs_d, N_CTX, HEAD_DIM, BLOCK_D, CHECK_ROWS)
+            if CHECK_ROWS:
+                lse = tl.load(L + offs_m, mask=offs_m < N_CTX, other=0.0)
+                delta = tl.load(Delta + offs_m, mask=offs_m < N_CTX, other=0.0)
+            else:
+                lse = tl.load(L + offs_m)
+                delta = tl.load(Delta + offs_m)
         s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)
         # issued before the exponentials, which do not need it: its matrix product can run while
         # they do (v3 issued it after dV's product, so products and exponentials took turns)
@@ -201,7 +209,7 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, L, Delta, DQ, offs_n, offs_d, lo, hi, N_CTX
         dk = tl.dot(ds_t, q, dk, input_precision=PRECISION)
         if ATOMIC_DQ:  # this key block's share of dQ for these queries
             dq = tl.dot(tl.trans(ds_t), k, input_precision=PRECISION)
-            if TMA_DQ:  # rows and columns past the tensor are dropped by the TMA unit
+            if TMA:  # rows and columns past the tensor are dropped by the TMA unit
                 DQ.atomic_add([start_m, 0], dq)
             else:
                 tl.atomic_add(DQ + offs_m[:, None] * HEAD_DIM + offs_d[None, :], dq, sem="relaxed",
@@ -209,12 +217,20 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, L, Delta, DQ, offs_n, offs_d, lo, hi, N_CTX
     return dk, dv
 
 
+@triton.jit
+def _rows_desc(ptr, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """A tensor descriptor over one head's [N_CTX, HEAD_DIM] rows, read or reduced a
+    [BLOCK_M, BLOCK_D] tile at a time by the TMA unit."""
+    return tl.make_tensor_descriptor(ptr, shape=[N_CTX, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                     block_shape=[BLOCK_M, BLOCK_D])
+
+
 # DQ is zeroed before every timing run of the autotuner (the atomic variant adds into it).
-@triton.autotune(configs=DKDV_CONFIGS, key=[*TUNE_KEY, "ATOMIC_DQ"], reset_to_zero=["DQ"])
+@triton.autotune(configs=DKDV_CONFIGS, key=[*TUNE_KEY, "ATOMIC_DQ", "TMA"], reset_to_zero=["DQ"])
 @triton.jit
 def _bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV, DQ, qk_scale, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
                      BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                     ATOMIC_DQ: tl.constexpr, TMA_DQ: tl.constexpr, BLOCK_M: tl.constexpr,
+                     ATOMIC_DQ: tl.constexpr, TMA: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr):
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1).to(tl.int64)
@@ -225,24 +241,26 @@ def _bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV, DQ, qk_scale, sm_scale, N_CT
     v = _load_rows(V + base, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, True)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    Qb, DOb, Lb, Db = Q + base, DO + base, L + row_base, Delta + row_base
-    if TMA_DQ:  # this head's float32 dQ, reduced into a whole [BLOCK_M, d] tile at a time
-        DQb = tl.make_tensor_descriptor(DQ + base, shape=[N_CTX, HEAD_DIM], strides=[HEAD_DIM, 1],
-                                        block_shape=[BLOCK_M, BLOCK_D])
+    if TMA:  # every tile of the loop comes in, and dQ's shares go out, through the TMA unit
+        Qb = _rows_desc(Q + base, N_CTX, HEAD_DIM, BLOCK_M, BLOCK_D)
+        DOb = _rows_desc(DO + base, N_CTX, HEAD_DIM, BLOCK_M, BLOCK_D)
+        Lb = tl.make_tensor_descriptor(L + row_base, shape=[N_CTX], strides=[1], block_shape=[BLOCK_M])
+        Db = tl.make_tensor_descriptor(Delta + row_base, shape=[N_CTX], strides=[1], block_shape=[BLOCK_M])
+        DQb = _rows_desc(DQ + base, N_CTX, HEAD_DIM, BLOCK_M, BLOCK_D)
     else:
-        DQb = DQ + base
+        Qb, DOb, Lb, Db, DQb = Q + base, DO + base, L + row_base, Delta + row_base, DQ + base
     m_full = N_CTX - N_CTX % BLOCK_M  # query blocks below this lie wholly inside the sequence
     first_full = 0
     if CAUSAL:  # queries before the key block see none of it; the diagonal blocks are masked
         first_full = tl.minimum(start_n + BLOCK_N, N_CTX)
         dk, dv = _dkdv_inner(dk, dv, k, v, Qb, DOb, Lb, Db, DQb, offs_n, offs_d, start_n, first_full,
                              N_CTX, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, True, True, PRECISION, ATOMIC_DQ,
-                             TMA_DQ)
+                             TMA)
     dk, dv = _dkdv_inner(dk, dv, k, v, Qb, DOb, Lb, Db, DQb, offs_n, offs_d, first_full, m_full, N_CTX,
-                         qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, False, False, PRECISION, ATOMIC_DQ, TMA_DQ)
+                         qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, False, False, PRECISION, ATOMIC_DQ, TMA)
     tail_start = tl.maximum(first_full, m_full)
     dk, dv = _dkdv_inner(dk, dv, k, v, Qb, DOb, Lb, Db, DQb, offs_n, offs_d, tail_start, N_CTX, N_CTX,
-                         qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, False, True, PRECISION, ATOMIC_DQ, TMA_DQ)
+                         qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, False, True, PRECISION, ATOMIC_DQ, TMA)
     _store_rows(DK + base, offs_n, offs_d, N_CTX, HEAD_DIM, dk * sm_scale)
     _store_rows(DV + base, offs_n, offs_d, N_CTX, HEAD_DIM, dv)
 
@@ -298,15 +316,17 @@ def _bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DI
     _store_rows(DQ + base, offs_m, offs_d, N_CTX, HEAD_DIM, dq * sm_scale)
 
 
-def _tma_reduction(dq: torch.Tensor) -> bool:
-    """Whether dQ's tiles can be reduced by the TMA unit: a GPU with one (Hopper on), rows of a
-    multiple of 16 bytes, not the interpreter. Device-side descriptors need Triton's scratch
-    allocator, which is set here (a torch allocation on dQ's device)."""
-    ok = (not interpreting() and dq.is_cuda and torch.cuda.get_device_capability(dq.device) >= (9, 0)
-          and dq.shape[-1] * dq.element_size() % 16 == 0)
+def _use_tma(q: torch.Tensor) -> bool:
+    """Whether the fused backward can move its tiles with the TMA unit: a GPU with one (Hopper
+    on), not the interpreter, and every descriptor's base and rows on 16 bytes (head rows of q
+    and of the float32 dQ, and each head's L and D rows). Device-side descriptors need Triton's
+    scratch allocator, which is set here (a torch allocation on q's device)."""
+    d, n = q.shape[-1], q.shape[-2]
+    ok = (not interpreting() and q.is_cuda and torch.cuda.get_device_capability(q.device) >= (9, 0)
+          and d * q.element_size() % 16 == 0 and d * 4 % 16 == 0 and n * 4 % 16 == 0)
     if ok:
         triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8,
-                                                                     device=dq.device))
+                                                                     device=q.device))
     return ok
 
 
@@ -347,7 +367,7 @@ class FlashAttentionTriton(torch.autograd.Function):
         scales = (ctx.scale * LOG2E, ctx.scale, n)
         _bwd_dkdv_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), b * h)](
             q, k, v, dout, *common, dk, dv, dq, *scales, CAUSAL=ctx.causal, ATOMIC_DQ=ctx.atomic_dq,
-            TMA_DQ=ctx.atomic_dq and _tma_reduction(dq), **args)
+            TMA=ctx.atomic_dq and _use_tma(q), **args)
         if ctx.atomic_dq:
             dq = (dq * ctx.scale).to(q.dtype)
         else:
