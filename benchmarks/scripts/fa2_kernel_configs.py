@@ -27,6 +27,7 @@ EXTRA = {  # (BLOCK_M, BLOCK_N, warps, stages) not (yet) in the autotuning lists
     "dq": [(64, 64, 4, 2), (64, 32, 4, 3), (128, 64, 8, 4), (128, 32, 8, 3)],
 }
 EXTRA["dkdv-atomic"] = EXTRA["dkdv"]
+EXTRA |= {f"{name}-tma": [] for name in ("fwd", "dkdv", "dq")}
 REGS_PER_SM, SMEM_PER_SM, SMEM_RESERVED = 65536, 233472, 1024
 
 
@@ -49,21 +50,24 @@ def main(b: int, h: int, n: int, d: int, out: str | None = None, only: str = "fw
     o = torch.empty_like(q)
     lse = torch.empty((b * h, n), device="cuda", dtype=torch.float32)
     ft._fwd_kernel[lambda m: (triton.cdiv(n, m["BLOCK_M"]), b * h)](q, k, v, o, lse, scale * ft.LOG2E, n,
-                                                                    CAUSAL=True, **args)
+                                                                    CAUSAL=True, TMA=False, **args)
     delta = (o.float() * do.float()).sum(-1).reshape(b * h, n)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     product = 2 * b * h * n * n * d / 2  # one causal QKᵀ-sized product
-    kernels = {
-        "fwd": (ft._fwd_kernel, ft.FWD_CONFIGS, 2, "BLOCK_M",
-                (q, k, v, o, lse, scale * ft.LOG2E, n), {}),
-        "dkdv": (ft._bwd_dkdv_kernel, ft.DKDV_CONFIGS, 4, "BLOCK_N",
-                 (q, k, v, do, lse, delta, dk, dv, dq, scale * ft.LOG2E, scale, n),
-                 {"ATOMIC_DQ": False, "TMA": False}),
+    tma = ft._use_tma(q)  # also sets Triton's allocator for device-side descriptors
+    fwd = (ft._fwd_kernel, ft.FWD_CONFIGS, 2, "BLOCK_M", (q, k, v, o, lse, scale * ft.LOG2E, n))
+    dkdv = (ft._bwd_dkdv_kernel, ft.DKDV_CONFIGS, 4, "BLOCK_N",
+            (q, k, v, do, lse, delta, dk, dv, dq, scale * ft.LOG2E, scale, n))
+    dq_ = (ft._bwd_dq_kernel, ft.DQ_CONFIGS, 3, "BLOCK_M",
+           (q, k, v, do, lse, delta, dq, scale * ft.LOG2E, scale, n))
+    kernels = {  # name: (kernel, autotuning list, products, grid's block, arguments, constexprs)
+        "fwd": (*fwd, {"TMA": False}), "fwd-tma": (*fwd, {"TMA": tma}),
+        "dkdv": (*dkdv, {"ATOMIC_DQ": False, "TMA": False}),
+        "dkdv-tma": (*dkdv, {"ATOMIC_DQ": False, "TMA": tma}),
         "dkdv-atomic": (ft._bwd_dkdv_kernel, ft.DKDV_CONFIGS, 5, "BLOCK_N",
                         (q, k, v, do, lse, delta, dk, dv, dq.float(), scale * ft.LOG2E, scale, n),
-                        {"ATOMIC_DQ": True, "TMA": ft._use_tma(q)}),
-        "dq": (ft._bwd_dq_kernel, ft.DQ_CONFIGS, 3, "BLOCK_M",
-               (q, k, v, do, lse, delta, dq, scale * ft.LOG2E, scale, n), {}),
+                        {"ATOMIC_DQ": True, "TMA": tma}),
+        "dq": (*dq_, {"TMA": False}), "dq-tma": (*dq_, {"TMA": tma}),
     }
     kernels = {name: kernels[name] for name in only.split(",")}
     rows = []

@@ -89,6 +89,35 @@ def _store_rows(ptr, rows, offs_d, N_CTX, HEAD_DIM: tl.constexpr, tile):
 
 
 @triton.jit
+def _rows_desc(ptr, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """A tensor descriptor over one head's [N_CTX, HEAD_DIM] rows, read or reduced a
+    [BLOCK_M, BLOCK_D] tile at a time by the TMA unit."""
+    return tl.make_tensor_descriptor(ptr, shape=[N_CTX, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                     block_shape=[BLOCK_M, BLOCK_D])
+
+
+@triton.jit
+def _kv_source(ptr, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+               TMA: tl.constexpr):
+    """What a key loop reads its K or V tiles from: a descriptor (TMA) or the head's pointer."""
+    if TMA:
+        ptr = _rows_desc(ptr, N_CTX, HEAD_DIM, BLOCK_N, BLOCK_D)
+    return ptr
+
+
+@triton.jit
+def _load_kv(src, start_n, offs_n, offs_d, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+             CHECK_ROWS: tl.constexpr, TMA: tl.constexpr):
+    """A [BLOCK_N, BLOCK_D] K or V tile from `_kv_source` (the TMA unit fills rows past the end
+    with zeros, as the masked load does)."""
+    if TMA:
+        tile = src.load([start_n, 0])
+    else:
+        tile = _load_rows(src, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, CHECK_ROWS)
+    return tile
+
+
+@triton.jit
 def _heavy_first(CAUSAL: tl.constexpr):
     """This program's query block. With a causal mask the last query blocks see the most keys,
     so they go first: the GPU's last wave is then short blocks, not long ones."""
@@ -101,10 +130,11 @@ def _heavy_first(CAUSAL: tl.constexpr):
 @triton.jit
 def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, offs_d, lo, hi, N_CTX, qk_scale,
                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-               MASK_CAUSAL: tl.constexpr, MASK_EDGE: tl.constexpr, PRECISION: tl.constexpr):
+               MASK_CAUSAL: tl.constexpr, MASK_EDGE: tl.constexpr, PRECISION: tl.constexpr,
+               TMA: tl.constexpr):
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = _load_rows(k_base, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE)
+        k = _load_kv(k_base, start_n, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE, TMA)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         if MASK_CAUSAL or MASK_EDGE:
             qk = qk * qk_scale
@@ -120,16 +150,16 @@ def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, offs_d, lo, hi, N_CTX, 
         p = tl.math.exp2(qk)
         alpha = tl.math.exp2(m_i - m_ij)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = _load_rows(v_base, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE)
+        v = _load_kv(v_base, start_n, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE, TMA)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
         m_i = m_ij
     return acc, l_i, m_i
 
 
-@triton.autotune(configs=FWD_CONFIGS, key=TUNE_KEY)
+@triton.autotune(configs=FWD_CONFIGS, key=[*TUNE_KEY, "TMA"])
 @triton.jit
 def _fwd_kernel(Q, K, V, O, L, qk_scale, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                CAUSAL: tl.constexpr, PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
+                CAUSAL: tl.constexpr, PRECISION: tl.constexpr, TMA: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr):
     start_m = _heavy_first(CAUSAL) * BLOCK_M
     base = tl.program_id(1).to(tl.int64) * N_CTX * HEAD_DIM
@@ -139,19 +169,20 @@ def _fwd_kernel(Q, K, V, O, L, qk_scale, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D:
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    Kb, Vb = K + base, V + base
+    Kb = _kv_source(K + base, N_CTX, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
+    Vb = _kv_source(V + base, N_CTX, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
     if CAUSAL:  # full blocks left of the diagonal, then the masked diagonal
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, Kb, Vb, offs_m, offs_d, 0, start_m, N_CTX, qk_scale,
-                                   HEAD_DIM, BLOCK_D, BLOCK_N, False, False, PRECISION)
+                                   HEAD_DIM, BLOCK_D, BLOCK_N, False, False, PRECISION, TMA)
         diag_end = tl.minimum(start_m + BLOCK_M, N_CTX)
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, Kb, Vb, offs_m, offs_d, start_m, diag_end, N_CTX,
-                                   qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, True, False, PRECISION)
+                                   qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, True, False, PRECISION, TMA)
     else:  # full blocks, then the ragged tail (if any) with the edge mask
         n_full = N_CTX - N_CTX % BLOCK_N
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, Kb, Vb, offs_m, offs_d, 0, n_full, N_CTX, qk_scale,
-                                   HEAD_DIM, BLOCK_D, BLOCK_N, False, False, PRECISION)
+                                   HEAD_DIM, BLOCK_D, BLOCK_N, False, False, PRECISION, TMA)
         acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, Kb, Vb, offs_m, offs_d, n_full, N_CTX, N_CTX, qk_scale,
-                                   HEAD_DIM, BLOCK_D, BLOCK_N, False, True, PRECISION)
+                                   HEAD_DIM, BLOCK_D, BLOCK_N, False, True, PRECISION, TMA)
     acc = acc / l_i[:, None]
     _store_rows(O + base, offs_m, offs_d, N_CTX, HEAD_DIM, acc)
     tl.store(L + tl.program_id(1).to(tl.int64) * N_CTX + offs_m, m_i + tl.math.log2(l_i),
@@ -217,14 +248,6 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, L, Delta, DQ, offs_n, offs_d, lo, hi, N_CTX
     return dk, dv
 
 
-@triton.jit
-def _rows_desc(ptr, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
-    """A tensor descriptor over one head's [N_CTX, HEAD_DIM] rows, read or reduced a
-    [BLOCK_M, BLOCK_D] tile at a time by the TMA unit."""
-    return tl.make_tensor_descriptor(ptr, shape=[N_CTX, HEAD_DIM], strides=[HEAD_DIM, 1],
-                                     block_shape=[BLOCK_M, BLOCK_D])
-
-
 # DQ is zeroed before every timing run of the autotuner (the atomic variant adds into it).
 @triton.autotune(configs=DKDV_CONFIGS, key=[*TUNE_KEY, "ATOMIC_DQ", "TMA"], reset_to_zero=["DQ"])
 @triton.jit
@@ -268,11 +291,12 @@ def _bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV, DQ, qk_scale, sm_scale, N_CT
 @triton.jit
 def _dq_inner(dq, q, do, lse, delta, K, V, offs_m, offs_d, lo, hi, N_CTX, qk_scale,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-              MASK_CAUSAL: tl.constexpr, MASK_EDGE: tl.constexpr, PRECISION: tl.constexpr):
+              MASK_CAUSAL: tl.constexpr, MASK_EDGE: tl.constexpr, PRECISION: tl.constexpr,
+              TMA: tl.constexpr):
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = _load_rows(K, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE)
-        v = _load_rows(V, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE)
+        k = _load_kv(K, start_n, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE, TMA)
+        v = _load_kv(V, start_n, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE, TMA)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # before the exponentials (see dK/dV)
         p = tl.math.exp2(s * qk_scale - lse[:, None])
@@ -285,11 +309,11 @@ def _dq_inner(dq, q, do, lse, delta, K, V, offs_m, offs_d, lo, hi, N_CTX, qk_sca
     return dq
 
 
-@triton.autotune(configs=DQ_CONFIGS, key=TUNE_KEY)
+@triton.autotune(configs=DQ_CONFIGS, key=[*TUNE_KEY, "TMA"])
 @triton.jit
 def _bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
                    BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                   TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     start_m = _heavy_first(CAUSAL) * BLOCK_M
     bh = tl.program_id(1).to(tl.int64)
     base, row_base = bh * N_CTX * HEAD_DIM, bh * N_CTX
@@ -300,19 +324,20 @@ def _bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DI
     lse = tl.load(L + row_base + offs_m, mask=offs_m < N_CTX, other=0.0)
     delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N_CTX, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    Kb, Vb = K + base, V + base
+    Kb = _kv_source(K + base, N_CTX, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
+    Vb = _kv_source(V + base, N_CTX, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
     if CAUSAL:  # full key blocks left of the diagonal, then the masked diagonal
         dq = _dq_inner(dq, q, do, lse, delta, Kb, Vb, offs_m, offs_d, 0, start_m, N_CTX, qk_scale, HEAD_DIM,
-                       BLOCK_D, BLOCK_N, False, False, PRECISION)
+                       BLOCK_D, BLOCK_N, False, False, PRECISION, TMA)
         diag_end = tl.minimum(start_m + BLOCK_M, N_CTX)
         dq = _dq_inner(dq, q, do, lse, delta, Kb, Vb, offs_m, offs_d, start_m, diag_end, N_CTX, qk_scale,
-                       HEAD_DIM, BLOCK_D, BLOCK_N, True, False, PRECISION)
+                       HEAD_DIM, BLOCK_D, BLOCK_N, True, False, PRECISION, TMA)
     else:  # full key blocks, then the ragged tail with the edge mask
         n_full = N_CTX - N_CTX % BLOCK_N
         dq = _dq_inner(dq, q, do, lse, delta, Kb, Vb, offs_m, offs_d, 0, n_full, N_CTX, qk_scale, HEAD_DIM,
-                       BLOCK_D, BLOCK_N, False, False, PRECISION)
+                       BLOCK_D, BLOCK_N, False, False, PRECISION, TMA)
         dq = _dq_inner(dq, q, do, lse, delta, Kb, Vb, offs_m, offs_d, n_full, N_CTX, N_CTX, qk_scale,
-                       HEAD_DIM, BLOCK_D, BLOCK_N, False, True, PRECISION)
+                       HEAD_DIM, BLOCK_D, BLOCK_N, False, True, PRECISION, TMA)
     _store_rows(DQ + base, offs_m, offs_d, N_CTX, HEAD_DIM, dq * sm_scale)
 
 
@@ -344,7 +369,7 @@ class FlashAttentionTriton(torch.autograd.Function):
         out = torch.empty_like(q)
         lse = torch.empty((b * h, n), dtype=torch.float32, device=q.device)
         grid = lambda meta: (triton.cdiv(n, meta["BLOCK_M"]), b * h)  # noqa: E731
-        _fwd_kernel[grid](q, k, v, out, lse, scale * LOG2E, n, CAUSAL=causal, **_launch_args(q))
+        _fwd_kernel[grid](q, k, v, out, lse, scale * LOG2E, n, CAUSAL=causal, TMA=False, **_launch_args(q))
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.causal, ctx.scale, ctx.atomic_dq = causal, scale, atomic_dq
         return out
@@ -372,7 +397,7 @@ class FlashAttentionTriton(torch.autograd.Function):
             dq = (dq * ctx.scale).to(q.dtype)
         else:
             _bwd_dq_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_M"]), b * h)](
-                q, k, v, dout, *common, dq, *scales, CAUSAL=ctx.causal, **args)
+                q, k, v, dout, *common, dq, *scales, CAUSAL=ctx.causal, TMA=False, **args)
         return dq, dk, dv, None, None, None
 
 
