@@ -21,13 +21,14 @@ from triton.testing import do_bench
 
 from trainperf.attention import flash_triton as ft
 
-EXTRA = {  # (BLOCK_M, BLOCK_N, warps, stages) not (yet) in the autotuning lists
+EXTRA = {  # (BLOCK_M, BLOCK_N, warps, stages[, register cap]) not (yet) in the autotuning lists
     "fwd": [(64, 64, 4, 2), (64, 32, 4, 3), (128, 64, 8, 4), (128, 32, 8, 3)],
-    "dkdv": [(64, 64, 4, 2), (32, 64, 4, 3), (64, 128, 8, 4), (32, 128, 8, 3), (16, 64, 4, 3)],
+    # capped at 168 registers, three 4-warp programs fit on one SM
+    "dkdv": [(64, 64, 4, 2), (32, 64, 4, 3), (64, 128, 8, 4), (32, 128, 8, 3), (64, 64, 4, 3, 168),
+             (64, 64, 4, 2, 168), (64, 64, 4, 4, 168)],
     "dq": [(64, 64, 4, 2), (64, 32, 4, 3), (128, 64, 8, 4), (128, 32, 8, 3)],
 }
-EXTRA["dkdv-atomic"] = EXTRA["dkdv"]
-EXTRA |= {f"{name}-tma": [] for name in ("fwd", "dkdv", "dq")}
+EXTRA["dkdv-atomic"] = EXTRA["dkdv-cp.async"] = EXTRA["dkdv"]
 REGS_PER_SM, SMEM_PER_SM, SMEM_RESERVED = 65536, 233472, 1024
 
 
@@ -37,7 +38,7 @@ def programs_per_sm(regs: int, smem: int, warps: int) -> int:
     return min(REGS_PER_SM // (per_warp * warps), SMEM_PER_SM // (smem + SMEM_RESERVED), 64 // warps)
 
 
-def candidates(name: str, lists: list[triton.Config]) -> list[tuple[int, int, int, int]]:
+def candidates(name: str, lists: list[triton.Config]) -> list[tuple[int, ...]]:
     listed = [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in lists]
     return listed + [c for c in EXTRA[name] if c not in listed]
 
@@ -50,45 +51,46 @@ def main(b: int, h: int, n: int, d: int, out: str | None = None, only: str = "fw
     o = torch.empty_like(q)
     lse = torch.empty((b * h, n), device="cuda", dtype=torch.float32)
     ft._fwd_kernel[lambda m: (triton.cdiv(n, m["BLOCK_M"]), b * h)](q, k, v, o, lse, scale * ft.LOG2E, n,
-                                                                    CAUSAL=True, TMA=False, **args)
+                                                                    CAUSAL=True, **args)
     delta = (o.float() * do.float()).sum(-1).reshape(b * h, n)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     product = 2 * b * h * n * n * d / 2  # one causal QKᵀ-sized product
-    tma = ft._use_tma(q)  # also sets Triton's allocator for device-side descriptors
-    fwd = (ft._fwd_kernel, ft.FWD_CONFIGS, 2, "BLOCK_M", (q, k, v, o, lse, scale * ft.LOG2E, n))
-    dkdv = (ft._bwd_dkdv_kernel, ft.DKDV_CONFIGS, 4, "BLOCK_N",
-            (q, k, v, do, lse, delta, dk, dv, dq, scale * ft.LOG2E, scale, n))
-    dq_ = (ft._bwd_dq_kernel, ft.DQ_CONFIGS, 3, "BLOCK_M",
-           (q, k, v, do, lse, delta, dq, scale * ft.LOG2E, scale, n))
-    kernels = {  # name: (kernel, autotuning list, products, grid's block, arguments, constexprs)
-        "fwd": (*fwd, {"TMA": False}), "fwd-tma": (*fwd, {"TMA": tma}),
-        "dkdv": (*dkdv, {"ATOMIC_DQ": False, "TMA": False}),
-        "dkdv-tma": (*dkdv, {"ATOMIC_DQ": False, "TMA": tma}),
+    kernels = {
+        "fwd": (ft._fwd_kernel, ft.FWD_CONFIGS, 2, "BLOCK_M",
+                (q, k, v, o, lse, scale * ft.LOG2E, n), {}),
+        "dkdv": (ft._bwd_dkdv_kernel, ft.DKDV_CONFIGS, 4, "BLOCK_N",
+                 (q, k, v, do, lse, delta, dk, dv, dq, scale * ft.LOG2E, scale, n),
+                 {"ATOMIC_DQ": False, "TMA": ft._use_tma(q)}),
+        "dkdv-cp.async": (ft._bwd_dkdv_kernel, ft.DKDV_CONFIGS, 4, "BLOCK_N",
+                          (q, k, v, do, lse, delta, dk, dv, dq, scale * ft.LOG2E, scale, n),
+                          {"ATOMIC_DQ": False, "TMA": False}),
         "dkdv-atomic": (ft._bwd_dkdv_kernel, ft.DKDV_CONFIGS, 5, "BLOCK_N",
                         (q, k, v, do, lse, delta, dk, dv, dq.float(), scale * ft.LOG2E, scale, n),
-                        {"ATOMIC_DQ": True, "TMA": tma}),
-        "dq": (*dq_, {"TMA": False}), "dq-tma": (*dq_, {"TMA": tma}),
+                        {"ATOMIC_DQ": True, "TMA": ft._use_tma(q)}),
+        "dq": (ft._bwd_dq_kernel, ft.DQ_CONFIGS, 3, "BLOCK_M",
+               (q, k, v, do, lse, delta, dq, scale * ft.LOG2E, scale, n), {}),
     }
     kernels = {name: kernels[name] for name in only.split(",")}
     rows = []
     for name, (kernel, lists, products, grid_block, kargs, extra) in kernels.items():
-        for bm, bn, w, s in candidates(name, lists):
+        for bm, bn, w, s, *cap in candidates(name, lists):
             meta = {"BLOCK_M": bm, "BLOCK_N": bn}
             grid = (triton.cdiv(n, meta[grid_block]), b * h)
             launch = functools.partial(kernel.fn[grid], *kargs, CAUSAL=True, num_warps=w, num_stages=s,
-                                       **meta, **extra, **args)
+                                       maxnreg=cap[0] if cap else None, **meta, **extra, **args)
             try:
                 compiled = launch()
                 ms = do_bench(launch, warmup=25, rep=100)
             except Exception as e:  # noqa: BLE001 - a shape that does not compile is a result too
-                print(f"{name} {bm}x{bn} w{w} s{s}: {type(e).__name__}: {str(e)[:120]}", flush=True)
+                print(f"{name} {bm}x{bn} w{w} s{s} cap{cap}: {type(e).__name__}: {str(e)[:120]}", flush=True)
                 continue
             row = {"kernel": name, "BLOCK_M": bm, "BLOCK_N": bn, "warps": w, "stages": s,
-                   "regs": compiled.n_regs, "spill_bytes": compiled.n_spills,
+                   "maxnreg": cap[0] if cap else "", "regs": compiled.n_regs,
+                   "spill_bytes": compiled.n_spills,
                    "smem": compiled.metadata.shared,
                    "per_sm": programs_per_sm(compiled.n_regs, compiled.metadata.shared, w),
                    "ms": round(ms, 4), "tflops": round(products * product / ms / 1e9, 1),
-                   "listed": (bm, bn, w, s) not in EXTRA[name]}
+                   "listed": (bm, bn, w, s, *cap) not in EXTRA[name]}
             rows.append(row)
             print(row, flush=True)
     for name in kernels:

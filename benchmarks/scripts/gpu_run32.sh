@@ -2,6 +2,7 @@
 # GPU run 32 (session 6): do TMA loads (tensor descriptors, mbarriers) beat cp.async loads in the
 # three triton-fa2 kernels? Every listed tile shape with both, at the three issue-3 shapes
 # (d128 and B8 x 2048: the TMA versions only, against run 26's pointer versions).
+# Ran at commit cdcbdb1; the forward and dQ switch it measured was taken out again after it.
 RUN=${RUN:-run32}
 source benchmarks/scripts/common.sh
 P=benchmarks/scripts/fa2_kernel_configs.py
