@@ -24,10 +24,10 @@ def main(b: int, h: int, n: int, d: int) -> None:
                for _ in range(3))
     out = ft.flash_attention_triton(q, k, v, causal=True)
     dout = torch.randn_like(out)
+    lse = out.grad_fn.saved_tensors[4]
     out.backward(dout)  # autotunes both kernels
     args, scale = ft._launch_args(q), d ** -0.5
-    lse = out.grad_fn.saved_tensors[4]
-    delta = (out.float() * dout.float()).sum(-1).reshape(b * h, n)
+    delta = (out.detach().float() * dout.float()).sum(-1).reshape(b * h, n)
     dq, dk, dv = (torch.empty_like(q) for _ in range(3))
     scales = (scale * ft.LOG2E, scale, n)
 
