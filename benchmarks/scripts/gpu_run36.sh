@@ -10,5 +10,7 @@ I=sdpa-cudnn,sdpa-flash,sdpa-efficient,triton-fa2
 timeout 120 $A --impl $I --batch 1 --heads 16 --seq 16384 --head-dim 64 --mode fwd+bwd | tee "$RES/attention_reference.txt"
 timeout 300 $A --impl $I --batch 1 --heads 16 --seq 1024,4096,16384 --head-dim 64,128 --mode fwd+bwd \
   | tee "$RES/attention_sweep.txt"
-timeout 100 $A --rerun --impl sdpa-cudnn,triton-fa2 --batch 1 --heads 16 --seq 16384 --head-dim 64 --mode fwd+bwd \
-  | tee "$RES/attention_reference_repeat.txt"
+# (its own plot folder: as first run, it wrote its two-point plots over the sweep's, which were
+# then drawn again from the store, each case's first record)
+timeout 100 $A --rerun --out $RES/plots_repeat --impl sdpa-cudnn,triton-fa2 --batch 1 --heads 16 --seq 16384 \
+  --head-dim 64 --mode fwd+bwd | tee "$RES/attention_reference_repeat.txt"
