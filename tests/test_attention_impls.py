@@ -51,11 +51,12 @@ def test_triton_fa2_matches_reference(shape, causal, dtype, impl):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the real-size tests take this path")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-@pytest.mark.parametrize("shape, causal", [((2, 2, 36, 32), True), ((1, 2, 68, 16), False)])
+@pytest.mark.parametrize("shape, causal", [((2, 2, 36, 32), True), ((1, 2, 68, 40), False)])
 def test_triton_fa2_tma_loads_match_reference(shape, causal, dtype, monkeypatch):
     """The dK/dV kernel's Hopper path (Q, dO, L, D read through tensor descriptors; the TMA unit
     fills rows past the end with zeros) under the interpreter, which emulates descriptors: lengths
-    that are multiples of 4 (each head's L row must start on 16 bytes) but not of the tile."""
+    that are multiples of 4 (each head's L row must start on 16 bytes) but not of the tile, and a
+    head dim narrower than its tile (40 in a 64-wide descriptor box)."""
     pytest.importorskip("triton")
     from trainperf.attention import flash_triton
     monkeypatch.setattr(flash_triton, "_use_tma", lambda q: True)
@@ -66,7 +67,7 @@ def test_triton_fa2_tma_loads_match_reference(shape, causal, dtype, monkeypatch)
 @pytest.mark.parametrize("impl", ["triton-fa2", "triton-fa2-atomic"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("shape", [(2, 8, 1000, 64), (1, 4, 2048, 128), (2, 4, 4099, 32)])
+@pytest.mark.parametrize("shape", [(2, 8, 1000, 64), (1, 4, 2048, 128), (2, 4, 4099, 32), (1, 4, 1000, 40)])
 def test_triton_fa2_on_gpu_at_real_sizes(shape, causal, dtype, impl):
     check_against_reference(get_attention(impl), *shape, dtype, causal, "cuda")
 

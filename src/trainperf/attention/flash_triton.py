@@ -321,12 +321,13 @@ def _bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DI
 
 def _use_tma(q: torch.Tensor) -> bool:
     """Whether the dK/dV kernel can move its tiles with the TMA unit: a GPU with one (Hopper
-    on), not the interpreter, and every descriptor's base and rows on 16 bytes (head rows of q
-    and of the float32 dQ, and each head's L and D rows). Device-side descriptors need Triton's
-    scratch allocator, which is set here (a torch allocation on q's device)."""
+    on), not the interpreter, and every descriptor's base and rows on 16 bytes: head rows of q
+    (then those of the float32 dQ are too) and each head's L and D rows (float32, n per head).
+    Device-side descriptors need Triton's scratch allocator, which is set here (a torch
+    allocation on q's device)."""
     d, n = q.shape[-1], q.shape[-2]
     ok = (not interpreting() and q.is_cuda and torch.cuda.get_device_capability(q.device) >= (9, 0)
-          and d * q.element_size() % 16 == 0 and d * 4 % 16 == 0 and n * 4 % 16 == 0)
+          and d * q.element_size() % 16 == 0 and n * 4 % 16 == 0)
     if ok:
         triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8,
                                                                      device=q.device))
