@@ -228,6 +228,27 @@ def _rows_desc(ptr, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_
                                      block_shape=[BLOCK_M, BLOCK_D])
 
 
+@triton.jit
+def _kv_source(ptr, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+               TMA: tl.constexpr):
+    """What the dQ kernel's key loop reads K or V tiles from: a descriptor (TMA) or a pointer."""
+    if TMA:
+        ptr = _rows_desc(ptr, N_CTX, HEAD_DIM, BLOCK_N, BLOCK_D)
+    return ptr
+
+
+@triton.jit
+def _load_kv(src, start_n, offs_n, offs_d, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+             CHECK_ROWS: tl.constexpr, TMA: tl.constexpr):
+    """A [BLOCK_N, BLOCK_D] K or V tile from `_kv_source` (the TMA unit fills rows past the end
+    with zeros, as the masked load does)."""
+    if TMA:
+        tile = src.load([start_n, 0])
+    else:
+        tile = _load_rows(src, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, CHECK_ROWS)
+    return tile
+
+
 # DQ is zeroed before every timing run of the autotuner (the atomic variant adds into it).
 @triton.autotune(configs=DKDV_CONFIGS, key=[*TUNE_KEY, "ATOMIC_DQ", "TMA"], reset_to_zero=["DQ"])
 @triton.jit
@@ -271,11 +292,12 @@ def _bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV, DQ, qk_scale, sm_scale, N_CT
 @triton.jit
 def _dq_inner(dq, q, do, lse, delta, K, V, offs_m, offs_d, lo, hi, N_CTX, qk_scale,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-              MASK_CAUSAL: tl.constexpr, MASK_EDGE: tl.constexpr, PRECISION: tl.constexpr):
+              MASK_CAUSAL: tl.constexpr, MASK_EDGE: tl.constexpr, PRECISION: tl.constexpr,
+              TMA: tl.constexpr):
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = _load_rows(K, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE)
-        v = _load_rows(V, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE)
+        k = _load_kv(K, start_n, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE, TMA)
+        v = _load_kv(V, start_n, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE, TMA)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # before the exponentials (see dK/dV)
         p = tl.math.exp2(s * qk_scale - lse[:, None])
@@ -288,11 +310,11 @@ def _dq_inner(dq, q, do, lse, delta, K, V, offs_m, offs_d, lo, hi, N_CTX, qk_sca
     return dq
 
 
-@triton.autotune(configs=DQ_CONFIGS, key=TUNE_KEY)
+@triton.autotune(configs=DQ_CONFIGS, key=[*TUNE_KEY, "TMA"])
 @triton.jit
 def _bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
                    BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                   TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     start_m = _heavy_first(CAUSAL) * BLOCK_M
     bh = tl.program_id(1).to(tl.int64)
     base, row_base = bh * N_CTX * HEAD_DIM, bh * N_CTX
@@ -303,19 +325,20 @@ def _bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DI
     lse = tl.load(L + row_base + offs_m, mask=offs_m < N_CTX, other=0.0)
     delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N_CTX, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    Kb, Vb = K + base, V + base
+    Kb = _kv_source(K + base, N_CTX, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
+    Vb = _kv_source(V + base, N_CTX, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
     if CAUSAL:  # full key blocks left of the diagonal, then the masked diagonal
         dq = _dq_inner(dq, q, do, lse, delta, Kb, Vb, offs_m, offs_d, 0, start_m, N_CTX, qk_scale, HEAD_DIM,
-                       BLOCK_D, BLOCK_N, False, False, PRECISION)
+                       BLOCK_D, BLOCK_N, False, False, PRECISION, TMA)
         diag_end = tl.minimum(start_m + BLOCK_M, N_CTX)
         dq = _dq_inner(dq, q, do, lse, delta, Kb, Vb, offs_m, offs_d, start_m, diag_end, N_CTX, qk_scale,
-                       HEAD_DIM, BLOCK_D, BLOCK_N, True, False, PRECISION)
+                       HEAD_DIM, BLOCK_D, BLOCK_N, True, False, PRECISION, TMA)
     else:  # full key blocks, then the ragged tail with the edge mask
         n_full = N_CTX - N_CTX % BLOCK_N
         dq = _dq_inner(dq, q, do, lse, delta, Kb, Vb, offs_m, offs_d, 0, n_full, N_CTX, qk_scale, HEAD_DIM,
-                       BLOCK_D, BLOCK_N, False, False, PRECISION)
+                       BLOCK_D, BLOCK_N, False, False, PRECISION, TMA)
         dq = _dq_inner(dq, q, do, lse, delta, Kb, Vb, offs_m, offs_d, n_full, N_CTX, N_CTX, qk_scale,
-                       HEAD_DIM, BLOCK_D, BLOCK_N, False, True, PRECISION)
+                       HEAD_DIM, BLOCK_D, BLOCK_N, False, True, PRECISION, TMA)
     _store_rows(DQ + base, offs_m, offs_d, N_CTX, HEAD_DIM, dq * sm_scale)
 
 
@@ -376,7 +399,7 @@ class FlashAttentionTriton(torch.autograd.Function):
             dq = (dq * ctx.scale).to(q.dtype)
         else:
             _bwd_dq_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_M"]), b * h)](
-                q, k, v, dout, *common, dq, *scales, CAUSAL=ctx.causal, **args)
+                q, k, v, dout, *common, dq, *scales, CAUSAL=ctx.causal, TMA=False, **args)
         return dq, dk, dv, None, None, None
 
 
