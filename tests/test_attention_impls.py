@@ -53,8 +53,9 @@ def test_triton_fa2_matches_reference(shape, causal, dtype, impl):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("shape, causal", [((2, 2, 36, 32), True), ((1, 2, 68, 40), False)])
 def test_triton_fa2_tma_loads_match_reference(shape, causal, dtype, monkeypatch):
-    """The dK/dV kernel's Hopper path (Q, dO, L, D read through tensor descriptors; the TMA unit
-    fills rows past the end with zeros) under the interpreter, which emulates descriptors: lengths
+    """The backward's Hopper path (the dK/dV kernel reads Q, dO, L, D and the dQ kernel K, V
+    through tensor descriptors; the TMA unit fills rows past the end with zeros) under the
+    interpreter, which emulates descriptors: lengths
     that are multiples of 4 (each head's L row must start on 16 bytes) but not of the tile, and a
     head dim narrower than its tile (40 in a 64-wide descriptor box)."""
     pytest.importorskip("triton")

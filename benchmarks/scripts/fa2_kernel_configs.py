@@ -30,7 +30,7 @@ EXTRA = {  # (BLOCK_M, BLOCK_N, warps, stages[, register cap]) not (yet) in the 
     "dq": [(64, 64, 4, 2), (64, 32, 4, 3), (128, 64, 8, 4), (128, 32, 8, 3)],
 }
 EXTRA["dkdv-atomic"] = EXTRA["dkdv-cp.async"] = EXTRA["dkdv"]
-EXTRA["dq-tma"] = EXTRA["dq"]
+EXTRA["dq-cp.async"] = EXTRA["dq"]
 REGS_PER_SM, SMEM_PER_SM, SMEM_RESERVED = 65536, 233472, 1024
 
 
@@ -70,9 +70,9 @@ def main(b: int, h: int, n: int, d: int, out: str | None = None, only: str = "fw
                         (q, k, v, do, lse, delta, dk, dv, dq.float(), scale * ft.LOG2E, scale, n),
                         {"ATOMIC_DQ": True, "TMA": ft._use_tma(q)}),
         "dq": (ft._bwd_dq_kernel, ft.DQ_CONFIGS, 3, "BLOCK_M",
-               (q, k, v, do, lse, delta, dq, scale * ft.LOG2E, scale, n), {"TMA": False}),
-        "dq-tma": (ft._bwd_dq_kernel, ft.DQ_CONFIGS, 3, "BLOCK_M",
-                   (q, k, v, do, lse, delta, dq, scale * ft.LOG2E, scale, n), {"TMA": ft._use_tma(q)}),
+               (q, k, v, do, lse, delta, dq, scale * ft.LOG2E, scale, n), {"TMA": ft._use_tma(q)}),
+        "dq-cp.async": (ft._bwd_dq_kernel, ft.DQ_CONFIGS, 3, "BLOCK_M",
+                        (q, k, v, do, lse, delta, dq, scale * ft.LOG2E, scale, n), {"TMA": False}),
     }
     kernels = {name: kernels[name] for name in only.split(",")}
     rows = []

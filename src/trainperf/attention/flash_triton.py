@@ -9,11 +9,12 @@ exp2. Forward saves O and L = m + log2(l) per row. Backward is three kernels and
 or, with `atomic_dq` (`triton-fa2-atomic`), two: the dK/dV kernel also adds each tile's share of
 dQ (dSᵀ·K) into a float32 buffer, so QKᵀ and dP are computed once per tile pair (5 matrix products
 instead of 7) at the price of float32 reduction traffic.
-On Hopper and later the dK/dV kernel's loop reads its tiles (Q, dO, L, D) through the TMA unit
-with tensor descriptors: 13% faster than cp.async loads at the reference shape (fewer registers:
-194 against 255 per thread), the same elsewhere. The atomic variant then also sends each dQ share
-as one bulk TMA reduction per tile. Elsewhere, and in the interpreter (which lacks descriptor
-reductions), the loads are plain and the shares go as element-wise atomics.
+On Hopper and later the backward loops read their tiles through the TMA unit with tensor
+descriptors: the dK/dV kernel Q, dO, L and D (13% faster than cp.async loads at the reference
+shape, with 194 registers per thread instead of 255), the dQ kernel K and V (2-5% faster). The
+atomic variant then also sends each dQ share as one bulk TMA reduction per tile. Elsewhere, and
+in the interpreter (which lacks descriptor reductions), the loads are plain and the shares go as
+element-wise atomics. The forward keeps cp.async loads (descriptors measured no faster there).
 Every loop is split into full blocks, which run without masks, and the few blocks that need
 one (the causal diagonal, the ragged end of the sequence). With a causal mask the forward and dQ
 programs take their query blocks longest-first (the dK/dV order is longest-first already).
@@ -343,7 +344,7 @@ def _bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DI
 
 
 def _use_tma(q: torch.Tensor) -> bool:
-    """Whether the dK/dV kernel can move its tiles with the TMA unit: a GPU with one (Hopper
+    """Whether the backward kernels can move their tiles with the TMA unit: a GPU with one (Hopper
     on), not the interpreter, and every descriptor's base and rows on 16 bytes: head rows of q
     (then those of the float32 dQ are too) and each head's L and D rows (float32, n per head).
     Device-side descriptors need Triton's scratch allocator, which is set here (a torch
@@ -392,14 +393,15 @@ class FlashAttentionTriton(torch.autograd.Function):
               else torch.empty_like(q))
         common = (lse, delta)
         scales = (ctx.scale * LOG2E, ctx.scale, n)
+        tma = _use_tma(q)
         _bwd_dkdv_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), b * h)](
             q, k, v, dout, *common, dk, dv, dq, *scales, CAUSAL=ctx.causal, ATOMIC_DQ=ctx.atomic_dq,
-            TMA=_use_tma(q), **args)
+            TMA=tma, **args)
         if ctx.atomic_dq:
             dq = (dq * ctx.scale).to(q.dtype)
         else:
             _bwd_dq_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_M"]), b * h)](
-                q, k, v, dout, *common, dq, *scales, CAUSAL=ctx.causal, TMA=False, **args)
+                q, k, v, dout, *common, dq, *scales, CAUSAL=ctx.causal, TMA=tma, **args)
         return dq, dk, dv, None, None, None
 
 
