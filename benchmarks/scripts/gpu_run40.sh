@@ -23,4 +23,4 @@ stats = pstats.Stats(prof)
 stats.sort_stats("cumulative").print_stats(35)
 stats.sort_stats("tottime").print_stats(25)
 PY
-sed -i 's|/opt/[^ ]*site-packages/|<site-packages>/|g; s|/work/main/||g' "$RES/host_profile.txt"
+sed -i "s|/opt/[^ ]*site-packages/|<site-packages>/|g; s|$PWD/||g" "$RES/host_profile.txt"
