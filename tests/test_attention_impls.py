@@ -55,9 +55,9 @@ def test_triton_fa2_matches_reference(shape, causal, dtype, impl):
 def test_triton_fa2_tma_loads_match_reference(shape, causal, dtype, monkeypatch):
     """The backward's Hopper path (the dK/dV kernel reads Q, dO, L, D and the dQ kernel K, V
     through tensor descriptors; the TMA unit fills rows past the end with zeros) under the
-    interpreter, which emulates descriptors: lengths
-    that are multiples of 4 (each head's L row must start on 16 bytes) but not of the tile, and a
-    head dim narrower than its tile (40 in a 64-wide descriptor box)."""
+    interpreter, which emulates descriptors: lengths that are multiples of 4 (each head's L row
+    must start on 16 bytes) but not of the tile, and a head dim narrower than its tile (40 in a
+    64-wide descriptor box)."""
     pytest.importorskip("triton")
     from trainperf.attention import flash_triton
     monkeypatch.setattr(flash_triton, "_use_tma", lambda q: True)

@@ -57,22 +57,18 @@ def main(b: int, h: int, n: int, d: int, out: str | None = None, only: str = "fw
     delta = (o.float() * do.float()).sum(-1).reshape(b * h, n)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     product = 2 * b * h * n * n * d / 2  # one causal QKᵀ-sized product
-    kernels = {
-        "fwd": (ft._fwd_kernel, ft.FWD_CONFIGS, 2, "BLOCK_M",
-                (q, k, v, o, lse, scale * ft.LOG2E, n), {}),
-        "dkdv": (ft._bwd_dkdv_kernel, ft.DKDV_CONFIGS, 4, "BLOCK_N",
-                 (q, k, v, do, lse, delta, dk, dv, dq, scale * ft.LOG2E, scale, n),
-                 {"ATOMIC_DQ": False, "TMA": ft._use_tma(q)}),
-        "dkdv-cp.async": (ft._bwd_dkdv_kernel, ft.DKDV_CONFIGS, 4, "BLOCK_N",
-                          (q, k, v, do, lse, delta, dk, dv, dq, scale * ft.LOG2E, scale, n),
-                          {"ATOMIC_DQ": False, "TMA": False}),
+    tma = ft._use_tma(q)  # also sets Triton's allocator for device-side descriptors
+    inputs, scales = (q, k, v, do, lse, delta), (scale * ft.LOG2E, scale, n)
+    dkdv = (ft._bwd_dkdv_kernel, ft.DKDV_CONFIGS, 4, "BLOCK_N", (*inputs, dk, dv, dq, *scales))
+    dq_kernel = (ft._bwd_dq_kernel, ft.DQ_CONFIGS, 3, "BLOCK_M", (*inputs, dq, *scales))
+    kernels = {  # name: (kernel, autotuning list, products, grid's block, arguments, constexprs)
+        "fwd": (ft._fwd_kernel, ft.FWD_CONFIGS, 2, "BLOCK_M", (q, k, v, o, lse, scale * ft.LOG2E, n), {}),
+        "dkdv": (*dkdv, {"ATOMIC_DQ": False, "TMA": tma}),
+        "dkdv-cp.async": (*dkdv, {"ATOMIC_DQ": False, "TMA": False}),
         "dkdv-atomic": (ft._bwd_dkdv_kernel, ft.DKDV_CONFIGS, 5, "BLOCK_N",
-                        (q, k, v, do, lse, delta, dk, dv, dq.float(), scale * ft.LOG2E, scale, n),
-                        {"ATOMIC_DQ": True, "TMA": ft._use_tma(q)}),
-        "dq": (ft._bwd_dq_kernel, ft.DQ_CONFIGS, 3, "BLOCK_M",
-               (q, k, v, do, lse, delta, dq, scale * ft.LOG2E, scale, n), {"TMA": ft._use_tma(q)}),
-        "dq-cp.async": (ft._bwd_dq_kernel, ft.DQ_CONFIGS, 3, "BLOCK_M",
-                        (q, k, v, do, lse, delta, dq, scale * ft.LOG2E, scale, n), {"TMA": False}),
+                        (*inputs, dk, dv, dq.float(), *scales), {"ATOMIC_DQ": True, "TMA": tma}),
+        "dq": (*dq_kernel, {"TMA": tma}),
+        "dq-cp.async": (*dq_kernel, {"TMA": False}),
     }
     kernels = {name: kernels[name] for name in only.split(",")}
     rows = []

@@ -187,20 +187,17 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, L, Delta, DQ, offs_n, offs_d, lo, hi, N_CTX
                 ATOMIC_DQ: tl.constexpr, TMA: tl.constexpr):
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
-        if TMA:  # Q, dO, L, D are tensor descriptors; rows past the sequence load as zeros
-            q = Q.load([start_m, 0])
-            do = DO.load([start_m, 0])
+        q = _load_tile(Q, start_m, offs_m, offs_d, N_CTX, HEAD_DIM, BLOCK_D, CHECK_ROWS, TMA)
+        do = _load_tile(DO, start_m, offs_m, offs_d, N_CTX, HEAD_DIM, BLOCK_D, CHECK_ROWS, TMA)
+        if TMA:  # L and D are descriptors too; rows past the sequence load as zeros
             lse = L.load([start_m])
             delta = Delta.load([start_m])
+        elif CHECK_ROWS:
+            lse = tl.load(L + offs_m, mask=offs_m < N_CTX, other=0.0)
+            delta = tl.load(Delta + offs_m, mask=offs_m < N_CTX, other=0.0)
         else:
-            q = _load_rows(Q, offs_m, offs_d, N_CTX, HEAD_DIM, BLOCK_D, CHECK_ROWS)
-            do = _load_rows(DO, offs_m, offs_d, N_CTX, HEAD_DIM, BLOCK_D, CHECK_ROWS)
-            if CHECK_ROWS:
-                lse = tl.load(L + offs_m, mask=offs_m < N_CTX, other=0.0)
-                delta = tl.load(Delta + offs_m, mask=offs_m < N_CTX, other=0.0)
-            else:
-                lse = tl.load(L + offs_m)
-                delta = tl.load(Delta + offs_m)
+            lse = tl.load(L + offs_m)
+            delta = tl.load(Delta + offs_m)
         s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)
         # issued before the exponentials, which do not need it: its matrix product can run while
         # they do (v3 issued it after dV's product, so products and exponentials took turns)
@@ -230,23 +227,23 @@ def _rows_desc(ptr, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_
 
 
 @triton.jit
-def _kv_source(ptr, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-               TMA: tl.constexpr):
-    """What the dQ kernel's key loop reads K or V tiles from: a descriptor (TMA) or a pointer."""
+def _tile_source(ptr, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_D: tl.constexpr,
+                 TMA: tl.constexpr):
+    """What a backward loop reads one head's row tiles from: a descriptor (TMA) or its pointer."""
     if TMA:
-        ptr = _rows_desc(ptr, N_CTX, HEAD_DIM, BLOCK_N, BLOCK_D)
+        ptr = _rows_desc(ptr, N_CTX, HEAD_DIM, BLOCK_ROWS, BLOCK_D)
     return ptr
 
 
 @triton.jit
-def _load_kv(src, start_n, offs_n, offs_d, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-             CHECK_ROWS: tl.constexpr, TMA: tl.constexpr):
-    """A [BLOCK_N, BLOCK_D] K or V tile from `_kv_source` (the TMA unit fills rows past the end
-    with zeros, as the masked load does)."""
+def _load_tile(src, start, rows, offs_d, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+               CHECK_ROWS: tl.constexpr, TMA: tl.constexpr):
+    """The tile of rows `start`… from `_tile_source` (the TMA unit fills rows past the end with
+    zeros, as the masked load does)."""
     if TMA:
-        tile = src.load([start_n, 0])
+        tile = src.load([start, 0])
     else:
-        tile = _load_rows(src, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, CHECK_ROWS)
+        tile = _load_rows(src, rows, offs_d, N_CTX, HEAD_DIM, BLOCK_D, CHECK_ROWS)
     return tile
 
 
@@ -266,10 +263,10 @@ def _bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV, DQ, qk_scale, sm_scale, N_CT
     v = _load_rows(V + base, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, True)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    Qb, DOb, Lb, Db, DQb = Q + base, DO + base, L + row_base, Delta + row_base, DQ + base
+    Qb = _tile_source(Q + base, N_CTX, HEAD_DIM, BLOCK_M, BLOCK_D, TMA)
+    DOb = _tile_source(DO + base, N_CTX, HEAD_DIM, BLOCK_M, BLOCK_D, TMA)
+    Lb, Db, DQb = L + row_base, Delta + row_base, DQ + base
     if TMA:  # every tile of the loop comes in (and dQ's shares go out) through the TMA unit
-        Qb = _rows_desc(Qb, N_CTX, HEAD_DIM, BLOCK_M, BLOCK_D)
-        DOb = _rows_desc(DOb, N_CTX, HEAD_DIM, BLOCK_M, BLOCK_D)
         Lb = tl.make_tensor_descriptor(Lb, shape=[N_CTX], strides=[1], block_shape=[BLOCK_M])
         Db = tl.make_tensor_descriptor(Db, shape=[N_CTX], strides=[1], block_shape=[BLOCK_M])
         if ATOMIC_DQ:
@@ -297,8 +294,8 @@ def _dq_inner(dq, q, do, lse, delta, K, V, offs_m, offs_d, lo, hi, N_CTX, qk_sca
               TMA: tl.constexpr):
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = _load_kv(K, start_n, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE, TMA)
-        v = _load_kv(V, start_n, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE, TMA)
+        k = _load_tile(K, start_n, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE, TMA)
+        v = _load_tile(V, start_n, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE, TMA)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # before the exponentials (see dK/dV)
         p = tl.math.exp2(s * qk_scale - lse[:, None])
@@ -326,8 +323,8 @@ def _bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DI
     lse = tl.load(L + row_base + offs_m, mask=offs_m < N_CTX, other=0.0)
     delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N_CTX, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    Kb = _kv_source(K + base, N_CTX, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
-    Vb = _kv_source(V + base, N_CTX, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
+    Kb = _tile_source(K + base, N_CTX, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
+    Vb = _tile_source(V + base, N_CTX, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
     if CAUSAL:  # full key blocks left of the diagonal, then the masked diagonal
         dq = _dq_inner(dq, q, do, lse, delta, Kb, Vb, offs_m, offs_d, 0, start_m, N_CTX, qk_scale, HEAD_DIM,
                        BLOCK_D, BLOCK_N, False, False, PRECISION, TMA)
