@@ -103,22 +103,13 @@ def _heavy_first(CAUSAL: tl.constexpr):
 
 
 @triton.jit
-def _fwd_inner(acc, l_i, m_i, p, alpha, q, k_base, v_base, offs_m, offs_d, lo, hi, N_CTX, qk_scale,
+def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, offs_d, lo, hi, N_CTX, qk_scale,
                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
                MASK_CAUSAL: tl.constexpr, MASK_EDGE: tl.constexpr, PRECISION: tl.constexpr):
-    """Key blocks lo…hi, software-pipelined by one block: an iteration issues this block's QKᵀ,
-    then the previous block's P·V, and computes this block's softmax while that product runs
-    (Triton leaves an accumulator chain's product in flight; QKᵀ it waits for at once). `p` and
-    `alpha` carry the block whose P·V is still due (`_fwd_finish` does the last). Before the first
-    block P is zero; its V rows are clamped to the first block, so every address is a function of
-    the loop index, which the load pipeliner needs."""
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k = _load_rows(k_base, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        rows_v = tl.maximum(start_n - BLOCK_N, 0) + tl.arange(0, BLOCK_N)
-        v = _load_rows(v_base, rows_v, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
         if MASK_CAUSAL or MASK_EDGE:
             qk = qk * qk_scale
             if MASK_CAUSAL:  # keys past the sequence are past every valid query too
@@ -133,17 +124,10 @@ def _fwd_inner(acc, l_i, m_i, p, alpha, q, k_base, v_base, offs_m, offs_d, lo, h
         p = tl.math.exp2(qk)
         alpha = tl.math.exp2(m_i - m_ij)
         l_i = l_i * alpha + tl.sum(p, 1)
+        v = _load_rows(v_base, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
         m_i = m_ij
-    return acc, l_i, m_i, p, alpha
-
-
-@triton.jit
-def _fwd_finish(acc, p, alpha, end, v_base, offs_d, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
-    """The P·V of the last key block (the one holding key end - 1), which the loops leave due."""
-    rows_v = (end - 1) // BLOCK_N * BLOCK_N + tl.arange(0, BLOCK_N)
-    v = _load_rows(v_base, rows_v, offs_d, N_CTX, HEAD_DIM, BLOCK_D, True)
-    return tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
+    return acc, l_i, m_i
 
 
 @triton.autotune(configs=FWD_CONFIGS, key=TUNE_KEY)
@@ -159,26 +143,19 @@ def _fwd_kernel(Q, K, V, O, L, qk_scale, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D:
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    p = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)  # the pipeline starts empty
-    alpha = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
     Kb, Vb = K + base, V + base
     if CAUSAL:  # full blocks left of the diagonal, then the masked diagonal
-        acc, l_i, m_i, p, alpha = _fwd_inner(
-            acc, l_i, m_i, p, alpha, q, Kb, Vb, offs_m, offs_d, 0, start_m, N_CTX, qk_scale,
-            HEAD_DIM, BLOCK_D, BLOCK_N, False, False, PRECISION)
-        end = tl.minimum(start_m + BLOCK_M, N_CTX)
-        acc, l_i, m_i, p, alpha = _fwd_inner(
-            acc, l_i, m_i, p, alpha, q, Kb, Vb, offs_m, offs_d, start_m, end, N_CTX, qk_scale,
-            HEAD_DIM, BLOCK_D, BLOCK_N, True, False, PRECISION)
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, Kb, Vb, offs_m, offs_d, 0, start_m, N_CTX, qk_scale,
+                                   HEAD_DIM, BLOCK_D, BLOCK_N, False, False, PRECISION)
+        diag_end = tl.minimum(start_m + BLOCK_M, N_CTX)
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, Kb, Vb, offs_m, offs_d, start_m, diag_end, N_CTX,
+                                   qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, True, False, PRECISION)
     else:  # full blocks, then the ragged tail (if any) with the edge mask
-        n_full, end = N_CTX - N_CTX % BLOCK_N, N_CTX
-        acc, l_i, m_i, p, alpha = _fwd_inner(
-            acc, l_i, m_i, p, alpha, q, Kb, Vb, offs_m, offs_d, 0, n_full, N_CTX, qk_scale,
-            HEAD_DIM, BLOCK_D, BLOCK_N, False, False, PRECISION)
-        acc, l_i, m_i, p, alpha = _fwd_inner(
-            acc, l_i, m_i, p, alpha, q, Kb, Vb, offs_m, offs_d, n_full, N_CTX, N_CTX, qk_scale,
-            HEAD_DIM, BLOCK_D, BLOCK_N, False, True, PRECISION)
-    acc = _fwd_finish(acc, p, alpha, end, Vb, offs_d, N_CTX, HEAD_DIM, BLOCK_D, BLOCK_N, PRECISION)
+        n_full = N_CTX - N_CTX % BLOCK_N
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, Kb, Vb, offs_m, offs_d, 0, n_full, N_CTX, qk_scale,
+                                   HEAD_DIM, BLOCK_D, BLOCK_N, False, False, PRECISION)
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, Kb, Vb, offs_m, offs_d, n_full, N_CTX, N_CTX, qk_scale,
+                                   HEAD_DIM, BLOCK_D, BLOCK_N, False, True, PRECISION)
     acc = acc / l_i[:, None]
     _store_rows(O + base, offs_m, offs_d, N_CTX, HEAD_DIM, acc)
     tl.store(L + tl.program_id(1).to(tl.int64) * N_CTX + offs_m, m_i + tl.math.log2(l_i),
