@@ -121,3 +121,19 @@ def test_triton_fa2_ragged_edge_with_very_negative_scores():
     for name, g, r in zip("qkv", grads, ref_grads, strict=True):
         assert torch.isfinite(g).all(), f"d{name} has non-finite values"
         assert rel_err(g, r) < 1e-2, f"d{name} error {rel_err(g, r):.2e}"
+
+
+def test_naive_compiled_stays_compiled_past_dynamos_default_recompile_limit():
+    """Each shape compiles anew (dynamic=False). Past Dynamo's default limit of 8 recompiles the
+    function ran eagerly without a word, so a sweep timed eager code as `naive-compiled`."""
+    from torch._dynamo.utils import counters
+
+    from trainperf.workloads.precision import check_compiler
+    check_compiler(torch.device("cpu"))  # a C++ compiler for the CPU backend, or a clear error
+    fn = get_attention("naive-compiled")
+    before = counters["stats"]["unique_graphs"]
+    for n in range(5, 15):  # ten shapes no other test uses (head dim 6)
+        q, k, v = (torch.randn(1, 1, n, 6) for _ in range(3))
+        with torch.no_grad():
+            torch.testing.assert_close(fn(q, k, v), naive_attention(q, k, v))
+    assert counters["stats"]["unique_graphs"] - before == 10

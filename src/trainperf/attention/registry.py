@@ -48,6 +48,9 @@ def sdpa_pinned(backend_name: str) -> AttentionFn:
 
 @cache
 def _compiled_naive() -> AttentionFn:
+    from trainperf.workloads.precision import allow_recompiles
+
+    allow_recompiles()  # every new shape compiles anew (dynamic=False)
     return torch.compile(naive_attention, dynamic=False)
 
 

@@ -59,13 +59,26 @@ def compile_regions(modules: Iterable[torch.nn.Module]) -> None:
     (minutes → seconds for a 48-layer model) at the cost of fusions across block borders; code
     outside the blocks (masks, embeddings, the loss) stays eager. Within one process later cases
     reuse compiled code, and torch.compile's default automatic dynamic shapes turn a dimension
-    that changed symbolic; the recompile limit is raised so that Dynamo never silently falls back
-    to eager in a long sweep.
+    that changed symbolic (`allow_recompiles` keeps a long sweep compiled).
+    """
+    allow_recompiles()
+    for module in modules:
+        module.compile()
+
+
+def allow_recompiles(limit: int = 256) -> None:
+    """Let Dynamo compile a function for up to `limit` shapes, and fail rather than fall back.
+
+    Dynamo keeps compiled code per Python function, and past its recompile limit (8 by default)
+    it runs the function eagerly from then on without a word, so a sweep over shapes would time
+    eager code under a "compiled" label. The limit is raised to `limit`, and where torch has the
+    switch, reaching it raises an error (a recorded error row) instead.
     """
     import torch._dynamo.config as dynamo_config
 
     for name in ("recompile_limit", "cache_size_limit"):
         if hasattr(dynamo_config, name):
-            setattr(dynamo_config, name, max(getattr(dynamo_config, name), 256))
-    for module in modules:
-        module.compile()
+            setattr(dynamo_config, name, max(getattr(dynamo_config, name), limit))
+    for name in ("fail_on_recompile_limit_hit", "fail_on_cache_limit_hit"):
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, True)
