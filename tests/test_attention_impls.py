@@ -11,9 +11,12 @@ from trainperf.core.errors import Unsupported
 TOL = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 3e-2}
 
 
-def check_against_reference(fn, b, h, n, d, dtype, causal, device="cpu"):
-    """Output and all three gradients of fn vs naive attention in float64 on fresh inputs."""
-    q, k, v = (torch.randn(b, h, n, d, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+def check_against_reference(fn, b, h, n, d, dtype, causal, device="cpu", key_growth=1.0):
+    """Output and all three gradients of fn vs naive attention in float64 on fresh inputs; with
+    `key_growth`, key rows are scaled from 1 up to that factor along the sequence."""
+    q, k, v = (torch.randn(b, h, n, d, device=device, dtype=dtype) for _ in range(3))
+    k = k * torch.linspace(1, key_growth, n, device=device, dtype=dtype)[:, None]
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
     out = fn(q, k, v, causal=causal)
     assert out.dtype == dtype and out.shape == q.shape
     dout = torch.randn_like(out)
@@ -47,6 +50,16 @@ def test_triton_fa2_matches_reference(shape, causal, dtype, impl):
     pytest.importorskip("triton")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     check_against_reference(get_attention(impl), *shape, dtype, causal, device)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_triton_fa2_scores_growing_along_the_keys(causal, dtype):
+    """Scores that grow along the sequence by far more than 2^8 per key block: the forward's
+    running maxima must move (and O and l be rescaled) on later blocks too, not only the first."""
+    pytest.importorskip("triton")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    check_against_reference(get_attention("triton-fa2"), 1, 2, 70, 32, dtype, causal, device, key_growth=12.0)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the real-size tests take this path")
