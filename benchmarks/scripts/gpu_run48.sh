@@ -4,6 +4,8 @@
 # the three target shapes and at B8 H16 N4096 d128 (the sweep's weakest forward, run 47), against
 # v5.2's forward in the same run (BASELINE: a copy of v5.2's flash_triton.py, used from a copy of
 # src/), then the GPU tests of triton-fa2 (real sizes, ragged lengths, scores growing along keys).
+# v5.3 is commit fcceffb (reverted after this run): check it out, keep v5.2's flash_triton.py as
+# BASELINE, and run this script.
 RUN=${RUN:-run48}
 source benchmarks/scripts/common.sh
 BASE=${BASELINE:?path of the baseline flash_triton.py}

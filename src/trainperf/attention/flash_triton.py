@@ -34,7 +34,6 @@ from trainperf.kernels import interpreting, tune_candidates
 
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 128
-RESCALE_LOG2: tl.constexpr = tl.constexpr(8.0)  # forward: move the running maxima past 2^8 growth
 
 
 def _configs(shapes: list[tuple[int, int, int, int]], interpret: tuple[int, int]) -> list[triton.Config]:
@@ -107,10 +106,6 @@ def _heavy_first(CAUSAL: tl.constexpr):
 def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, offs_d, lo, hi, N_CTX, qk_scale,
                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
                MASK_CAUSAL: tl.constexpr, MASK_EDGE: tl.constexpr, PRECISION: tl.constexpr):
-    """Key blocks lo…hi. The running row maxima move (and O and l are rescaled) only when some
-    row's maximum grew by more than RESCALE_LOG2 since they last moved; otherwise P is taken
-    against the older maxima, at most 2^RESCALE_LOG2, which bf16, fp16 and the float32 sums hold.
-    O / l and L = m + log2(l) are the same either way, and most blocks skip the rescale."""
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k = _load_rows(k_base, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE)
@@ -122,20 +117,16 @@ def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, offs_d, lo, hi, N_CTX, 
             if MASK_EDGE:
                 qk = tl.where(offs_n[None, :] < N_CTX, qk, float("-inf"))
             m_ij = tl.maximum(m_i, tl.max(qk, 1))
-        else:
-            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        if tl.max(m_ij - m_i, 0) > RESCALE_LOG2:  # the first block always (m_i = -inf)
-            alpha = tl.math.exp2(m_i - m_ij)
-            l_i = l_i * alpha
-            acc = acc * alpha[:, None]
-            m_i = m_ij
-        if MASK_CAUSAL or MASK_EDGE:
-            p = tl.math.exp2(qk - m_i[:, None])
+            qk = qk - m_ij[:, None]
         else:  # scale and shift in one fused multiply-add per score
-            p = tl.math.exp2(qk * qk_scale - m_i[:, None])
-        l_i += tl.sum(p, 1)
+            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            qk = qk * qk_scale - m_ij[:, None]
+        p = tl.math.exp2(qk)
+        alpha = tl.math.exp2(m_i - m_ij)
+        l_i = l_i * alpha + tl.sum(p, 1)
         v = _load_rows(v_base, offs_n, offs_d, N_CTX, HEAD_DIM, BLOCK_D, MASK_CAUSAL or MASK_EDGE)
-        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
+        m_i = m_ij
     return acc, l_i, m_i
 
 
