@@ -63,6 +63,21 @@ def test_triton_fa2_scores_growing_along_the_keys(causal, dtype):
     check_against_reference(get_attention("triton-fa2"), 1, 2, 70, 32, dtype, causal, device, key_growth=12.0)
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_triton_fa2_key_blocks_wider_than_query_blocks(causal, monkeypatch):
+    """Forward and dQ tiles with BLOCK_N = 2·BLOCK_M (the autotuned lists have both kinds; the
+    interpreter's default tile has BLOCK_M > BLOCK_N): the causal diagonal then lies inside a key
+    block, whose keys past it are masked."""
+    triton = pytest.importorskip("triton")
+    from trainperf.attention import flash_triton
+    for kernel in (flash_triton._fwd_kernel, flash_triton._bwd_dq_kernel):
+        monkeypatch.setattr(kernel, "configs", [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32})])
+        monkeypatch.setattr(kernel, "cache", {})
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    for n in (70, 48):  # a ragged end, and one on the 16-row tile
+        check_against_reference(get_attention("triton-fa2"), 1, 2, n, 32, torch.float32, causal, device)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the real-size tests take this path")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("shape, causal", [((2, 2, 36, 32), True), ((1, 2, 68, 40), False)])

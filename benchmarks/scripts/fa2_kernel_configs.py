@@ -22,12 +22,14 @@ from triton.testing import do_bench
 from trainperf.attention import flash_triton as ft
 
 EXTRA = {  # (BLOCK_M, BLOCK_N, warps, stages[, register cap]) not (yet) in the autotuning lists
-    "fwd": [(64, 64, 4, 2), (64, 32, 4, 3), (128, 64, 8, 4), (128, 32, 8, 3)],
+    "fwd": [(64, 64, 4, 2), (64, 32, 4, 3), (128, 64, 8, 4), (128, 32, 8, 3),
+            (64, 128, 4, 3), (64, 128, 4, 2), (64, 128, 8, 3), (32, 64, 4, 3)],
     # deeper pipelines now that descriptor loads leave registers free (run 33 measured shapes
     # capped at 168 registers, so that three programs fit on an SM: all slower)
     "dkdv": [(32, 64, 4, 3), (64, 128, 8, 4), (32, 128, 8, 3), (64, 64, 4, 4),
              (64, 64, 4, 5), (32, 64, 4, 5)],
-    "dq": [(64, 64, 4, 2), (64, 32, 4, 3), (128, 64, 8, 4), (128, 32, 8, 3)],
+    "dq": [(64, 64, 4, 2), (64, 32, 4, 3), (128, 64, 8, 4), (128, 32, 8, 3),
+           (64, 128, 4, 3), (64, 128, 4, 2), (64, 128, 8, 3), (32, 64, 4, 3)],
 }
 EXTRA["dkdv-atomic"] = EXTRA["dkdv-cp.async"] = EXTRA["dkdv"]
 EXTRA["dq-cp.async"] = EXTRA["dq"]

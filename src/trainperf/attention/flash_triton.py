@@ -48,8 +48,8 @@ def _configs(shapes: list[tuple[int, int, int, int]], interpret: tuple[int, int]
 # 4-warp program would not fit in registers. The 2-stage 64x64 dK/dV shape is also for head dim
 # 128: with its loads through the TMA unit it keeps two programs on an SM (run 38: 1.76 ms there
 # against 1.93 for the next best).
-# BLOCK_M (queries) is a multiple of BLOCK_N (keys) in the forward and dQ kernels, and BLOCK_N a
-# multiple of BLOCK_M in the dK/dV kernel, so a diagonal never straddles a block of the other kind.
+# One of BLOCK_M (queries) and BLOCK_N (keys) divides the other (powers of two). In the dK/dV kernel
+# BLOCK_N is a multiple of BLOCK_M, so a diagonal never straddles a query block.
 FWD_CONFIGS = _configs([(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3),
                         (128, 32, 4, 4), (128, 64, 4, 4), (128, 64, 4, 2), (128, 128, 8, 2)],
                        interpret=(32, 16))
@@ -103,6 +103,13 @@ def _heavy_first(CAUSAL: tl.constexpr):
 
 
 @triton.jit
+def _diagonal_start(start_m, BLOCK_N: tl.constexpr):
+    """First key of the block holding query start_m: start_m itself when BLOCK_N divides BLOCK_M,
+    else the key block (BLOCK_N a multiple of BLOCK_M) whose keys past the diagonal are masked."""
+    return start_m // BLOCK_N * BLOCK_N
+
+
+@triton.jit
 def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, offs_d, lo, hi, N_CTX, qk_scale,
                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
                MASK_CAUSAL: tl.constexpr, MASK_EDGE: tl.constexpr, PRECISION: tl.constexpr):
@@ -144,11 +151,12 @@ def _fwd_kernel(Q, K, V, O, L, qk_scale, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D:
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     Kb, Vb = K + base, V + base
-    if CAUSAL:  # full blocks left of the diagonal, then the masked diagonal
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, Kb, Vb, offs_m, offs_d, 0, start_m, N_CTX, qk_scale,
+    if CAUSAL:  # full blocks left of the diagonal, then the masked block(s) holding it
+        diag = _diagonal_start(start_m, BLOCK_N)
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, Kb, Vb, offs_m, offs_d, 0, diag, N_CTX, qk_scale,
                                    HEAD_DIM, BLOCK_D, BLOCK_N, False, False, PRECISION)
         diag_end = tl.minimum(start_m + BLOCK_M, N_CTX)
-        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, Kb, Vb, offs_m, offs_d, start_m, diag_end, N_CTX,
+        acc, l_i, m_i = _fwd_inner(acc, l_i, m_i, q, Kb, Vb, offs_m, offs_d, diag, diag_end, N_CTX,
                                    qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N, True, False, PRECISION)
     else:  # full blocks, then the ragged tail (if any) with the edge mask
         n_full = N_CTX - N_CTX % BLOCK_N
@@ -325,11 +333,12 @@ def _bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DI
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     Kb = _tile_source(K + base, N_CTX, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
     Vb = _tile_source(V + base, N_CTX, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
-    if CAUSAL:  # full key blocks left of the diagonal, then the masked diagonal
-        dq = _dq_inner(dq, q, do, lse, delta, Kb, Vb, offs_m, offs_d, 0, start_m, N_CTX, qk_scale, HEAD_DIM,
+    if CAUSAL:  # full key blocks left of the diagonal, then the masked block(s) holding it
+        diag = _diagonal_start(start_m, BLOCK_N)
+        dq = _dq_inner(dq, q, do, lse, delta, Kb, Vb, offs_m, offs_d, 0, diag, N_CTX, qk_scale, HEAD_DIM,
                        BLOCK_D, BLOCK_N, False, False, PRECISION, TMA)
         diag_end = tl.minimum(start_m + BLOCK_M, N_CTX)
-        dq = _dq_inner(dq, q, do, lse, delta, Kb, Vb, offs_m, offs_d, start_m, diag_end, N_CTX, qk_scale,
+        dq = _dq_inner(dq, q, do, lse, delta, Kb, Vb, offs_m, offs_d, diag, diag_end, N_CTX, qk_scale,
                        HEAD_DIM, BLOCK_D, BLOCK_N, True, False, PRECISION, TMA)
     else:  # full key blocks, then the ragged tail with the edge mask
         n_full = N_CTX - N_CTX % BLOCK_N
