@@ -61,3 +61,19 @@ def test_oom_inside_the_workload_becomes_an_oom_record(monkeypatch):
     rec = measure_case("step", tiny(), measure_step, {"device": "cpu"})
     assert rec.status == "oom"
     assert rec.metrics["oom_tried_gb"] == pytest.approx(20 / 1024, abs=1e-3)
+
+
+def test_compiled_step_compiles_on_the_first_step_only():
+    """With --compile on, later steps reuse the first step's graphs. The attention op used to pick
+    its implementation on its first call inside the compiled layer, which left a guard on that
+    choice and recompiled every layer on the second step (inside the timed steps at --warmup 1)."""
+    from torch._dynamo.utils import counters
+
+    from trainperf.workloads.precision import check_compiler
+    check_compiler(torch.device("cpu"))  # a C++ compiler for the CPU backend, or a clear error
+    case = stepmod.StepCase(tiny(compile=True, context=12, attention="naive"))
+    case.run()
+    graphs = counters["stats"]["unique_graphs"]
+    case.run()
+    case.run()
+    assert counters["stats"]["unique_graphs"] == graphs

@@ -95,9 +95,14 @@ class AttentionOp(nn.Module):
         self.name = name
         self._fn = None
 
+    def bind(self, device: torch.device) -> None:
+        """Pick the implementation for `device` now. Left to the first forward inside a compiled
+        region, the `_fn is None` check is a guard that recompiles the region on its second call."""
+        self._fn = get_attention(self.name, device)
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self._fn is None:
-            self._fn = get_attention(self.name, q.device)
+            self.bind(q.device)
         return self._fn(q, k, v, causal=True)
 
 
@@ -165,6 +170,12 @@ class TransformerLM(nn.Module):
         self.output_norm = make_norm(cfg.norm, cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.apply(self._init)
+
+    def bind_attention(self, device: torch.device) -> None:
+        """Pick every layer's attention implementation for `device` (before torch.compile)."""
+        for module in self.modules():
+            if isinstance(module, AttentionOp):
+                module.bind(device)
 
     @staticmethod
     def _init(m: nn.Module) -> None:

@@ -116,6 +116,7 @@ class StepCase:
                     if spec.mode == "train" else None)
         self.scaler = grad_scaler(device, spec.precision)
         if spec.compile:
+            self.model.bind_attention(device)
             compile_regions([*self.model.layers, self.model.output_norm])
         tokens = torch.randint(0, spec.vocab, (spec.batch, spec.context + 1), device=device)
         self.x, self.y = tokens[:, :-1], tokens[:, 1:]
