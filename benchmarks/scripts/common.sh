@@ -18,3 +18,29 @@ trap pack EXIT
   python3 -c 'import torch, triton, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "triton", triton.__version__, "transformers", transformers.__version__)'
 } > "$RES/environment.txt" 2>&1
 tp env > "$RES/env.json"
+TARGETS=("1 16 16384 64" "1 8 16384 128" "8 16 2048 64")  # issue 3's three target shapes, B H N D
+rounds_vs_cudnn() {  # triton-fa2 against cuDNN in 12 alternating rounds of 40 calls per target; $1: timeout (s)
+  local shape
+  for shape in "${TARGETS[@]}"; do
+    timeout "$1" python3 benchmarks/scripts/fa2_vs_cudnn_rounds.py $shape 12 40 2>&1 | tee -a "$RES/rounds.txt"
+  done
+}
+fwd_against_baseline() {  # $1: this tree's version tag, then shapes "B H N D": every forward tile shape,
+  # this tree's kernel and BASELINE's (v5.2's flash_triton.py, used from a copy of src/), same run
+  local tag=$1 shape name
+  shift
+  rm -rf /tmp/base_src && cp -r src /tmp/base_src
+  cp "${BASELINE:?path of the baseline flash_triton.py}" /tmp/base_src/trainperf/attention/flash_triton.py
+  for shape in "$@"; do
+    name=$(echo $shape | tr ' ' _)
+    python3 benchmarks/scripts/fa2_kernel_configs.py $shape "$RES/fwd_${tag}_$name.csv" fwd \
+      > "$RES/fwd_${tag}_$name.txt" 2>&1
+    PYTHONPATH=/tmp/base_src python3 benchmarks/scripts/fa2_kernel_configs.py $shape "$RES/fwd_v52_$name.csv" fwd \
+      > "$RES/fwd_v52_$name.txt" 2>&1
+    grep fastest "$RES/fwd_${tag}_$name.txt" "$RES/fwd_v52_$name.txt"
+  done
+}
+gpu_attention_tests() {  # $1: timeout (s), $2: pytest -k expression; the attention tests, each Triton list's first shape
+  TRAINPERF_TRITON_TUNE=0 timeout "$1" python3 -m pytest -q -p no:cacheprovider tests/test_attention_impls.py \
+    -k "$2" 2>&1 | tail -4 | sed 's|/opt/[^ ]*site-packages/|<site-packages>/|g' | tee "$RES/pytest_gpu_attention.txt"
+}

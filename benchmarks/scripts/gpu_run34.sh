@@ -15,6 +15,4 @@ for impl in triton-fa2 sdpa-cudnn; do
     --steps 5 --out "$RES/profiles_$impl" > "$RES/profile_${impl}_b8_s2048.txt" 2>&1
   grep -a -A12 "top kernels" "$RES/profile_${impl}_b8_s2048.txt" | cut -c1-150
 done
-TRAINPERF_TRITON_TUNE=0 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_attention_impls.py \
-  -k "real_sizes or ragged" 2>&1 | tail -4 | sed 's|/opt/[^ ]*site-packages/|<site-packages>/|g' \
-  | tee "$RES/pytest_gpu_attention.txt"
+gpu_attention_tests 200 "real_sizes or ragged"

@@ -9,6 +9,4 @@ for shape in "1 16 16384 64" "1 8 16384 128" "8 16 2048 64" "8 16 4096 128"; do
   python3 benchmarks/scripts/fa2_kernel_configs.py $shape "$RES/fwd_dq_$tag.csv" fwd,dq > "$RES/fwd_dq_$tag.txt" 2>&1
   grep fastest "$RES/fwd_dq_$tag.txt"
 done
-TRAINPERF_TRITON_TUNE=0 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_attention_impls.py \
-  -k "(real_sizes and not atomic) or ragged or growing or wider" 2>&1 | tail -4 \
-  | sed 's|/opt/[^ ]*site-packages/|<site-packages>/|g' | tee "$RES/pytest_gpu_attention.txt"
+gpu_attention_tests 200 "(real_sizes and not atomic) or ragged or growing or wider"
