@@ -27,3 +27,14 @@ def db(tmp_path):
 def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
     """‖a − ref‖ / ‖ref‖ in float64."""
     return ((a.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+@pytest.fixture
+def compiled_graphs():
+    """How many graphs torch.compile has made so far (Dynamo's counter), once a C++ compiler for
+    the CPU backend is known to be there (else the clear error of `check_compiler`)."""
+    from torch._dynamo.utils import counters
+
+    from trainperf.workloads.precision import check_compiler
+    check_compiler(torch.device("cpu"))
+    return lambda: counters["stats"]["unique_graphs"]

@@ -8,6 +8,7 @@ from trainperf.attention.reference import naive_attention
 from trainperf.attention.registry import get_attention
 from trainperf.core.errors import Unsupported
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # Triton kernels: the GPU, else the interpreter
 TOL = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 3e-2}
 
 
@@ -48,8 +49,7 @@ def test_torch_fa2_matches_reference(shape, causal):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_triton_fa2_matches_reference(shape, causal, dtype, impl):
     pytest.importorskip("triton")
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    check_against_reference(get_attention(impl), *shape, dtype, causal, device)
+    check_against_reference(get_attention(impl), *shape, dtype, causal, DEVICE)
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -59,8 +59,7 @@ def test_triton_fa2_scores_growing_along_the_keys(causal, dtype):
     running maxima must move (and O and l be rescaled) on later blocks too, not only the first
     (in fp16, P against a stale maximum overflows; run 48 tried skipping small rescales)."""
     pytest.importorskip("triton")
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    check_against_reference(get_attention("triton-fa2"), 1, 2, 70, 32, dtype, causal, device, key_growth=12.0)
+    check_against_reference(get_attention("triton-fa2"), 1, 2, 70, 32, dtype, causal, DEVICE, key_growth=12.0)
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -73,9 +72,8 @@ def test_triton_fa2_key_blocks_wider_than_query_blocks(causal, monkeypatch):
     for kernel in (flash_triton._fwd_kernel, flash_triton._bwd_dq_kernel):
         monkeypatch.setattr(kernel, "configs", [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32})])
         monkeypatch.setattr(kernel, "cache", {})
-    device = "cuda" if torch.cuda.is_available() else "cpu"
     for n in (70, 48):  # a ragged end, and one on the 16-row tile
-        check_against_reference(get_attention("triton-fa2"), 1, 2, n, 32, torch.float32, causal, device)
+        check_against_reference(get_attention("triton-fa2"), 1, 2, n, 32, torch.float32, causal, DEVICE)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the real-size tests take this path")
@@ -136,9 +134,8 @@ def test_triton_fa2_ragged_edge_with_very_negative_scores():
     close (1e-2: at |scores| ~ 400, fp32 rounding in exp2 and dP − D leaves ~1e-3 on the GPU)."""
     pytest.importorskip("triton")
     from trainperf.attention.flash_triton import flash_attention_triton
-    device = "cuda" if torch.cuda.is_available() else "cpu"
     n, d = 37, 16
-    base = torch.ones(1, 1, n, d, device=device)
+    base = torch.ones(1, 1, n, d, device=DEVICE)
     q = (10 * base + 0.1 * torch.randn_like(base)).requires_grad_()
     k = (-10 * base + 0.1 * torch.randn_like(base)).requires_grad_()
     v = torch.randn_like(base).requires_grad_()
@@ -152,17 +149,13 @@ def test_triton_fa2_ragged_edge_with_very_negative_scores():
         assert rel_err(g, r) < 1e-2, f"d{name} error {rel_err(g, r):.2e}"
 
 
-def test_naive_compiled_stays_compiled_past_dynamos_default_recompile_limit():
+def test_naive_compiled_stays_compiled_past_dynamos_default_recompile_limit(compiled_graphs):
     """Each shape compiles anew (dynamic=False). Past Dynamo's default limit of 8 recompiles the
     function ran eagerly without a word, so a sweep timed eager code as `naive-compiled`."""
-    from torch._dynamo.utils import counters
-
-    from trainperf.workloads.precision import check_compiler
-    check_compiler(torch.device("cpu"))  # a C++ compiler for the CPU backend, or a clear error
     fn = get_attention("naive-compiled")
-    before = counters["stats"]["unique_graphs"]
+    before = compiled_graphs()
     for n in range(5, 15):  # ten shapes no other test uses (head dim 6)
         q, k, v = (torch.randn(1, 1, n, 6) for _ in range(3))
         with torch.no_grad():
             torch.testing.assert_close(fn(q, k, v), naive_attention(q, k, v))
-    assert counters["stats"]["unique_graphs"] - before == 10
+    assert compiled_graphs() - before == 10

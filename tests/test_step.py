@@ -63,17 +63,13 @@ def test_oom_inside_the_workload_becomes_an_oom_record(monkeypatch):
     assert rec.metrics["oom_tried_gb"] == pytest.approx(20 / 1024, abs=1e-3)
 
 
-def test_compiled_step_compiles_on_the_first_step_only():
+def test_compiled_step_compiles_on_the_first_step_only(compiled_graphs):
     """With --compile on, later steps reuse the first step's graphs. The attention op used to pick
     its implementation on its first call inside the compiled layer, which left a guard on that
     choice and recompiled every layer on the second step (inside the timed steps at --warmup 1)."""
-    from torch._dynamo.utils import counters
-
-    from trainperf.workloads.precision import check_compiler
-    check_compiler(torch.device("cpu"))  # a C++ compiler for the CPU backend, or a clear error
     case = stepmod.StepCase(tiny(compile=True, context=12, attention="naive"))
     case.run()
-    graphs = counters["stats"]["unique_graphs"]
+    graphs = compiled_graphs()
     case.run()
     case.run()
-    assert counters["stats"]["unique_graphs"] == graphs
+    assert compiled_graphs() == graphs

@@ -115,8 +115,8 @@ class StepCase:
         self.opt = (torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=device.type == "cuda")
                     if spec.mode == "train" else None)
         self.scaler = grad_scaler(device, spec.precision)
+        self.model.bind_attention(device)  # before compiling: a choice made inside is a guard
         if spec.compile:
-            self.model.bind_attention(device)
             compile_regions([*self.model.layers, self.model.output_norm])
         tokens = torch.randint(0, spec.vocab, (spec.batch, spec.context + 1), device=device)
         self.x, self.y = tokens[:, :-1], tokens[:, 1:]
