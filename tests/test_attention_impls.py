@@ -76,6 +76,16 @@ def test_triton_fa2_key_blocks_wider_than_query_blocks(causal, monkeypatch):
         check_against_reference(get_attention("triton-fa2"), 1, 2, n, 32, torch.float32, causal, DEVICE)
 
 
+@pytest.mark.parametrize("group", [2, 8])
+def test_triton_fa2_head_groups_that_do_not_divide_the_heads(group, monkeypatch):
+    """Five heads in causal groups of 2 (a last group of one) or 8 (one group wider than the
+    heads): outputs and gradients of every head still match the reference."""
+    pytest.importorskip("triton")
+    from trainperf.attention import flash_triton
+    monkeypatch.setattr(flash_triton, "HEAD_GROUP", group)
+    check_against_reference(get_attention("triton-fa2"), 1, 5, 37, 16, torch.float32, True, DEVICE)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the real-size tests take this path")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("shape, causal", [((2, 2, 36, 32), True), ((1, 2, 68, 40), False)])

@@ -47,7 +47,10 @@ def candidates(name: str, lists: list[triton.Config]) -> list[tuple[int, ...]]:
     return listed + [c for c in EXTRA[name] if c not in listed]
 
 
-def main(b: int, h: int, n: int, d: int, out: str | None = None, only: str = "fwd,dkdv,dq") -> None:
+def kernel_table(b: int, h: int, n: int, d: int) -> tuple[dict, dict, float]:
+    """Causal bf16 inputs of one shape and, per kernel name: (kernel, autotuning list, matrix
+    products, the grid's block, arguments, constexprs); then the launch constexprs and the FLOP
+    of one causal QKᵀ-sized product."""
     torch.manual_seed(0)
     q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
     scale = d ** -0.5
@@ -58,12 +61,11 @@ def main(b: int, h: int, n: int, d: int, out: str | None = None, only: str = "fw
                                                                     CAUSAL=True, **args)
     delta = (o.float() * do.float()).sum(-1).reshape(b * h, n)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    product = 2 * b * h * n * n * d / 2  # one causal QKᵀ-sized product
     tma = ft._use_tma(q)  # also sets Triton's allocator for device-side descriptors
     inputs, scales = (q, k, v, do, lse, delta), (scale * ft.LOG2E, scale, n)
     dkdv = (ft._bwd_dkdv_kernel, ft.DKDV_CONFIGS, 4, "BLOCK_N", (*inputs, dk, dv, dq, *scales))
     dq_kernel = (ft._bwd_dq_kernel, ft.DQ_CONFIGS, 3, "BLOCK_M", (*inputs, dq, *scales))
-    kernels = {  # name: (kernel, autotuning list, products, grid's block, arguments, constexprs)
+    kernels = {
         "fwd": (ft._fwd_kernel, ft.FWD_CONFIGS, 2, "BLOCK_M", (q, k, v, o, lse, scale * ft.LOG2E, n), {}),
         "dkdv": (*dkdv, {"ATOMIC_DQ": False, "TMA": tma}),
         "dkdv-cp.async": (*dkdv, {"ATOMIC_DQ": False, "TMA": False}),
@@ -72,6 +74,11 @@ def main(b: int, h: int, n: int, d: int, out: str | None = None, only: str = "fw
         "dq": (*dq_kernel, {"TMA": tma}),
         "dq-cp.async": (*dq_kernel, {"TMA": False}),
     }
+    return kernels, args, 2 * b * h * n * n * d / 2
+
+
+def main(b: int, h: int, n: int, d: int, out: str | None = None, only: str = "fwd,dkdv,dq") -> None:
+    kernels, args, product = kernel_table(b, h, n, d)
     kernels = {name: kernels[name] for name in only.split(",")}
     rows = []
     for name, (kernel, lists, products, grid_block, kargs, extra) in kernels.items():
