@@ -11,9 +11,16 @@ suite() {  # $1: name, then test files
     | sed "s|/opt/[^ ]*site-packages/|<site-packages>/|g; s|$PWD/||g" > "$RES/pytest_gpu_$name.txt"
   echo "exit ${PIPESTATUS[0]}" >> "$RES/pytest_gpu_$name.txt"
 }
-suite attention tests/test_attention_impls.py tests/test_fa2_schedule.py tests/test_kernels.py &
-suite models tests/test_llama.py tests/test_step.py tests/test_lm.py tests/test_memory_precision.py &
-suite rest $(ls tests/test_*.py | grep -v -e attention_impls -e fa2_schedule -e kernels -e llama -e test_step -e test_lm \
-  -e memory_precision) &
+if [ -n "${RERUN:-}" ]; then  # second call: the parts the first did not finish or failed (FSDP2 fix)
+  suite fa2_real tests/test_attention_impls.py -k "real_sizes and not atomic" &
+  suite fa2_atomic_real tests/test_attention_impls.py -k "real_sizes and atomic" &
+  suite attention tests/test_attention_impls.py tests/test_fa2_schedule.py tests/test_kernels.py -k "not real_sizes" &
+  suite distributed tests/test_distributed.py &
+else
+  suite attention tests/test_attention_impls.py tests/test_fa2_schedule.py tests/test_kernels.py &
+  suite models tests/test_llama.py tests/test_step.py tests/test_lm.py tests/test_memory_precision.py &
+  suite rest $(ls tests/test_*.py | grep -v -e attention_impls -e fa2_schedule -e kernels -e llama -e test_step \
+    -e test_lm -e memory_precision) &
+fi
 wait
 tail -n 3 "$RES"/pytest_gpu_*.txt

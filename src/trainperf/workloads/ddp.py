@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
 
 from trainperf.core import env as envmod
 from trainperf.core.errors import SpecError, Unsupported
@@ -113,9 +114,11 @@ class DataParallelStep:
             self.sync = GradSync(model)
         elif variant == "fsdp2":
             try:
+                # FSDP2's default mesh is on the GPU whenever one is visible, even under gloo
+                mesh = init_device_mesh(device.type, (world,))
                 for layer in model.layers:
-                    _fully_shard()(layer)
-                _fully_shard()(model)
+                    _fully_shard()(layer, mesh=mesh)
+                _fully_shard()(model, mesh=mesh)
             except Exception as exc:  # noqa: BLE001 - FSDP2 support varies by backend and version
                 raise Unsupported(f"fsdp2 on {spec.backend}: {str(exc).splitlines()[0]}") from None
             self.sync = GradSync(model)
