@@ -5,8 +5,10 @@ Single-run ratios near the issue's 1.2x line move with the GPU's clock under its
 (the order flips every round), so each round's ratio compares neighbours in time; the median
 and the range of the round ratios are printed. Causal, bf16, forward + backward. First, as a
 check of the autotuned kernels at this shape, the largest relative difference between the two
-implementations' dQ, dK and dV (both bf16, so about 1e-2 is expected).
-Usage: PYTHONPATH=src python3 benchmarks/scripts/fa2_vs_cudnn_rounds.py B H N D [rounds [calls]]
+implementations' dQ, dK and dV (both bf16, so about 1e-2 is expected). With `groups`
+(comma-separated head-group sizes of the causal launch order, `flash_triton.HEAD_GROUP`), one
+triton-fa2 per size joins the rounds, each against the same cuDNN.
+Usage: PYTHONPATH=src python3 benchmarks/scripts/fa2_vs_cudnn_rounds.py B H N D [rounds [calls [groups]]]
 """
 
 from __future__ import annotations
@@ -16,11 +18,23 @@ import sys
 
 import torch
 
+from trainperf.attention import flash_triton
 from trainperf.attention.registry import get_attention
 from trainperf.core.timing import time_op
 
 
-def main(b: int, h: int, n: int, d: int, rounds: int = 10, calls: int = 30) -> None:
+def with_head_group(fn, group: int):  # noqa: ANN001, ANN201
+    """fn run with `group` heads per group of triton-fa2's causal launch order."""
+    def run():  # noqa: ANN202
+        default, flash_triton.HEAD_GROUP = flash_triton.HEAD_GROUP, group
+        try:
+            return fn()
+        finally:
+            flash_triton.HEAD_GROUP = default
+    return run
+
+
+def main(b: int, h: int, n: int, d: int, rounds: int = 10, calls: int = 30, groups: str = "") -> None:
     device = torch.device("cuda")
     torch.manual_seed(0)
     q, k, v = (torch.randn(b, h, n, d, device=device, dtype=torch.bfloat16, requires_grad=True)
@@ -29,9 +43,13 @@ def main(b: int, h: int, n: int, d: int, rounds: int = 10, calls: int = 30) -> N
     ops = {name: (lambda fn=get_attention(name, device): torch.autograd.grad(fn(q, k, v, causal=True),
                                                                             (q, k, v), dout))
            for name in ("sdpa-cudnn", "triton-fa2")}
+    if groups:
+        triton_op = ops.pop("triton-fa2")
+        ops.update({f"triton-fa2 g{g}": with_head_group(triton_op, int(g)) for g in groups.split(",")})
     grads = {name: op() for name, op in ops.items()}  # autotunes triton-fa2
+    cudnn = grads.pop("sdpa-cudnn")
     diff = max(((a.float() - c.float()).norm() / c.float().norm()).item()
-               for a, c in zip(grads["triton-fa2"], grads["sdpa-cudnn"], strict=True))
+               for g in grads.values() for a, c in zip(g, cudnn, strict=True))
     print(f"B{b} H{h} N{n} d{d}: largest relative difference of dQ, dK, dV to cuDNN {diff:.2e}")
     for op in ops.values():
         time_op(op, device, warmup=10, reps=10)
@@ -39,13 +57,14 @@ def main(b: int, h: int, n: int, d: int, rounds: int = 10, calls: int = 30) -> N
     for r in range(rounds):
         for name in (list(ops) if r % 2 == 0 else list(ops)[::-1]):
             medians[name].append(statistics.median(time_op(ops[name], device, warmup=3, reps=calls)))
-    ratios = [t / c for t, c in zip(medians["triton-fa2"], medians["sdpa-cudnn"], strict=True)]
-    print(f"B{b} H{h} N{n} d{d}, {rounds} rounds x {calls} calls: "
-          f"cuDNN {statistics.median(medians['sdpa-cudnn']):.3f} ms, "
-          f"triton-fa2 {statistics.median(medians['triton-fa2']):.3f} ms, "
-          f"ratio median {statistics.median(ratios):.3f} (rounds {min(ratios):.3f}-{max(ratios):.3f})",
-          flush=True)
+    line = (f"B{b} H{h} N{n} d{d}, {rounds} rounds x {calls} calls: "
+            f"cuDNN {statistics.median(medians['sdpa-cudnn']):.3f} ms")
+    for name in grads:
+        ratios = [t / c for t, c in zip(medians[name], medians["sdpa-cudnn"], strict=True)]
+        line += (f", {name} {statistics.median(medians[name]):.3f} ms, "
+                 f"ratio median {statistics.median(ratios):.3f} (rounds {min(ratios):.3f}-{max(ratios):.3f})")
+    print(line, flush=True)
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:7]))
+    main(*(int(a) for a in sys.argv[1:7]), *sys.argv[7:8])
