@@ -72,8 +72,29 @@ def test_triton_fa2_key_blocks_wider_than_query_blocks(causal, monkeypatch):
     for kernel in (flash_triton._fwd_kernel, flash_triton._bwd_dq_kernel):
         monkeypatch.setattr(kernel, "configs", [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32})])
         monkeypatch.setattr(kernel, "cache", {})
+    monkeypatch.setattr(flash_triton, "_CHOSEN", {})  # the configs chosen for earlier tests
     for n in (70, 48):  # a ragged end, and one on the 16-row tile
         check_against_reference(get_attention("triton-fa2"), 1, 2, n, 32, torch.float32, causal, DEVICE)
+
+
+def test_triton_fa2_later_calls_launch_with_the_autotuners_choice(monkeypatch):
+    """The autotuner runs on a shape's first call only; later calls launch the kernels straight
+    with its choice and give the same output and gradients."""
+    pytest.importorskip("triton")
+    from trainperf.attention import flash_triton
+    monkeypatch.setattr(flash_triton, "_CHOSEN", {})
+    dispatched = []
+    for kernel in (flash_triton._fwd_kernel, flash_triton._bwd_dkdv_kernel, flash_triton._bwd_dq_kernel):
+        counted = lambda *a, _run=kernel.run, **kw: dispatched.append(1) or _run(*a, **kw)  # noqa: E731
+        monkeypatch.setattr(kernel, "run", counted)
+    q, k, v = (torch.randn(1, 2, 37, 16, device=DEVICE, requires_grad=True) for _ in range(3))
+    calls = []
+    for _ in range(2):
+        out = flash_triton.flash_attention_triton(q, k, v)
+        calls.append((out, *torch.autograd.grad(out.sum(), (q, k, v))))
+        assert len(dispatched) == 3
+    for first, second in zip(*calls, strict=True):
+        assert torch.equal(first, second)
 
 
 @pytest.mark.parametrize("group", [2, 8])

@@ -24,6 +24,7 @@ Tile sizes are autotuned per (sequence, head dim, causal); the interpreter uses 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -364,14 +365,19 @@ def _bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DI
     _store_rows(DQ + base, offs_m, offs_d, N_CTX, HEAD_DIM, dq * sm_scale)
 
 
+@functools.cache
+def _has_tma(device_index: int) -> bool:
+    return torch.cuda.get_device_capability(device_index) >= (9, 0)
+
+
 def _use_tma(q: torch.Tensor) -> bool:
     """Whether the backward kernels can move their tiles with the TMA unit: a GPU with one (Hopper
     on), not the interpreter, and every descriptor's base and rows on 16 bytes: head rows of q
     (then those of the float32 dQ are too) and each head's L and D rows (float32, n per head).
-    Device-side descriptors need Triton's scratch allocator, which is set here (a torch
-    allocation on q's device)."""
+    Device-side descriptors need Triton's scratch allocator, which is set here, on every call:
+    Triton keeps it per thread, and backward passes run on autograd's threads."""
     d, n = q.shape[-1], q.shape[-2]
-    ok = (not interpreting() and q.is_cuda and torch.cuda.get_device_capability(q.device) >= (9, 0)
+    ok = (not interpreting() and q.is_cuda and _has_tma(q.device.index)
           and d * q.element_size() % 16 == 0 and n * 4 % 16 == 0)
     if ok:
         triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8,
@@ -385,6 +391,24 @@ def _launch_args(q: torch.Tensor) -> dict:
             "PRECISION": "ieee" if q.dtype == torch.float32 else "tf32", "HEAD_GROUP": HEAD_GROUP}
 
 
+_CHOSEN: dict[tuple, triton.Config] = {}  # (kernel, N_CTX, dtype, constexprs): the autotuner's choice
+
+
+def _launch(kernel: triton.runtime.Autotuner, grid_block: str, n: int, bh: int, *args: torch.Tensor | float,
+            **constexprs: object) -> None:
+    """Launch an autotuned kernel (first argument q) on a (sequence blocks, batch·heads) grid. The
+    autotuner runs for a shape it has not seen; after that the kernel launches straight with the
+    config it chose, which leaves out the autotuner's per-call dispatch (host time that short
+    sequences feel)."""
+    key = (kernel, n, args[0].dtype, *sorted(constexprs.items()))
+    config = _CHOSEN.get(key)
+    if config is None:
+        kernel[lambda meta: (triton.cdiv(n, meta[grid_block]), bh)](*args, **constexprs)
+        _CHOSEN[key] = kernel.best_config
+    else:
+        kernel.fn[(triton.cdiv(n, config.kwargs[grid_block]), bh)](*args, **constexprs, **config.all_kwargs())
+
+
 class FlashAttentionTriton(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal: bool, scale: float, atomic_dq: bool):  # noqa: ANN001, ANN205
@@ -392,10 +416,10 @@ class FlashAttentionTriton(torch.autograd.Function):
         b, h, n, _ = q.shape
         out = torch.empty_like(q)
         lse = torch.empty((b * h, n), dtype=torch.float32, device=q.device)
-        grid = lambda meta: (triton.cdiv(n, meta["BLOCK_M"]), b * h)  # noqa: E731
-        _fwd_kernel[grid](q, k, v, out, lse, scale * LOG2E, n, CAUSAL=causal, **_launch_args(q))
+        args = _launch_args(q)
+        _launch(_fwd_kernel, "BLOCK_M", n, b * h, q, k, v, out, lse, scale * LOG2E, n, CAUSAL=causal, **args)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.scale, ctx.atomic_dq = causal, scale, atomic_dq
+        ctx.causal, ctx.scale, ctx.atomic_dq, ctx.args = causal, scale, atomic_dq, args
         return out
 
     @staticmethod
@@ -403,7 +427,7 @@ class FlashAttentionTriton(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         b, h, n, _ = q.shape
         dout = dout.contiguous()
-        args = _launch_args(q)
+        args = ctx.args
         delta = torch.empty_like(lse)
         rows, block_r = b * h * n, 64
         _bwd_delta_kernel[(triton.cdiv(rows, block_r),)](out, dout, delta, rows, args["HEAD_DIM"],
@@ -415,14 +439,13 @@ class FlashAttentionTriton(torch.autograd.Function):
         common = (lse, delta)
         scales = (ctx.scale * LOG2E, ctx.scale, n)
         tma = _use_tma(q)
-        _bwd_dkdv_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), b * h)](
-            q, k, v, dout, *common, dk, dv, dq, *scales, CAUSAL=ctx.causal, ATOMIC_DQ=ctx.atomic_dq,
-            TMA=tma, **args)
+        _launch(_bwd_dkdv_kernel, "BLOCK_N", n, b * h, q, k, v, dout, *common, dk, dv, dq, *scales,
+                CAUSAL=ctx.causal, ATOMIC_DQ=ctx.atomic_dq, TMA=tma, **args)
         if ctx.atomic_dq:
             dq = (dq * ctx.scale).to(q.dtype)
         else:
-            _bwd_dq_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_M"]), b * h)](
-                q, k, v, dout, *common, dq, *scales, CAUSAL=ctx.causal, TMA=tma, **args)
+            _launch(_bwd_dq_kernel, "BLOCK_M", n, b * h, q, k, v, dout, *common, dq, *scales,
+                    CAUSAL=ctx.causal, TMA=tma, **args)
         return dq, dk, dv, None, None, None
 
 
