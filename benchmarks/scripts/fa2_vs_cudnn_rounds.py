@@ -5,10 +5,12 @@ Single-run ratios near the issue's 1.2x line move with the GPU's clock under its
 (the order flips every round), so each round's ratio compares neighbours in time; the median
 and the range of the round ratios are printed. Causal, bf16, forward + backward. First, as a
 check of the autotuned kernels at this shape, the largest relative difference between the two
-implementations' dQ, dK and dV (both bf16, so about 1e-2 is expected). With `groups`
-(comma-separated head-group sizes of the causal launch order, `flash_triton.HEAD_GROUP`), one
-triton-fa2 per size joins the rounds, each against the same cuDNN.
-Usage: PYTHONPATH=src python3 benchmarks/scripts/fa2_vs_cudnn_rounds.py B H N D [rounds [calls [groups]]]
+implementations' dQ, dK and dV (both bf16, so about 1e-2 is expected). With `variants`
+(comma-separated), one triton-fa2 per variant joins the rounds, each against the same cuDNN:
+`g<k>` runs with k heads per group of the causal launch order (`flash_triton.HEAD_GROUP`),
+`dispatch` goes through the autotuner on every call (as before the direct launch), `direct` is
+the library as it is.
+Usage: PYTHONPATH=src python3 benchmarks/scripts/fa2_vs_cudnn_rounds.py B H N D [rounds [calls [variants]]]
 """
 
 from __future__ import annotations
@@ -23,18 +25,22 @@ from trainperf.attention.registry import get_attention
 from trainperf.core.timing import time_op
 
 
-def with_head_group(fn, group: int):  # noqa: ANN001, ANN201
-    """fn run with `group` heads per group of triton-fa2's causal launch order."""
+def variant(fn, name: str):  # noqa: ANN001, ANN201
+    """fn run as triton-fa2 variant `name` (see the module's docstring)."""
     def run():  # noqa: ANN202
-        default, flash_triton.HEAD_GROUP = flash_triton.HEAD_GROUP, group
+        group = flash_triton.HEAD_GROUP
+        if name.startswith("g"):
+            flash_triton.HEAD_GROUP = int(name[1:])
+        elif name == "dispatch":
+            flash_triton._CHOSEN.clear()
         try:
             return fn()
         finally:
-            flash_triton.HEAD_GROUP = default
+            flash_triton.HEAD_GROUP = group
     return run
 
 
-def main(b: int, h: int, n: int, d: int, rounds: int = 10, calls: int = 30, groups: str = "") -> None:
+def main(b: int, h: int, n: int, d: int, rounds: int = 10, calls: int = 30, variants: str = "") -> None:
     device = torch.device("cuda")
     torch.manual_seed(0)
     q, k, v = (torch.randn(b, h, n, d, device=device, dtype=torch.bfloat16, requires_grad=True)
@@ -43,9 +49,9 @@ def main(b: int, h: int, n: int, d: int, rounds: int = 10, calls: int = 30, grou
     ops = {name: (lambda fn=get_attention(name, device): torch.autograd.grad(fn(q, k, v, causal=True),
                                                                             (q, k, v), dout))
            for name in ("sdpa-cudnn", "triton-fa2")}
-    if groups:
+    if variants:
         triton_op = ops.pop("triton-fa2")
-        ops.update({f"triton-fa2 g{g}": with_head_group(triton_op, int(g)) for g in groups.split(",")})
+        ops.update({f"triton-fa2 {v}": variant(triton_op, v) for v in variants.split(",")})
     grads = {name: op() for name, op in ops.items()}  # autotunes triton-fa2
     cudnn = grads.pop("sdpa-cudnn")
     diff = max(((a.float() - c.float()).norm() / c.float().norm()).item()

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# GPU run 58 (session 8): the direct launch against the autotuner's dispatch on every call, end to
+# end: cuDNN and both triton-fa2 variants in the same alternating rounds (16 × 40 calls) at the
+# three target shapes and at B1 H16 N1024 d64 (host-bound).
+RUN=${RUN:-run58}
+source benchmarks/scripts/common.sh
+for shape in "${TARGETS[@]}" "1 16 1024 64"; do
+  timeout 150 python3 benchmarks/scripts/fa2_vs_cudnn_rounds.py $shape 16 40 dispatch,direct 2>&1 | tee -a "$RES/rounds_launch.txt"
+done
