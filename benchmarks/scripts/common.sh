@@ -25,12 +25,15 @@ rounds_vs_cudnn() {  # triton-fa2 against cuDNN in 12 alternating rounds of 40 c
     timeout "$1" python3 benchmarks/scripts/fa2_vs_cudnn_rounds.py $shape 12 40 2>&1 | tee -a "$RES/rounds.txt"
   done
 }
-fwd_against_baseline() {  # $1: this tree's version tag, then shapes "B H N D": every forward tile shape,
-  # this tree's kernel and BASELINE's (v5.2's flash_triton.py, used from a copy of src/), same run
-  local tag=$1 shape name
-  shift
+baseline_src() {  # a copy of src/ in /tmp/base_src with BASELINE's flash_triton.py, for PYTHONPATH
   rm -rf /tmp/base_src && cp -r src /tmp/base_src
   cp "${BASELINE:?path of the baseline flash_triton.py}" /tmp/base_src/trainperf/attention/flash_triton.py
+}
+fwd_against_baseline() {  # $1: this tree's version tag, then shapes "B H N D": every forward tile shape,
+  # this tree's kernel and BASELINE's (v5.2's flash_triton.py, baseline_src), same run
+  local tag=$1 shape name
+  shift
+  baseline_src
   for shape in "$@"; do
     name=$(echo $shape | tr ' ' _)
     python3 benchmarks/scripts/fa2_kernel_configs.py $shape "$RES/fwd_${tag}_$name.csv" fwd \

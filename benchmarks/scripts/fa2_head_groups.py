@@ -10,13 +10,12 @@ Usage: PYTHONPATH=src python3 benchmarks/scripts/fa2_head_groups.py B H N D [gro
 
 from __future__ import annotations
 
-import csv
 import functools
 import statistics
 import sys
 
 import triton
-from fa2_kernel_configs import kernel_table
+from fa2_kernel_configs import kernel_table, write_csv
 from triton.testing import do_bench
 
 
@@ -30,10 +29,9 @@ def main(b: int, h: int, n: int, d: int, groups: str = "1,2,4,8,16", rounds: int
         tune_grid = lambda m, blk=grid_block: (triton.cdiv(n, m[blk]), b * h)  # noqa: E731
         kernel[tune_grid](*kargs, CAUSAL=True, **extra, **args)
         cfg = kernel.best_config
-        meta = dict(cfg.kwargs)
+        meta = cfg.kwargs
         grid = (triton.cdiv(n, meta[grid_block]), b * h)
-        launches = {g: functools.partial(kernel.fn[grid], *kargs, CAUSAL=True, num_warps=cfg.num_warps,
-                                         num_stages=cfg.num_stages, **meta, **extra,
+        launches = {g: functools.partial(kernel.fn[grid], *kargs, CAUSAL=True, **cfg.all_kwargs(), **extra,
                                          **{**args, "HEAD_GROUP": g})
                     for g in sizes}
         times: dict[int, list[float]] = {g: [] for g in sizes}
@@ -49,10 +47,7 @@ def main(b: int, h: int, n: int, d: int, groups: str = "1,2,4,8,16", rounds: int
                          "tflops": round(products * product / ms / 1e9, 1)})
             print(rows[-1], flush=True)
     if out:
-        with open(out, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(rows, out)
 
 
 if __name__ == "__main__":

@@ -106,10 +106,15 @@ def main(b: int, h: int, n: int, d: int, out: str | None = None, only: str = "fw
         best = min((r for r in rows if r["kernel"] == name), key=lambda r: r["ms"])
         print(f"fastest {name}: {best}")
     if out:
-        with open(out, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(rows, out)
+
+
+def write_csv(rows: list[dict], out: str) -> None:
+    """Rows of one probe (dicts with the same keys) as a CSV file."""
+    with open(out, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,7 @@
 # tree against cuDNN in alternating rounds at the three target shapes.
 RUN=${RUN:-run57}
 source benchmarks/scripts/common.sh
-rm -rf /tmp/base_src && cp -r src /tmp/base_src
-cp "${BASELINE:?path of the baseline flash_triton.py}" /tmp/base_src/trainperf/attention/flash_triton.py
+baseline_src
 for round in 1 2; do
   echo "round $round, v5.5 (autotuner dispatch on every call)" | tee -a "$RES/host_overhead.txt"
   PYTHONPATH=/tmp/base_src python3 benchmarks/scripts/fa2_host_overhead.py 2>&1 | tee -a "$RES/host_overhead.txt"
