@@ -38,7 +38,7 @@ def main(b: int, h: int, n: int, d: int) -> None:
 
     def dq_() -> None:
         ft._bwd_dq_kernel[lambda m: (triton.cdiv(n, m["BLOCK_M"]), b * h)](
-            q, k, v, dout, lse, delta, dq, *scales, CAUSAL=True, TMA=ft._use_tma(q), **args)
+            q, k, v, out, dout, lse, delta, dq, *scales, CAUSAL=True, TMA=ft._use_tma(q), **args)
 
     side = torch.cuda.Stream()
 

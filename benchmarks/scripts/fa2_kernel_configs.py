@@ -64,7 +64,7 @@ def kernel_table(b: int, h: int, n: int, d: int) -> tuple[dict, dict, float]:
     tma = ft._use_tma(q)  # also sets Triton's allocator for device-side descriptors
     inputs, scales = (q, k, v, do, lse, delta), (scale * ft.LOG2E, scale, n)
     dkdv = (ft._bwd_dkdv_kernel, ft.DKDV_CONFIGS, 4, "BLOCK_N", (*inputs, dk, dv, dq, *scales))
-    dq_kernel = (ft._bwd_dq_kernel, ft.DQ_CONFIGS, 3, "BLOCK_M", (*inputs, dq, *scales))
+    dq_kernel = (ft._bwd_dq_kernel, ft.DQ_CONFIGS, 3, "BLOCK_M", (q, k, v, o, *inputs[3:], dq, *scales))
     kernels = {
         "fwd": (ft._fwd_kernel, ft.FWD_CONFIGS, 2, "BLOCK_M", (q, k, v, o, lse, scale * ft.LOG2E, n), {}),
         "dkdv": (*dkdv, {"ATOMIC_DQ": False, "TMA": tma}),

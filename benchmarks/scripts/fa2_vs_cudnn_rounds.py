@@ -9,12 +9,15 @@ implementations' dQ, dK and dV (both bf16, so about 1e-2 is expected). With `var
 (comma-separated), one triton-fa2 per variant joins the rounds, each against the same cuDNN:
 `g<k>` runs with k heads per group of the causal launch order (`flash_triton.HEAD_GROUP`),
 `dispatch` goes through the autotuner on every call (as before the direct launch), `direct` is
-the library as it is.
+the library as it is, and `baseline` is another version of flash_triton.py, the file $BASELINE,
+loaded as a module of its own (so the two versions' kernels and caches stay apart).
 Usage: PYTHONPATH=src python3 benchmarks/scripts/fa2_vs_cudnn_rounds.py B H N D [rounds [calls [variants]]]
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import statistics
 import sys
 
@@ -40,18 +43,31 @@ def variant(fn, name: str):  # noqa: ANN001, ANN201
     return run
 
 
+def baseline_attention():  # noqa: ANN201
+    """flash_attention_triton of the flash_triton.py at $BASELINE."""
+    spec = importlib.util.spec_from_file_location("baseline_flash_triton", os.environ["BASELINE"])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.flash_attention_triton
+
+
 def main(b: int, h: int, n: int, d: int, rounds: int = 10, calls: int = 30, variants: str = "") -> None:
     device = torch.device("cuda")
     torch.manual_seed(0)
     q, k, v = (torch.randn(b, h, n, d, device=device, dtype=torch.bfloat16, requires_grad=True)
                for _ in range(3))
     dout = torch.randn_like(q)
-    ops = {name: (lambda fn=get_attention(name, device): torch.autograd.grad(fn(q, k, v, causal=True),
-                                                                            (q, k, v), dout))
-           for name in ("sdpa-cudnn", "triton-fa2")}
-    if variants:
+
+    def grads_of(fn):  # noqa: ANN001, ANN202
+        return lambda: torch.autograd.grad(fn(q, k, v, causal=True), (q, k, v), dout)
+
+    ops = {name: grads_of(get_attention(name, device)) for name in ("sdpa-cudnn", "triton-fa2")}
+    names = variants.split(",") if variants else []
+    if names:
         triton_op = ops.pop("triton-fa2")
-        ops.update({f"triton-fa2 {v}": variant(triton_op, v) for v in variants.split(",")})
+        ops.update({f"triton-fa2 {v}": variant(triton_op, v) for v in names if v != "baseline"})
+    if "baseline" in names:
+        ops["triton-fa2 baseline"] = grads_of(baseline_attention())
     grads = {name: op() for name, op in ops.items()}  # autotunes triton-fa2
     cudnn = grads.pop("sdpa-cudnn")
     diff = max(((a.float() - c.float()).norm() / c.float().norm()).item()

@@ -156,7 +156,7 @@ def main_dq(b: int, h: int, n: int, d: int) -> None:
 
     def ours() -> None:
         ft._bwd_dq_kernel[lambda m: (triton.cdiv(n, m["BLOCK_M"]), b * h)](
-            q, k, v, do, lse, delta, dq, d ** -0.5 * ft.LOG2E, d ** -0.5, n, CAUSAL=True,
+            q, k, v, out, do, lse, delta, dq, d ** -0.5 * ft.LOG2E, d ** -0.5, n, CAUSAL=True,
             TMA=ft._use_tma(q), **args)
     ours()
     err = (dq.float() - qr.grad.float()).abs().max().item()

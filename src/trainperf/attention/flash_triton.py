@@ -2,13 +2,13 @@
 
 Layout: q, k, v are [batch, heads, seq, head_dim], made contiguous; programs are laid out as
 (sequence blocks, batch·heads). Scores are kept in log2 units (scale · log2 e) so the kernels use
-exp2. Forward saves O and L = m + log2(l) per row. Backward is three kernels and no atomics:
-  1. D = rowsum(dO ∘ O)                          (pre-pass)
+exp2. Forward saves O and L = m + log2(l) per row. Backward is two kernels and no atomics:
+  1. dQ:     one program per query block, looping over the key blocks it sees; it also computes
+             its rows' D = rowsum(dO ∘ O) first and stores them for the next kernel
   2. dK, dV: one program per key block, looping over the query blocks that see it
-  3. dQ:     one program per query block, looping over the key blocks it sees
-or, with `atomic_dq` (`triton-fa2-atomic`), two: the dK/dV kernel also adds each tile's share of
-dQ (dSᵀ·K) into a float32 buffer, so QKᵀ and dP are computed once per tile pair (5 matrix products
-instead of 7) at the price of float32 reduction traffic.
+or, with `atomic_dq` (`triton-fa2-atomic`), a D pre-pass and then the dK/dV kernel alone, which
+also adds each tile's share of dQ (dSᵀ·K) into a float32 buffer, so QKᵀ and dP are computed once
+per tile pair (5 matrix products instead of 7) at the price of float32 reduction traffic.
 On Hopper and later the backward loops read their tiles through the TMA unit with tensor
 descriptors: the dK/dV kernel Q, dO, L and D (13% faster than cp.async loads at the reference
 shape, with 194 registers per thread instead of 255), the dQ kernel K and V (2-5% faster). The
@@ -333,7 +333,7 @@ def _dq_inner(dq, q, do, lse, delta, K, V, offs_m, offs_d, lo, hi, N_CTX, qk_sca
 
 @triton.autotune(configs=DQ_CONFIGS, key=[*TUNE_KEY, "TMA"])
 @triton.jit
-def _bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
+def _bwd_dq_kernel(Q, K, V, O, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
                    BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
                    TMA: tl.constexpr, HEAD_GROUP: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr):
@@ -345,7 +345,11 @@ def _bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DI
     q = _load_rows(Q + base, offs_m, offs_d, N_CTX, HEAD_DIM, BLOCK_D, True)
     do = _load_rows(DO + base, offs_m, offs_d, N_CTX, HEAD_DIM, BLOCK_D, True)
     lse = tl.load(L + row_base + offs_m, mask=offs_m < N_CTX, other=0.0)
-    delta = tl.load(Delta + row_base + offs_m, mask=offs_m < N_CTX, other=0.0)
+    # D for these rows, here rather than in a pre-pass kernel (one launch and one pass over dO
+    # fewer); the dK/dV kernel, launched after this one, reads it back
+    o = _load_rows(O + base, offs_m, offs_d, N_CTX, HEAD_DIM, BLOCK_D, True)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    tl.store(Delta + row_base + offs_m, delta, mask=offs_m < N_CTX)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     Kb = _tile_source(K + base, N_CTX, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
     Vb = _tile_source(V + base, N_CTX, HEAD_DIM, BLOCK_N, BLOCK_D, TMA)
@@ -429,23 +433,27 @@ class FlashAttentionTriton(torch.autograd.Function):
         dout = dout.contiguous()
         args = ctx.args
         delta = torch.empty_like(lse)
-        rows, block_r = b * h * n, 64
-        _bwd_delta_kernel[(triton.cdiv(rows, block_r),)](out, dout, delta, rows, args["HEAD_DIM"],
-                                                        args["BLOCK_D"], block_r)
         dk, dv = torch.empty_like(k), torch.empty_like(v)
-        # the atomic variant accumulates dQ (unscaled) in float32; the other writes it directly
-        dq = (torch.zeros(q.shape, dtype=torch.float32, device=q.device) if ctx.atomic_dq
-              else torch.empty_like(q))
         common = (lse, delta)
         scales = (ctx.scale * LOG2E, ctx.scale, n)
         tma = _use_tma(q)
-        _launch(_bwd_dkdv_kernel, "BLOCK_N", n, b * h, q, k, v, dout, *common, dk, dv, dq, *scales,
+        if ctx.atomic_dq:  # D first; the dK/dV kernel accumulates dQ (unscaled) in float32
+            rows, block_r = b * h * n, 64
+            _bwd_delta_kernel[(triton.cdiv(rows, block_r),)](out, dout, delta, rows, args["HEAD_DIM"],
+                                                            args["BLOCK_D"], block_r)
+            dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+            dq_share = dq
+        else:  # the dQ kernel writes D, which the dK/dV kernel then reads
+            dq = torch.empty_like(q)
+            _launch(_bwd_dq_kernel, "BLOCK_M", n, b * h, q, k, v, out, dout, *common, dq, *scales,
+                    CAUSAL=ctx.causal, TMA=tma, **args)
+            # the dK/dV kernel leaves its DQ alone here, but its autotuner zeroes it before each
+            # timing run: give it dK, which the kernel then overwrites
+            dq_share = dk
+        _launch(_bwd_dkdv_kernel, "BLOCK_N", n, b * h, q, k, v, dout, *common, dk, dv, dq_share, *scales,
                 CAUSAL=ctx.causal, ATOMIC_DQ=ctx.atomic_dq, TMA=tma, **args)
         if ctx.atomic_dq:
             dq = (dq * ctx.scale).to(q.dtype)
-        else:
-            _launch(_bwd_dq_kernel, "BLOCK_M", n, b * h, q, k, v, dout, *common, dq, *scales,
-                    CAUSAL=ctx.causal, TMA=tma, **args)
         return dq, dk, dv, None, None, None
 
 
