@@ -10,7 +10,8 @@ implementations' dQ, dK and dV (both bf16, so about 1e-2 is expected). With `var
 `g<k>` runs with k heads per group of the causal launch order (`flash_triton.HEAD_GROUP`),
 `dispatch` goes through the autotuner on every call (as before the direct launch), `direct` is
 the library as it is, and `baseline` is another version of flash_triton.py, the file $BASELINE,
-loaded as a module of its own (so the two versions' kernels and caches stay apart).
+loaded as a module of its own (so the two versions' kernels and caches stay apart); `atomic` is
+triton-fa2-atomic (the two-kernel backward, dQ by TMA reductions).
 Usage: PYTHONPATH=src python3 benchmarks/scripts/fa2_vs_cudnn_rounds.py B H N D [rounds [calls [variants]]]
 """
 
@@ -63,11 +64,11 @@ def main(b: int, h: int, n: int, d: int, rounds: int = 10, calls: int = 30, vari
 
     ops = {name: grads_of(get_attention(name, device)) for name in ("sdpa-cudnn", "triton-fa2")}
     names = variants.split(",") if variants else []
+    others = {"baseline": baseline_attention, "atomic": lambda: get_attention("triton-fa2-atomic", device)}
     if names:
         triton_op = ops.pop("triton-fa2")
-        ops.update({f"triton-fa2 {v}": variant(triton_op, v) for v in names if v != "baseline"})
-    if "baseline" in names:
-        ops["triton-fa2 baseline"] = grads_of(baseline_attention())
+    for name in names:
+        ops[f"triton-fa2 {name}"] = grads_of(others[name]()) if name in others else variant(triton_op, name)
     grads = {name: op() for name, op in ops.items()}  # autotunes triton-fa2
     cudnn = grads.pop("sdpa-cudnn")
     diff = max(((a.float() - c.float()).norm() / c.float().norm()).item()
