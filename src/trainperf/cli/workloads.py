@@ -41,7 +41,7 @@ STEP_COLUMNS: list[report.Column] = [
     ("opt ms", report.timing("optimizer")), ("step ms", report.timing("step")),
     ("tok/s", report.metric("tokens_per_s", 4)), ("TFLOP/s", report.metric("tflops")),
     ("MFU", report.metric("mfu", 2, 100.0)), ("peak GB", report.metric("peak_mem_gb")),
-    ("status", report.status), ("notes", report.notes),
+    *report.GPU_STATE, ("status", report.status), ("notes", report.notes),
 ]
 
 
@@ -115,7 +115,8 @@ ATTENTION_COLUMNS: list[report.Column] = [
     ("h", report.spec("heads")), ("seq", report.spec("seq")), ("d", report.spec("head_dim")),
     ("dtype", report.spec("dtype")), ("causal", report.spec("causal")),
     ("time ms", report.timing("time")), ("TFLOP/s", report.metric("tflops")),
-    ("peak MB", report.metric("peak_mem_mb", 4)), ("status", report.status), ("notes", report.notes),
+    ("peak MB", report.metric("peak_mem_mb", 4)), *report.GPU_STATE, ("status", report.status),
+    ("notes", report.notes),
 ]
 
 
@@ -188,7 +189,7 @@ LLAMA_COLUMNS: list[report.Column] = [
     ("std", report.metric("iter_s_std", 2)), ("tok/s", report.metric("tokens_per_s", 4)),
     ("TFLOP/s", report.metric("tflops")), ("peak GB", report.metric("peak_mem_gb")),
     ("K/V heads", report.metric("kv_heads")), ("compiled", report.spec("compile")),
-    ("swaps", report.metric("swaps")), ("status", report.status), ("notes", report.notes),
+    ("swaps", report.metric("swaps")), *report.GPU_STATE, ("status", report.status), ("notes", report.notes),
 ]
 
 

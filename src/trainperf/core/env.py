@@ -59,14 +59,6 @@ def _nvml_state(index: int) -> dict[str, Any]:
         return {}
 
 
-def gpu_clocks(device: torch.device) -> dict[str, Any]:
-    """The SM and memory clocks observed right now (call it right after a measurement)."""
-    if device.type != "cuda":
-        return {}
-    state = _nvml_state(device.index or 0)
-    return {k: state[k] for k in ("sm_clock_mhz", "mem_clock_mhz") if k in state}
-
-
 def capture(device: torch.device) -> dict[str, Any]:
     """Everything about software and hardware that can change a measurement."""
     env: dict[str, Any] = {

@@ -51,6 +51,10 @@ def timing(phase: str) -> Getter:
     return get
 
 
+# The window's median SM clock and power draw (core.gpu_monitor), beside the times they explain.
+GPU_STATE: list[Column] = [("MHz", metric("sm_clock_mhz", 4)), ("W", metric("power_w"))]
+
+
 def status(r: Record) -> str:
     return r.status if r.status == "ok" else r.status.upper()
 

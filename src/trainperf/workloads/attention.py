@@ -12,8 +12,8 @@ from typing import Any
 import torch
 
 from trainperf.attention.registry import get_attention
-from trainperf.core import env as envmod
 from trainperf.core.errors import Unsupported
+from trainperf.core.gpu_monitor import GpuMonitor
 from trainperf.core.spec import check_choice, check_positive
 from trainperf.core.stats import summarize
 from trainperf.core.timing import time_op
@@ -91,7 +91,8 @@ def measure_attention(spec: AttentionSpec) -> dict[str, Any]:
         raise Unsupported(str(exc).strip().splitlines()[0][:300]) from None
     except (ValueError, NotImplementedError) as exc:
         raise Unsupported(str(exc)[:300]) from None
-    samples = time_op(op, device, warmup=spec.warmup, reps=spec.reps)
+    with GpuMonitor(device) as monitor:
+        samples = time_op(op, device, warmup=spec.warmup, reps=spec.reps)
     metrics: dict[str, Any] = {}
     if device.type == "cuda":
         base = torch.cuda.memory_allocated(device)
@@ -103,5 +104,5 @@ def measure_attention(spec: AttentionSpec) -> dict[str, Any]:
     s = summarize(samples)
     metrics.update({f"time_ms_{k}": s[k] for k in ("median", "mean", "std", "iqr", "min", "cv", "n")})
     metrics["tflops"] = attention_flops(spec) / (s["median"] / 1e3) / 1e12
-    metrics.update(envmod.gpu_clocks(device))
+    metrics.update(monitor.metrics())
     return metrics

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainperf.core import env as envmod
 from trainperf.core.errors import SpecError, Unsupported
+from trainperf.core.gpu_monitor import GpuMonitor
 from trainperf.core.spec import check_choice
 from trainperf.core.stats import summarize
 from trainperf.core.timing import synchronize
@@ -106,11 +106,12 @@ def measure_comm(spec: CommSpec, rank: int, world: int, device: torch.device) ->
     for _ in range(spec.warmup):
         run()
     synchronize(device)
-    if spec.op == "all_reduce_loop":  # one timed call: the whole back-to-back loop
-        whole_loop = per_rank_times(lambda: [run() for _ in range(spec.iters)], device, 1)
-        per_rank = [[ms / spec.iters for ms in rank_times] for rank_times in whole_loop]
-    else:
-        per_rank = per_rank_times(run, device, spec.iters)
+    with GpuMonitor(device) as monitor:
+        if spec.op == "all_reduce_loop":  # one timed call: the whole back-to-back loop
+            whole_loop = per_rank_times(lambda: [run() for _ in range(spec.iters)], device, 1)
+            per_rank = [[ms / spec.iters for ms in rank_times] for rank_times in whole_loop]
+        else:
+            per_rank = per_rank_times(run, device, spec.iters)
     s = summarize(slowest(per_rank))
     rank_medians = [summarize(t)["median"] for t in per_rank]
     seconds = s["median"] / 1e3
@@ -119,5 +120,5 @@ def measure_comm(spec: CommSpec, rank: int, world: int, device: torch.device) ->
     metrics.update(algbw_gbps=algbw, busbw_gbps=algbw * BUS_FACTOR[spec.op](world),
                    rank_spread=(max(rank_medians) - min(rank_medians)) / s["median"],
                    bytes=numel * dtype.itemsize, correct=True)
-    metrics.update(envmod.gpu_clocks(device))
+    metrics.update(monitor.metrics())
     return metrics

@@ -19,8 +19,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 
-from trainperf.core import env as envmod
 from trainperf.core.errors import SpecError, Unsupported
+from trainperf.core.gpu_monitor import GpuMonitor
 from trainperf.core.spec import check_choice
 from trainperf.core.stats import summarize
 from trainperf.distributed.grad_sync import (
@@ -207,7 +207,8 @@ def measure_ddp(spec: DDPSpec, rank: int, world: int, device: torch.device) -> d
     del compute_only
     leftover_gb = _release(device)
     step = DataParallelStep(spec, rank, world, device, spec.variant)
-    stats = _slowest(step, device, spec.warmup, spec.steps)
+    with GpuMonitor(device) as monitor:
+        stats = _slowest(step, device, spec.warmup, spec.steps)
     step_ms = stats["median"]
     metrics: dict[str, Any] = {"opt_state_mb": step.opt_state_bytes() / 2**20}
     if device.type == "cuda":
@@ -223,5 +224,5 @@ def measure_ddp(spec: DDPSpec, rank: int, world: int, device: torch.device) -> d
         "hidden_share": min(max(1 - exposed / comm_ms, 0.0), 1.0) if comm_ms > 0 else None,
         "tokens_per_s": world * spec.batch * spec.context / (step_ms / 1e3),
     })
-    metrics.update(envmod.gpu_clocks(device))
+    metrics.update(monitor.metrics())
     return metrics

@@ -15,9 +15,9 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from trainperf.core import env as envmod
 from trainperf.core.errors import SpecError, Unsupported
 from trainperf.core.flops import transformer_flops
+from trainperf.core.gpu_monitor import GpuMonitor
 from trainperf.core.record import Record
 from trainperf.core.spec import check_choice, check_positive
 from trainperf.core.stats import summarize
@@ -196,10 +196,12 @@ def measure_llama(spec: LlamaSpec) -> dict[str, Any]:
         step()
     timer = PhaseTimer(device)
     start_measured_window(device)
-    for _ in range(spec.iters):
-        with timer.phase("iter"):
-            loss = step()
-    s = summarize([ms / 1e3 for ms in timer.samples()["iter"]])
+    with GpuMonitor(device) as monitor:
+        for _ in range(spec.iters):
+            with timer.phase("iter"):
+                loss = step()
+        samples = timer.samples()["iter"]  # waits for the GPU, inside the monitored window
+    s = summarize([ms / 1e3 for ms in samples])
     tokens = spec.batch * spec.seq
     d_attn = step.cfg.num_attention_heads * getattr(step.cfg, "head_dim", step.cfg.hidden_size
                                                     // step.cfg.num_attention_heads)
@@ -214,7 +216,7 @@ def measure_llama(spec: LlamaSpec) -> dict[str, Any]:
                    params_m=round(sum(p.numel() for p in step.model.parameters()) / 1e6, 1))
     if device.type == "cuda":
         metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
-    metrics.update(envmod.gpu_clocks(device))
+    metrics.update(monitor.metrics())
     return metrics
 
 

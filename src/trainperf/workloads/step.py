@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from trainperf.core import env as envmod
 from trainperf.core.errors import SpecError
 from trainperf.core.flops import peak_tflops, transformer_flops
+from trainperf.core.gpu_monitor import GpuMonitor
 from trainperf.core.spec import check_choice, check_positive
 from trainperf.core.stats import HIGH_CV, summarize
 from trainperf.core.timing import LAUNCH_BOUND_RATIO, PhaseTimer, start_measured_window
@@ -153,16 +153,20 @@ def measure_step(spec: StepSpec, peak_override: float | None = None) -> dict[str
     t0 = time.perf_counter()
     case = StepCase(spec)
     device = case.device
-    timer = PhaseTimer(device)
-    for i in range(spec.warmup + spec.steps):
-        if i == spec.warmup:
-            start_measured_window(device)
-            warmup_s = time.perf_counter() - t0
-        timer.enabled = i >= spec.warmup
-        with timer.phase("step"):
-            loss = case.run(timer.phase)
-        if device.type == "cuda":
-            torch.cuda.synchronize()  # each step starts on an idle queue, so host times mean launch
+    timer, monitor = PhaseTimer(device), GpuMonitor(device)
+    try:  # a case that fails (out of memory) must not leave the monitor sampling
+        for i in range(spec.warmup + spec.steps):
+            if i == spec.warmup:
+                start_measured_window(device)
+                monitor.start()
+                warmup_s = time.perf_counter() - t0
+            timer.enabled = i >= spec.warmup
+            with timer.phase("step"):
+                loss = case.run(timer.phase)
+            if device.type == "cuda":
+                torch.cuda.synchronize()  # each step starts on an idle queue, so host times mean launch
+    finally:
+        monitor.stop()
 
     metrics = phase_metrics(timer, PHASES[spec.mode])
     metrics["setup_and_warmup_s"] = warmup_s  # includes compilation when --compile on
@@ -181,7 +185,7 @@ def measure_step(spec: StepSpec, peak_override: float | None = None) -> dict[str
     if device.type == "cuda":
         metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
         metrics["peak_reserved_gb"] = torch.cuda.max_memory_reserved(device) / 2**30
-    metrics.update(envmod.gpu_clocks(device))
+    metrics.update(monitor.metrics())
     return metrics
 
 

@@ -1,0 +1,99 @@
+"""The GPU's clocks and power across a measured window, sampled through NVML from a thread.
+
+One clock reading taken after a measurement can miss what happened during it. Under its power
+limit an H100's SM clock follows the energy the kernels burn: in run 64 two attention kernels of
+about equal cycle counts ran at 1545-1575 MHz (triton-fa2) and 1665-1710 MHz (cuDNN), so their
+times differed by the clock. The workloads therefore report the window's median clocks and
+power, and the share of samples in which the power cap held the clock down.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from types import TracebackType
+from typing import Any
+
+import torch
+
+SAMPLE_S = 0.01  # NVML updates clocks and power about this often
+POWER_CAP_REASON = 0x4  # nvmlClocksEventReasonSwPowerCap (older name: ...ThrottleReason...)
+
+
+def _nvml():  # noqa: ANN202 - the pynvml module, or None where it is missing
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    return pynvml
+
+
+class GpuMonitor:
+    """Samples SM and memory clocks, power draw and the power-cap flag of `device` while open
+    (`with GpuMonitor(device) as gpu: ...`, or start()/stop()); metrics() summarises them. Off
+    the GPU, or without NVML, it samples nothing and reports nothing."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.samples: list[tuple[float, float, float, bool]] = []
+        self._nvml = _nvml() if device.type == "cuda" else None
+        self._handle: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> GpuMonitor:
+        self.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Begin sampling (the first sample is taken at once)."""
+        if self._nvml is None:
+            return
+        try:
+            self._nvml.nvmlInit()
+            index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+            self._handle = self._nvml.nvmlDeviceGetHandleByIndex(index)
+        except Exception:  # noqa: BLE001 - NVML refusing (no driver, no permission) is not an error here
+            self._nvml = None
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="trainperf-gpu-monitor", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End sampling with one last sample, so even a window shorter than SAMPLE_S has two."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        self._sample()
+        self._nvml.nvmlShutdown()
+
+    def _run(self) -> None:
+        while True:
+            self._sample()
+            if self._stop.wait(SAMPLE_S):
+                return
+
+    def _sample(self) -> None:
+        nvml, h = self._nvml, self._handle
+        reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        self.samples.append((nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM),
+                             nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM),
+                             nvml.nvmlDeviceGetPowerUsage(h) / 1000,
+                             bool(reasons(h) & POWER_CAP_REASON)))
+
+    def metrics(self) -> dict[str, Any]:
+        """Medians over the window: sm_clock_mhz, mem_clock_mhz, power_w; power_capped: the share
+        of samples under the power cap. Empty when nothing was sampled."""
+        if not self.samples:
+            return {}
+        sm, mem, watts, capped = zip(*self.samples, strict=True)
+        return {"sm_clock_mhz": statistics.median(sm), "mem_clock_mhz": statistics.median(mem),
+                "power_w": round(statistics.median(watts), 1), "power_capped": sum(capped) / len(capped)}

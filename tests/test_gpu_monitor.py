@@ -1,0 +1,111 @@
+"""GpuMonitor: clocks and power sampled through NVML across a measured window (a fake NVML here)."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+import types
+
+import pytest
+import torch
+
+from trainperf.core import gpu_monitor
+from trainperf.core.gpu_monitor import GpuMonitor
+
+
+class FakeNvml(types.SimpleNamespace):
+    """Scripted readings; keeps what it returned, so the test can check the summary against it."""
+
+    NVML_CLOCK_SM, NVML_CLOCK_MEM = 0, 1
+
+    def __init__(self, event_name: str = "nvmlDeviceGetCurrentClocksEventReasons", fail_init: bool = False):
+        super().__init__()
+        self.sm, self.watts, self.capped, self.inits, self.shutdowns = [], [], [], 0, 0
+        self.fail_init = fail_init
+        setattr(self, event_name, self._reasons)
+
+    def nvmlInit(self) -> None:  # noqa: N802 - NVML's names
+        if self.fail_init:
+            raise RuntimeError("NVML Shared Library Not Found")
+        self.inits += 1
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        self.shutdowns += 1
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:  # noqa: N802
+        return f"gpu{index}"
+
+    def nvmlDeviceGetClockInfo(self, handle: str, kind: int) -> int:  # noqa: N802
+        if kind == self.NVML_CLOCK_MEM:
+            return 2619
+        self.sm.append(1500 + 75 * (len(self.sm) % 4))  # 1500, 1575, 1650, 1725, ...
+        return self.sm[-1]
+
+    def nvmlDeviceGetPowerUsage(self, handle: str) -> int:  # noqa: N802 - milliwatts
+        self.watts.append(690.0 + len(self.watts) % 3)
+        return int(self.watts[-1] * 1000)
+
+    def _reasons(self, handle: str) -> int:
+        self.capped.append(len(self.capped) % 3 == 0)
+        return 0x4 | 0x1 if self.capped[-1] else 0x1  # power cap (and idle) / idle only
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch):
+    fake = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    return fake
+
+
+def test_the_window_is_summarised_by_medians_and_the_power_capped_share(fake_nvml):
+    with GpuMonitor(torch.device("cuda", 0)) as gpu:
+        time.sleep(10 * gpu_monitor.SAMPLE_S)
+    m = gpu.metrics()
+    assert len(fake_nvml.sm) >= 5
+    assert m["sm_clock_mhz"] == statistics.median(fake_nvml.sm)
+    assert m["mem_clock_mhz"] == 2619
+    assert m["power_w"] == pytest.approx(statistics.median(fake_nvml.watts), abs=0.05)
+    assert m["power_capped"] == pytest.approx(sum(fake_nvml.capped) / len(fake_nvml.capped))
+    assert 0 < m["power_capped"] < 1
+    assert fake_nvml.inits == fake_nvml.shutdowns == 1
+
+
+def test_sampling_stops_with_the_window(fake_nvml):
+    gpu = GpuMonitor(torch.device("cuda", 0))
+    gpu.start()
+    gpu.stop()
+    taken = len(gpu.samples)
+    time.sleep(5 * gpu_monitor.SAMPLE_S)
+    assert len(gpu.samples) == taken >= 2  # one at the start, one at the end, however short
+
+
+def test_older_nvml_bindings_name_the_reasons_throttle_reasons(monkeypatch):
+    fake = FakeNvml(event_name="nvmlDeviceGetCurrentClocksThrottleReasons")
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    with GpuMonitor(torch.device("cuda", 0)) as gpu:
+        pass
+    assert gpu.metrics()["power_capped"] == pytest.approx(sum(fake.capped) / len(fake.capped))
+
+
+@pytest.mark.parametrize("device, nvml", [(torch.device("cpu"), FakeNvml()),
+                                          (torch.device("cuda", 0), FakeNvml(fail_init=True)),
+                                          (torch.device("cuda", 0), None)])
+def test_nothing_is_reported_without_a_gpu_or_nvml(monkeypatch, device, nvml):
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)  # None: the import fails
+    with GpuMonitor(device) as gpu:
+        pass
+    assert gpu.metrics() == {}
+    assert gpu.samples == []
+
+
+@pytest.mark.gpu
+def test_a_gpu_case_records_the_clock_and_power_of_its_window():
+    """On a real GPU: an attention case long enough for several samples carries plausible values."""
+    pytest.importorskip("pynvml")
+    from trainperf.workloads.attention import AttentionSpec, measure_attention
+    spec = AttentionSpec("sdpa-math", 4, 16, 2048, 64, "bf16", "fwd+bwd", True, "cuda", warmup=3, reps=30)
+    m = measure_attention(spec)
+    assert 100 < m["sm_clock_mhz"] <= 4000
+    assert 10 < m["power_w"] < 2000
+    assert 0 <= m["power_capped"] <= 1
