@@ -46,6 +46,18 @@ class FakeNvml(types.SimpleNamespace):
         self.watts.append(690.0 + len(self.watts) % 3)
         return int(self.watts[-1] * 1000)
 
+    def with_instant_power(self) -> FakeNvml:
+        """Bindings and a driver with the instantaneous power field (NVML_FI_DEV_POWER_INSTANT)."""
+        self.NVML_FI_DEV_POWER_INSTANT, self.instant = 186, []
+
+        def field_values(handle: str, fields: list[int]) -> list[types.SimpleNamespace]:
+            assert fields == [186]
+            self.instant.append(300.0 + len(self.instant) % 5)
+            value = types.SimpleNamespace(uiVal=int(self.instant[-1] * 1000))
+            return [types.SimpleNamespace(nvmlReturn=0, value=value)]
+        self.nvmlDeviceGetFieldValues = field_values
+        return self
+
     def _reasons(self, handle: str) -> int:
         self.capped.append(len(self.capped) % 3 == 0)
         return 0x4 | 0x1 if self.capped[-1] else 0x1  # power cap (and idle) / idle only
@@ -109,3 +121,13 @@ def test_a_gpu_case_records_the_clock_and_power_of_its_window():
     assert 100 < m["sm_clock_mhz"] <= 4000
     assert 10 < m["power_w"] < 2000
     assert 0 <= m["power_capped"] <= 1
+
+
+def test_power_is_the_instantaneous_reading_where_the_driver_has_one(monkeypatch):
+    """NVML's default power reading is a one-second average, which lags a short window."""
+    fake = FakeNvml().with_instant_power()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    with GpuMonitor(torch.device("cuda", 0)) as gpu:
+        time.sleep(5 * gpu_monitor.SAMPLE_S)
+    assert fake.watts == []  # the average was never read
+    assert gpu.metrics()["power_w"] == pytest.approx(statistics.median(fake.instant[1:]), abs=0.05)

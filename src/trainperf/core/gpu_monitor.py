@@ -4,7 +4,10 @@ One clock reading taken after a measurement can miss what happened during it. Un
 limit an H100's SM clock follows the energy the kernels burn: in run 64 two attention kernels of
 about equal cycle counts ran at 1545-1575 MHz (triton-fa2) and 1665-1710 MHz (cuDNN), so their
 times differed by the clock. The workloads therefore report the window's median clocks and
-power, and the share of samples in which the power cap held the clock down.
+power, and the share of samples in which the power cap held the clock down. Power is NVML's
+instantaneous reading where the driver has one: its default reading is a one-second average,
+which lags a window of a fraction of a second (run 65 read 246 W for a case that run 64 saw at
+the 700 W cap).
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ class GpuMonitor:
         except Exception:  # noqa: BLE001 - NVML refusing (no driver, no permission) is not an error here
             self._nvml = None
             return
+        self._watts = self._instant_watts if self._instant_watts() is not None else self._average_watts
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="trainperf-gpu-monitor", daemon=True)
         self._thread.start()
@@ -80,14 +84,27 @@ class GpuMonitor:
             if self._stop.wait(SAMPLE_S):
                 return
 
+    def _instant_watts(self) -> float | None:
+        """Instantaneous power, or None where the bindings or the driver lack the field."""
+        field = getattr(self._nvml, "NVML_FI_DEV_POWER_INSTANT", None)
+        if field is None:
+            return None
+        try:
+            value = self._nvml.nvmlDeviceGetFieldValues(self._handle, [field])[0]
+        except Exception:  # noqa: BLE001 - NVML refusing the field: use the average
+            return None
+        return value.value.uiVal / 1000 if value.nvmlReturn == 0 else None
+
+    def _average_watts(self) -> float:
+        return self._nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000
+
     def _sample(self) -> None:
         nvml, h = self._nvml, self._handle
         reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
             nvml.nvmlDeviceGetCurrentClocksThrottleReasons
         self.samples.append((nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM),
                              nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM),
-                             nvml.nvmlDeviceGetPowerUsage(h) / 1000,
-                             bool(reasons(h) & POWER_CAP_REASON)))
+                             self._watts(), bool(reasons(h) & POWER_CAP_REASON)))
 
     def metrics(self) -> dict[str, Any]:
         """Medians over the window: sm_clock_mhz, mem_clock_mhz, power_w; power_capped: the share
