@@ -47,3 +47,15 @@ gpu_attention_tests() {  # $1: timeout (s), $2: pytest -k expression; the attent
   TRAINPERF_TRITON_TUNE=0 timeout "$1" python3 -m pytest -q -p no:cacheprovider tests/test_attention_impls.py \
     -k "$2" 2>&1 | tail -4 | sed 's|/opt/[^ ]*site-packages/|<site-packages>/|g' | tee "$RES/pytest_gpu_attention.txt"
 }
+suite() {  # $1: name, then test files; the GPU test suite in one process of several (run 54 on)
+  local name=$1
+  shift
+  TRAINPERF_TRITON_TUNE=0 timeout 560 python3 -m pytest -q -p no:cacheprovider -rfEs --durations=8 "$@" 2>&1 \
+    | sed "s|/opt/[^ ]*site-packages/|<site-packages>/|g; s|$PWD/||g" > "$RES/pytest_gpu_$name.txt"
+  echo "exit ${PIPESTATUS[0]}" >> "$RES/pytest_gpu_$name.txt"
+}
+MODEL_TESTS="tests/test_llama.py tests/test_step.py tests/test_lm.py tests/test_memory_precision.py"
+other_tests() {  # the test files neither in MODEL_TESTS nor attention / kernel tests
+  ls tests/test_*.py | grep -v -e attention_impls -e fa2_schedule -e kernels -e llama -e test_step -e test_lm \
+    -e memory_precision
+}
