@@ -131,3 +131,18 @@ def test_power_is_the_instantaneous_reading_where_the_driver_has_one(monkeypatch
         time.sleep(5 * gpu_monitor.SAMPLE_S)
     assert fake.watts == []  # the average was never read
     assert gpu.metrics()["power_w"] == pytest.approx(statistics.median(fake.instant[1:]), abs=0.05)
+
+
+def test_a_reading_nvml_refuses_is_left_out_and_the_window_goes_on(fake_nvml, monkeypatch):
+    calls = []
+
+    def flaky_power(handle: str) -> int:
+        calls.append(1)
+        if len(calls) % 2:
+            raise RuntimeError("NVML_ERROR_UNKNOWN")
+        return 500_000
+    monkeypatch.setattr(fake_nvml, "nvmlDeviceGetPowerUsage", flaky_power)
+    with GpuMonitor(torch.device("cuda", 0)) as gpu:
+        time.sleep(6 * gpu_monitor.SAMPLE_S)
+    assert 0 < len(gpu.samples) < len(calls)
+    assert gpu.metrics()["power_w"] == 500.0

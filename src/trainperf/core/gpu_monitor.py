@@ -12,6 +12,7 @@ the 700 W cap).
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import threading
 from types import TracebackType
@@ -102,9 +103,10 @@ class GpuMonitor:
         nvml, h = self._nvml, self._handle
         reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
             nvml.nvmlDeviceGetCurrentClocksThrottleReasons
-        self.samples.append((nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM),
-                             nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM),
-                             self._watts(), bool(reasons(h) & POWER_CAP_REASON)))
+        with contextlib.suppress(Exception):  # a reading NVML refuses is left out, not the measurement
+            self.samples.append((nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM),
+                                 nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM),
+                                 self._watts(), bool(reasons(h) & POWER_CAP_REASON)))
 
     def metrics(self) -> dict[str, Any]:
         """Medians over the window: sm_clock_mhz, mem_clock_mhz, power_w; power_capped: the share
