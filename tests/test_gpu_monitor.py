@@ -144,5 +144,6 @@ def test_a_reading_nvml_refuses_is_left_out_and_the_window_goes_on(fake_nvml, mo
     monkeypatch.setattr(fake_nvml, "nvmlDeviceGetPowerUsage", flaky_power)
     with GpuMonitor(torch.device("cuda", 0)) as gpu:
         time.sleep(6 * gpu_monitor.SAMPLE_S)
-    assert 0 < len(gpu.samples) < len(calls)
+    assert len(calls) >= 4  # sampling went on past the refused readings
+    assert 2 <= len(gpu.samples) < len(calls)
     assert gpu.metrics()["power_w"] == 500.0
