@@ -19,12 +19,15 @@ trap pack EXIT
 } > "$RES/environment.txt" 2>&1
 tp env > "$RES/env.json"
 TARGETS=("1 16 16384 64" "1 8 16384 128" "8 16 2048 64")  # issue 3's three target shapes, B H N D
-rounds_vs_cudnn() {  # triton-fa2 against cuDNN in 12 alternating rounds of 40 calls per target; $1: timeout (s)
-  local shape
-  for shape in "${TARGETS[@]}"; do
-    timeout "$1" python3 benchmarks/scripts/fa2_vs_cudnn_rounds.py $shape 12 40 2>&1 | tee -a "$RES/rounds.txt"
+rounds() {  # triton-fa2 (and its variants) against cuDNN in alternating rounds of 40 calls, per shape;
+  # $1: output file in $RES, $2: timeout (s) per shape, $3: rounds, $4: variants ("" for none), then shapes "B H N D"
+  local file=$1 limit=$2 count=$3 variants=$4 shape
+  shift 4
+  for shape in "$@"; do
+    timeout "$limit" python3 benchmarks/scripts/fa2_vs_cudnn_rounds.py $shape $count 40 $variants 2>&1 | tee -a "$RES/$file"
   done
 }
+rounds_vs_cudnn() { rounds rounds.txt "$1" 12 "" "${TARGETS[@]}"; }  # $1: timeout (s) per target
 baseline_src() {  # a copy of src/ in /tmp/base_src with BASELINE's flash_triton.py, for PYTHONPATH
   rm -rf /tmp/base_src && cp -r src /tmp/base_src
   cp "${BASELINE:?path of the baseline flash_triton.py}" /tmp/base_src/trainperf/attention/flash_triton.py

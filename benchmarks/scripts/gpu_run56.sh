@@ -4,6 +4,4 @@
 # (16 rounds of 40 calls) at the three target shapes.
 RUN=${RUN:-run56}
 source benchmarks/scripts/common.sh
-for shape in "${TARGETS[@]}"; do
-  timeout 180 python3 benchmarks/scripts/fa2_vs_cudnn_rounds.py $shape 16 40 g1,g4 2>&1 | tee -a "$RES/rounds_groups.txt"
-done
+rounds rounds_groups.txt 180 16 g1,g4 "${TARGETS[@]}"

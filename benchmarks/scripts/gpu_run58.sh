@@ -4,6 +4,4 @@
 # three target shapes and at B1 H16 N1024 d64 (host-bound).
 RUN=${RUN:-run58}
 source benchmarks/scripts/common.sh
-for shape in "${TARGETS[@]}" "1 16 1024 64"; do
-  timeout 150 python3 benchmarks/scripts/fa2_vs_cudnn_rounds.py $shape 16 40 dispatch,direct 2>&1 | tee -a "$RES/rounds_launch.txt"
-done
+rounds rounds_launch.txt 150 16 dispatch,direct "${TARGETS[@]}" "1 16 1024 64"

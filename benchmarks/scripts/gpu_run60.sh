@@ -5,6 +5,4 @@
 # (host-bound).
 RUN=${RUN:-run60}
 source benchmarks/scripts/common.sh
-for shape in "${TARGETS[@]}" "1 16 1024 64"; do
-  timeout 140 python3 benchmarks/scripts/fa2_vs_cudnn_rounds.py $shape 12 40 direct,baseline 2>&1 | tee -a "$RES/rounds_v56.txt"
-done
+rounds rounds_v56.txt 140 12 direct,baseline "${TARGETS[@]}" "1 16 1024 64"

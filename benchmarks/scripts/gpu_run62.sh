@@ -10,4 +10,4 @@ for shape in "1 16384" "8 2048"; do
     --steps 5 --out "$RES/profiles_b$1_s$2" > "$RES/profile_triton-fa2_b$1_s$2.txt" 2>&1
   grep -a -A12 "top kernels" "$RES/profile_triton-fa2_b$1_s$2.txt" | cut -c1-150
 done
-timeout 150 python3 benchmarks/scripts/fa2_vs_cudnn_rounds.py 1 16 16384 64 20 40 direct,baseline 2>&1 | tee -a "$RES/rounds_v56.txt"
+rounds rounds_v56.txt 150 20 direct,baseline "1 16 16384 64"

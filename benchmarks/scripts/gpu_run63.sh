@@ -5,6 +5,6 @@
 RUN=${RUN:-run63}
 source benchmarks/scripts/common.sh
 for shape in "${TARGETS[@]}"; do
-  timeout 140 python3 benchmarks/scripts/fa2_vs_cudnn_rounds.py $shape 12 40 direct,atomic 2>&1 | tee -a "$RES/rounds_atomic.txt"
+  rounds rounds_atomic.txt 140 12 direct,atomic "$shape"
   nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv | tee -a "$RES/rounds_atomic.txt"
 done

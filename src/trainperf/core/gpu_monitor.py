@@ -64,6 +64,10 @@ class GpuMonitor:
         except Exception:  # noqa: BLE001 - NVML refusing (no driver, no permission) is not an error here
             self._nvml = None
             return
+        # the bindings' names and the power reading are settled once, not on every sample
+        self._reasons = getattr(self._nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            self._nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        self._power_field = getattr(self._nvml, "NVML_FI_DEV_POWER_INSTANT", None)
         self._watts = self._instant_watts if self._instant_watts() is not None else self._average_watts
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="trainperf-gpu-monitor", daemon=True)
@@ -87,11 +91,10 @@ class GpuMonitor:
 
     def _instant_watts(self) -> float | None:
         """Instantaneous power, or None where the bindings or the driver lack the field."""
-        field = getattr(self._nvml, "NVML_FI_DEV_POWER_INSTANT", None)
-        if field is None:
+        if self._power_field is None:
             return None
         try:
-            value = self._nvml.nvmlDeviceGetFieldValues(self._handle, [field])[0]
+            value = self._nvml.nvmlDeviceGetFieldValues(self._handle, [self._power_field])[0]
         except Exception:  # noqa: BLE001 - NVML refusing the field: use the average
             return None
         return value.value.uiVal / 1000 if value.nvmlReturn == 0 else None
@@ -101,12 +104,10 @@ class GpuMonitor:
 
     def _sample(self) -> None:
         nvml, h = self._nvml, self._handle
-        reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            nvml.nvmlDeviceGetCurrentClocksThrottleReasons
         with contextlib.suppress(Exception):  # a reading NVML refuses is left out, not the measurement
             self.samples.append((nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM),
                                  nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM),
-                                 self._watts(), bool(reasons(h) & POWER_CAP_REASON)))
+                                 self._watts(), bool(self._reasons(h) & POWER_CAP_REASON)))
 
     def metrics(self) -> dict[str, Any]:
         """Medians over the window: sm_clock_mhz, mem_clock_mhz, power_w; power_capped: the share
