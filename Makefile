@@ -14,7 +14,7 @@ $(BIN)/activate:
 
 $(VENV)/.installed: $(BIN)/activate pyproject.toml
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
-	$(BIN)/pip install -q -e ".[plots,hf]"
+	$(BIN)/pip install -q -e .
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed

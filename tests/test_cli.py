@@ -69,4 +69,4 @@ def test_results_and_env(db):
 
 def test_export_of_a_missing_store_fails_cleanly(tmp_path):
     res = runner.invoke(app, ["export", "--db", str(tmp_path / "none.db")])
-    assert res.exit_code == 2 and "no results store" in res.output
+    assert res.exit_code == 2 and "none.db': no such file" in res.output

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,17 @@ from trainperf.core.runner import run_sweep
 from trainperf.core.spec import positive_int
 from trainperf.core.store import DEFAULT_DB, Store, to_frame
 
+
+def _quiet_third_party() -> None:
+    """Only trainperf speaks: silence what other libraries print that a user cannot act on.
+    Kineto (the profiler's tracer) writes a `USDT:... profiler_start/stop` line to stderr for each
+    profiled window on the CPU build; level 6 is above all its levels. It reads the variable when a
+    profiler starts, so setting it here is in time; a user's own setting wins."""
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+    warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
+
+
+_quiet_third_party()
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Measure and explain how fast a Transformer LM trains.")
 # Wide tables stay readable in logs and CI, where there is no terminal to size them by.

@@ -54,12 +54,12 @@ def _profile_and_show(name: str, step, model, dev, steps: int, ranges_only: bool
     if as_json:
         sys.stdout.write(paths[0].read_text())
         return
-    _show_breakdown(bd, title=f"trainperf profile {name}")
+    _show_breakdown(bd, title=f"trainperf profile {name}", cpu=dev.type == "cpu")
     for p in paths:
         err_console.print(f"wrote {p}")
 
 
-def _show_breakdown(bd, title: str) -> None:
+def _show_breakdown(bd, title: str, cpu: bool = False) -> None:
     ranges = bd.ranges.assign(share=bd.ranges["share"] * 100).rename(columns={"share": "share %"})
     console.print(frame_table(ranges, title=title))
     top = bd.kernels.head(TOP_KERNELS).assign(share=lambda d: d["share"] * 100).rename(
@@ -67,8 +67,8 @@ def _show_breakdown(bd, title: str) -> None:
     top["kernel"] = top["kernel"].str.slice(0, 90)
     console.print(frame_table(top, title="top kernels"))
     console.print(f"kernel time {report.fmt(bd.total_kernel_ms)} ms; device idle "
-                  f"{report.fmt(bd.idle_fraction * 100)}% of the span from first to last kernel "
-                  "(on the CPU: leaf ops stand in for kernels); "
+                  f"{report.fmt(bd.idle_fraction * 100)}% of the span from first to last kernel"
+                  f"{' (on the CPU: leaf ops stand in for kernels)' if cpu else ''}; "
                   f"{bd.unattributed_kernels} kernels outside any range")
 
 

@@ -39,6 +39,7 @@ def compare(
         context_warnings,
         label_sets,
         load_result_set,
+        pairing_warnings,
         plot_comparison,
         side_by_side,
     )
@@ -50,7 +51,7 @@ def compare(
     except ValueError as exc:
         raise SpecError(str(exc)) from None
     labels = label_sets(sets, frames)
-    for w in context_warnings(frames, labels, axis):
+    for w in [*context_warnings(frames, labels, axis), *pairing_warnings(frames, labels)]:
         err_console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
     table = side_by_side(frames, labels)
     console.print(frame_table(table, title="trainperf compare"))
@@ -67,9 +68,7 @@ def results(
     db: Path = DbOpt,
 ) -> None:
     """List stored records."""
-    if not db.exists():
-        fail(f"no results store at {db}")
-    recs = Store(db).records(workload=workload, status=status)[-last:]
+    recs = Store(db, create=False).records(workload=workload, status=status)[-last:]
     cols: list[report.Column] = [
         ("workload", lambda r: r.workload), ("case", lambda r: _case_text(r)),
         ("status", report.status), ("main metric", _headline),
@@ -101,9 +100,7 @@ def export(
     """Write stored records as CSV, JSON or markdown."""
     if format not in ("csv", "json", "markdown"):
         fail(f"unknown format {format!r}; valid choices: csv, json, markdown")
-    if not db.exists():
-        fail(f"no results store at {db}")
-    text = report.export(to_frame(Store(db).records(workload=workload)), format)
+    text = report.export(to_frame(Store(db, create=False).records(workload=workload)), format)
     if output:
         output.write_text(text)
         err_console.print(f"wrote {output}")

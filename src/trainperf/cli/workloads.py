@@ -36,13 +36,21 @@ from trainperf.core.store import to_frame
 STEP_COLUMNS: list[report.Column] = [
     ("size", report.spec("size")), ("ctx", report.spec("context")), ("bs", report.spec("batch")),
     ("prec", report.spec("precision")), ("compile", report.spec("compile")),
-    ("mode", report.spec("mode")),
+    ("mode", report.spec("mode")), ("swaps", lambda r: _step_swaps(r.spec)),
     ("fwd ms", report.timing("forward")), ("bwd ms", report.timing("backward")),
     ("opt ms", report.timing("optimizer")), ("step ms", report.timing("step")),
     ("tok/s", report.metric("tokens_per_s", 4)), ("TFLOP/s", report.metric("tflops")),
     ("MFU", report.metric("mfu", 2, 100.0)), ("peak GB", report.metric("peak_mem_gb")),
     *report.GPU_STATE, ("status", report.status), ("notes", report.notes),
 ]
+
+
+STOCK_PARTS = {"attention": "sdpa", "norm": "torch", "rope": "torch", "swiglu": "torch", "loss": "torch"}
+
+
+def _step_swaps(spec: dict) -> str:
+    """The parts of a step case that are not the stock ones, e.g. 'norm=triton loss=chunked'."""
+    return " ".join(f"{k}={spec[k]}" for k, v in STOCK_PARTS.items() if spec.get(k, v) != v) or "none"
 
 
 @app.command()

@@ -51,8 +51,9 @@ def grouped_bars(df: pd.DataFrame, category: str, hue: str, value: str, path: Pa
     width = 0.8 / max(len(hues), 1)
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(cats) * max(len(hues), 1) / 2), 4.5))
     for i, h in enumerate(hues):
-        sub = df[df[hue] == h].set_index(category)
-        heights = [sub[value].get(c, float("nan")) for c in cats]
+        # one bar per category even where a category repeats (the last value stands)
+        sub = df[df[hue] == h].groupby(category, sort=False)[value].last()
+        heights = [sub.get(c, float("nan")) for c in cats]
         ax.bar([j + i * width for j in range(len(cats))], heights, width, label=str(h))
     ax.set_xticks([j + width * (len(hues) - 1) / 2 for j in range(len(cats))], cats, rotation=20)
     ax.set_ylabel(ylabel)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 from rich.table import Table
+from rich.text import Text
 
 from trainperf.core.record import Record
 
@@ -77,7 +78,8 @@ def rich_table(records: Sequence[Any], columns: Sequence[Column], title: str = "
         table.add_column(header, overflow="fold", max_width=48 if header == "notes" else None)
     for r in records:
         style = STATUS_STYLE.get(getattr(r, "status", "ok"), "")
-        table.add_row(*(str(get(r)) for _, get in columns), style=style)
+        # Text, not markup: a reason such as "pip install 'trainperf[triton]'" prints as written
+        table.add_row(*(Text(str(get(r))) for _, get in columns), style=style)
     return table
 
 

@@ -7,6 +7,7 @@ loses nothing. WAL mode and a busy timeout let several processes append to one f
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from trainperf.core.errors import SpecError
 from trainperf.core.record import Record
 
 DEFAULT_DB = "trainperf.db"
@@ -37,13 +39,36 @@ CREATE INDEX IF NOT EXISTS records_workload ON records(workload);
 """
 
 
-class Store:
-    """A results file. Cheap to open; every method opens its own short-lived connection."""
+class StoreError(SpecError):
+    """The file named as a results store cannot be one: a folder, not SQLite, another program's
+    database, not writable. The message names the file and what is wrong with it."""
 
-    def __init__(self, path: str | Path = DEFAULT_DB) -> None:
+
+class Store:
+    """A results file. Cheap to open; every method opens its own short-lived connection.
+    `create=False` opens an existing store only (for commands that read results)."""
+
+    def __init__(self, path: str | Path = DEFAULT_DB, *, create: bool = True) -> None:
         self.path = Path(path)
-        with self._connect() as con:
-            con.executescript(_SCHEMA)
+        problem = _path_problem(self.path, create)
+        if problem:
+            raise StoreError(f"results store {str(path)!r}: {problem}")
+        try:
+            con = self._connect()
+            try:
+                tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                if tables - {"records", "sqlite_sequence"}:
+                    raise StoreError(f"results store {str(path)!r}: an SQLite file of another program "
+                                     f"(tables {', '.join(sorted(tables))}), not a trainperf results store")
+                if create:
+                    with con:
+                        con.executescript(_SCHEMA)
+                elif "records" not in tables:
+                    raise StoreError(f"results store {str(path)!r}: holds no trainperf records")
+            finally:
+                con.close()
+        except sqlite3.DatabaseError as exc:  # not SQLite, truncated, read-only, locked
+            raise StoreError(f"results store {str(path)!r}: {_sqlite_problem(exc)}") from None
 
     def _connect(self) -> sqlite3.Connection:
         con = sqlite3.connect(self.path, timeout=60)
@@ -95,6 +120,36 @@ class Store:
             con.close()
         return [Record(workload=w, spec=json.loads(s), status=st, metrics=json.loads(m), reason=r,
                        env=json.loads(e), created_at=c, run_id=run) for w, s, st, m, r, e, c, run in rows]
+
+
+def _path_problem(path: Path, create: bool) -> str | None:
+    """What keeps `path` from being a store, judged from the file system alone; None if nothing."""
+    if str(path) in ("", "."):
+        return "needs a file name"
+    try:
+        if path.is_dir():
+            return "is a folder, not a file"
+        if path.exists():
+            return None
+        if not create:
+            return "no such file"
+        parent = path.parent
+        if not parent.is_dir():
+            return f"folder {str(parent)!r} does not exist"
+        if not os.access(parent, os.W_OK):
+            return f"folder {str(parent)!r} is not writable"
+    except OSError as exc:  # a name too long for the file system, a loop of links, ...
+        return exc.strerror or str(exc)
+    return None
+
+
+def _sqlite_problem(exc: sqlite3.DatabaseError) -> str:
+    text = str(exc)
+    if "not a database" in text or "malformed" in text:
+        return "not an SQLite file, or a damaged one"
+    if "readonly" in text or "unable to open" in text:
+        return "cannot be written here (read-only file or folder)"
+    return text
 
 
 def _json_number(value: Any) -> Any:

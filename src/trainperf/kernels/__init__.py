@@ -1,5 +1,6 @@
 """Fused kernels that can replace parts of the LM; each module has its PyTorch reference."""
 
+import functools
 import os
 
 import torch
@@ -20,16 +21,29 @@ def tune_candidates(candidates: list, interpreter_choice: object) -> list:
     return candidates[:1] if os.environ.get("TRAINPERF_TRITON_TUNE") == "0" else candidates
 
 
-def triton_runs(device: torch.device) -> bool:
-    """Whether Triton kernels can run on `device`: a CUDA GPU, or the interpreter on the CPU."""
-    return device.type == "cuda" or interpreting()
+INSTALL_TRITON = "pip install 'trainperf[triton]'"
 
 
-def require_triton(device: torch.device, what: str) -> None:
-    """Unsupported unless Triton can run here: a CUDA GPU, or the interpreter on the CPU."""
-    if not triton_runs(device):
-        raise Unsupported(f"{what} needs a CUDA GPU (or TRITON_INTERPRET=1 on the CPU)")
+@functools.cache
+def triton_installed() -> bool:
+    """Whether `import triton` works. Triton is an optional extra: CPU-only installs lack it."""
     try:
         import triton  # noqa: F401
     except ImportError:
-        raise Unsupported(f"{what} needs Triton: pip install 'trainperf[triton]'") from None
+        return False
+    return True
+
+
+def triton_runs(device: torch.device) -> bool:
+    """Whether Triton kernels can run on `device`: Triton is installed, and the device is a CUDA
+    GPU or the CPU under Triton's interpreter."""
+    return triton_installed() and (device.type == "cuda" or interpreting())
+
+
+def require_triton(device: torch.device, what: str) -> None:
+    """Unsupported (naming the install command or the device it needs) unless Triton runs here.
+    Call it before importing a Triton kernel module: those import Triton at the top."""
+    if not triton_installed():
+        raise Unsupported(f"{what} needs Triton: {INSTALL_TRITON}")
+    if not triton_runs(device):
+        raise Unsupported(f"{what} needs a CUDA GPU (or TRITON_INTERPRET=1 on the CPU)")

@@ -15,9 +15,19 @@ from __future__ import annotations
 import torch
 
 from trainperf.kernels import triton_runs
-from trainperf.kernels.cross_entropy import cross_entropy_grad_, cross_entropy_grad_reference
 
 CHUNK = 4096
+
+
+def cross_entropy_grad_reference(logits: torch.Tensor, targets: torch.Tensor, scale: float
+                                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row loss and (softmax − one-hot) · scale, computed in (at least) float32."""
+    x = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    lse = torch.logsumexp(x, dim=-1)
+    loss = lse - x.gather(1, targets[:, None]).squeeze(1)
+    grad = torch.softmax(x, dim=-1)
+    grad[torch.arange(len(targets), device=grad.device), targets] -= 1.0
+    return loss, grad * scale
 
 
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
@@ -30,6 +40,8 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
         grad_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device)
         total = torch.zeros((), dtype=acc, device=hidden.device)
         w = weight.to(hidden.dtype)
+        if fused:
+            from trainperf.kernels.cross_entropy import cross_entropy_grad_
         for i in range(0, n, chunk):
             h, t = hidden[i:i + chunk], targets[i:i + chunk]
             logits = h @ w.t()

@@ -172,9 +172,9 @@ def _install_rope_dispatch() -> None:
         if not (_TRITON_ROPE.get() and unsqueeze_dim == 1):
             return stock(q, k, cos, sin, unsqueeze_dim)
         from trainperf.kernels import require_triton
-        from trainperf.kernels.rope import rope_triton_hf
 
         require_triton(q.device, "--rope triton")
+        from trainperf.kernels.rope import rope_triton_hf
         return rope_triton_hf(q, cos, sin), rope_triton_hf(k, cos, sin)
 
     apply_rotary_pos_emb.trainperf_dispatch = True
@@ -183,7 +183,7 @@ def _install_rope_dispatch() -> None:
 
 def _swiglu_mlp_forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
     from trainperf.kernels import require_triton
-    from trainperf.kernels.swiglu import swiglu_triton
 
     require_triton(x.device, "--swiglu triton")
+    from trainperf.kernels.swiglu import swiglu_triton
     return self.down_proj(swiglu_triton(self.gate_proj(x), self.up_proj(x)))

@@ -80,9 +80,9 @@ class Rope(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.impl == "triton":
             from trainperf.kernels import require_triton
-            from trainperf.kernels.rope import rope_triton
 
             require_triton(q.device, "--rope triton")
+            from trainperf.kernels.rope import rope_triton
             return rope_triton(q, self.cos, self.sin), rope_triton(k, self.cos, self.sin)
         return self._rotate(q), self._rotate(k)
 
@@ -143,9 +143,9 @@ class FeedForward(nn.Module):
         gate, up = self.gate_proj(h), self.up_proj(h)
         if self.swiglu == "triton":
             from trainperf.kernels import require_triton
-            from trainperf.kernels.swiglu import swiglu_triton
 
             require_triton(x.device, "--swiglu triton")
+            from trainperf.kernels.swiglu import swiglu_triton
             return self.down_proj(swiglu_triton(gate, up))
         return self.down_proj(F.silu(gate) * up)
 

@@ -222,7 +222,8 @@ def measure_llama(spec: LlamaSpec) -> dict[str, Any]:
 
 CSV_COLUMNS = ["backend", "batch_size", "seq_len", "mean_s", "median_s", "std_s", "tokens_per_s",
                "tflops", "peak_mem_gb", "status", "speedup", "vs_best_stock", "kv_heads", "swaps", "reason",
-               "gpu", "torch", "cuda", "cudnn", "sm_clock_mhz", "dtype", "compile"]
+               "gpu", "torch", "cuda", "cudnn", "sm_clock_mhz", "dtype", "compile", "inputs", "optimizer",
+               "layers"]
 
 
 _METRIC_COLUMNS = {"mean_s": "iter_s_mean", "median_s": "iter_s_median", "std_s": "iter_s_std",
@@ -267,7 +268,8 @@ def timing_table(records: list[Record], baseline: str = "EFFICIENT_ATTENTION") -
     for r in records:
         row = {"backend": r.spec["backend"], "batch_size": r.spec["batch"], "seq_len": r.spec["seq"],
                "status": r.status, "reason": r.reason, "gpu": r.env.get("gpu_name") or "cpu",
-               "dtype": r.spec["dtype"], "compile": compile_mode(r.spec["compile"])}
+               "dtype": r.spec["dtype"], "compile": compile_mode(r.spec["compile"]),
+               **{k: r.spec.get(k) for k in ("inputs", "optimizer", "layers")}}
         row.update({col: r.metrics.get(key) for col, key in _METRIC_COLUMNS.items()})
         row.update({col: r.env.get(col) for col in ("torch", "cuda", "cudnn")})
         rows.append(row)
