@@ -69,10 +69,11 @@ def test_triton_fa2_key_blocks_wider_than_query_blocks(causal, monkeypatch):
     block, whose keys past it are masked."""
     triton = pytest.importorskip("triton")
     from trainperf.attention import flash_triton
+    from trainperf.kernels import tuning
     for kernel in (flash_triton._fwd_kernel, flash_triton._bwd_dq_kernel):
         monkeypatch.setattr(kernel, "configs", [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32})])
         monkeypatch.setattr(kernel, "cache", {})
-    monkeypatch.setattr(flash_triton, "_CHOSEN", {})  # the configs chosen for earlier tests
+    monkeypatch.setattr(tuning, "_CHOSEN", {})  # the configs chosen for earlier tests
     for n in (70, 48):  # a ragged end, and one on the 16-row tile
         check_against_reference(get_attention("triton-fa2"), 1, 2, n, 32, torch.float32, causal, DEVICE)
 
@@ -82,7 +83,8 @@ def test_triton_fa2_later_calls_launch_with_the_autotuners_choice(monkeypatch):
     with its choice and give the same output and gradients."""
     pytest.importorskip("triton")
     from trainperf.attention import flash_triton
-    monkeypatch.setattr(flash_triton, "_CHOSEN", {})
+    from trainperf.kernels import tuning
+    monkeypatch.setattr(tuning, "_CHOSEN", {})
     dispatched = []
     for kernel in (flash_triton._fwd_kernel, flash_triton._bwd_dkdv_kernel, flash_triton._bwd_dq_kernel):
         counted = lambda *a, _run=kernel.run, **kw: dispatched.append(1) or _run(*a, **kw)  # noqa: E731

@@ -27,6 +27,7 @@ import torch
 from trainperf.attention import flash_triton
 from trainperf.attention.registry import get_attention
 from trainperf.core.timing import time_op
+from trainperf.kernels import tuning
 
 
 def variant(fn, name: str):  # noqa: ANN001, ANN201
@@ -36,7 +37,7 @@ def variant(fn, name: str):  # noqa: ANN001, ANN201
         if name.startswith("g"):
             flash_triton.HEAD_GROUP = int(name[1:])
         elif name == "dispatch":
-            flash_triton._CHOSEN.clear()
+            tuning._CHOSEN.clear()
         try:
             return fn()
         finally:

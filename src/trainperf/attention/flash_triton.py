@@ -32,6 +32,7 @@ import triton
 import triton.language as tl
 
 from trainperf.kernels import interpreting, tune_candidates
+from trainperf.kernels.tuning import tuned_launch
 
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 128
@@ -65,6 +66,20 @@ DQ_CONFIGS = _configs([(64, 64, 4, 3), (128, 32, 4, 3), (128, 32, 4, 5), (128, 6
                        (64, 64, 8, 3), (64, 32, 8, 3), (64, 128, 4, 3)],
                       interpret=(32, 16))
 TUNE_KEY = ["N_CTX", "HEAD_DIM", "CAUSAL"]
+FP32_TILE = 64 * 64  # the largest BLOCK_M·BLOCK_N tried for float32 inputs (`_small_tiles_for_fp32`)
+
+
+def _small_tiles_for_fp32(configs: list[triton.Config], named_args: dict, **kwargs: object
+                          ) -> list[triton.Config]:
+    """For float32 inputs, only tiles up to FP32_TILE: its exact ("ieee") products run on the FMA
+    units, unrolled per thread, so a large tile compiles for tens of seconds and spills."""
+    if named_args["Q"].dtype != torch.float32:
+        return configs
+    small = [c for c in configs if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= FP32_TILE]
+    return small or configs[:1]
+
+
+PRUNE = {"early_config_prune": _small_tiles_for_fp32}
 
 
 @triton.jit
@@ -151,7 +166,7 @@ def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, offs_d, lo, hi, N_CTX, 
     return acc, l_i, m_i
 
 
-@triton.autotune(configs=FWD_CONFIGS, key=TUNE_KEY)
+@triton.autotune(configs=FWD_CONFIGS, key=TUNE_KEY, prune_configs_by=PRUNE)
 @triton.jit
 def _fwd_kernel(Q, K, V, O, L, qk_scale, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                 CAUSAL: tl.constexpr, PRECISION: tl.constexpr, HEAD_GROUP: tl.constexpr,
@@ -271,7 +286,8 @@ def _load_tile(src, start, rows, offs_d, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D:
 
 
 # DQ is zeroed before every timing run of the autotuner (the atomic variant adds into it).
-@triton.autotune(configs=DKDV_CONFIGS, key=[*TUNE_KEY, "ATOMIC_DQ", "TMA"], reset_to_zero=["DQ"])
+@triton.autotune(configs=DKDV_CONFIGS, key=[*TUNE_KEY, "ATOMIC_DQ", "TMA"], reset_to_zero=["DQ"],
+                 prune_configs_by=PRUNE)
 @triton.jit
 def _bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV, DQ, qk_scale, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
                      BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
@@ -331,7 +347,7 @@ def _dq_inner(dq, q, do, lse, delta, K, V, offs_m, offs_d, lo, hi, N_CTX, qk_sca
     return dq
 
 
-@triton.autotune(configs=DQ_CONFIGS, key=[*TUNE_KEY, "TMA"])
+@triton.autotune(configs=DQ_CONFIGS, key=[*TUNE_KEY, "TMA"], prune_configs_by=PRUNE)
 @triton.jit
 def _bwd_dq_kernel(Q, K, V, O, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
                    BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
@@ -395,22 +411,13 @@ def _launch_args(q: torch.Tensor) -> dict:
             "PRECISION": "ieee" if q.dtype == torch.float32 else "tf32", "HEAD_GROUP": HEAD_GROUP}
 
 
-_CHOSEN: dict[tuple, triton.Config] = {}  # (kernel, N_CTX, dtype, constexprs): the autotuner's choice
-
-
 def _launch(kernel: triton.runtime.Autotuner, grid_block: str, n: int, bh: int, *args: torch.Tensor | float,
             **constexprs: object) -> None:
-    """Launch an autotuned kernel (first argument q) on a (sequence blocks, batch·heads) grid. The
-    autotuner runs for a shape it has not seen; after that the kernel launches straight with the
-    config it chose, which leaves out the autotuner's per-call dispatch (host time that short
-    sequences feel)."""
-    key = (kernel, n, args[0].dtype, *sorted(constexprs.items()))
-    config = _CHOSEN.get(key)
-    if config is None:
-        kernel[lambda meta: (triton.cdiv(n, meta[grid_block]), bh)](*args, **constexprs)
-        _CHOSEN[key] = kernel.best_config
-    else:
-        kernel.fn[(triton.cdiv(n, config.kwargs[grid_block]), bh)](*args, **constexprs, **config.all_kwargs())
+    """Launch an autotuned kernel (first argument q) on a (sequence blocks, batch·heads) grid,
+    tuned per sequence length, dtype and constexprs (`tuned_launch`: after the first call, or
+    from the disk cache in a new process, it launches straight with the choice)."""
+    key = (n, str(args[0].dtype), *sorted(constexprs.items()))
+    tuned_launch(kernel, lambda meta: (triton.cdiv(n, meta[grid_block]), bh), key, *args, **constexprs)
 
 
 class FlashAttentionTriton(torch.autograd.Function):

@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from trainperf.kernels import tune_candidates
+from trainperf.kernels.tuning import tuned_launch
 
 # (BLOCK, warps) candidates; the interpreter gets one narrow block (several per row in the tests).
 CONFIGS = [triton.Config({"BLOCK": b}, num_warps=w) for b, w in tune_candidates(
@@ -54,5 +55,6 @@ def cross_entropy_grad_(logits: torch.Tensor, targets: torch.Tensor, scale: floa
         raise ValueError(f"logits must be [rows, vocab] with contiguous rows, got {tuple(logits.shape)}")
     rows, vocab = logits.shape
     loss = torch.empty(rows, dtype=torch.float32, device=logits.device)
-    _ce_kernel[(rows,)](logits, targets, loss, logits.stride(0), vocab, scale)
+    tuned_launch(_ce_kernel, lambda meta: (rows,), (vocab, str(logits.dtype)), logits, targets, loss,
+                 logits.stride(0), vocab, scale)
     return loss
