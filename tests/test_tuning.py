@@ -59,7 +59,7 @@ def cache(tmp_path, monkeypatch):
 
 
 def launch(kernel, key=(1024, "torch.bfloat16")):
-    tuning.tuned_launch(kernel, lambda meta: (1,), key, torch.zeros(4), N=1024)
+    tuning.tuned_launch(kernel, lambda meta: (1,), key, (torch.zeros(4),), {"N": 1024})
 
 
 def new_process(monkeypatch):
@@ -124,3 +124,16 @@ def test_an_unwritable_cache_folder_costs_nothing_but_the_tuning(cache, monkeypa
     launch(kernel)
     launch(kernel)
     assert kernel.launched == [("tuned", 64), ("direct", 64)]
+
+
+def test_float32_attention_tries_only_small_tiles():
+    import triton
+
+    from trainperf.attention.flash_triton import _small_tiles_for_fp32
+
+    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+               for m, n, w, s in [(64, 64, 4, 3), (64, 64, 8, 3), (32, 64, 8, 5), (32, 128, 8, 3)]]
+    q32, q16 = torch.zeros(1, dtype=torch.float32), torch.zeros(1, dtype=torch.bfloat16)
+    assert _small_tiles_for_fp32(configs, {"Q": q16}) == configs
+    assert _small_tiles_for_fp32(configs, {"Q": q32}) == [configs[1], configs[3]]
+    assert _small_tiles_for_fp32(configs[:1], {"Q": q32}) == configs[:1]  # none small: the least work

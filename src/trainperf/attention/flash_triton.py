@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from trainperf.kernels import interpreting, tune_candidates
-from trainperf.kernels.tuning import tuned_launch
+from trainperf.kernels.tuning import Launch, bench, compile_untuned, tuned_launch
 
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 128
@@ -66,17 +66,25 @@ DQ_CONFIGS = _configs([(64, 64, 4, 3), (128, 32, 4, 3), (128, 32, 4, 5), (128, 6
                        (64, 64, 8, 3), (64, 32, 8, 3), (64, 128, 4, 3)],
                       interpret=(32, 16))
 TUNE_KEY = ["N_CTX", "HEAD_DIM", "CAUSAL"]
-FP32_TILE = 64 * 64  # the largest BLOCK_M·BLOCK_N tried for float32 inputs (`_small_tiles_for_fp32`)
+FP32_TILE_PER_WARP = 512  # float32: the largest BLOCK_M·BLOCK_N / warps tried (`_small_tiles_for_fp32`)
+FP32_STAGES = 3
 
 
 def _small_tiles_for_fp32(configs: list[triton.Config], named_args: dict, **kwargs: object
                           ) -> list[triton.Config]:
-    """For float32 inputs, only tiles up to FP32_TILE: its exact ("ieee") products run on the FMA
-    units, unrolled per thread, so a large tile compiles for tens of seconds and spills."""
+    """For float32 inputs, only candidates with small tiles per warp and shallow pipelines: exact
+    ("ieee") float32 products run on the FMA units, unrolled per thread, so their compile time
+    grows with the tile each thread holds and with the stages (on an H100: 3-15 s for these,
+    against 25-48 s for the 4-warp 64x64 and 32x128 dK/dV tiles). If none qualifies, the one
+    with the least work per warp."""
     if named_args["Q"].dtype != torch.float32:
         return configs
-    small = [c for c in configs if c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= FP32_TILE]
-    return small or configs[:1]
+
+    def per_warp(c: triton.Config) -> float:
+        return c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] / c.num_warps
+
+    small = [c for c in configs if per_warp(c) <= FP32_TILE_PER_WARP and c.num_stages <= FP32_STAGES]
+    return small or [min(configs, key=lambda c: (per_warp(c), c.num_stages))]
 
 
 PRUNE = {"early_config_prune": _small_tiles_for_fp32}
@@ -166,7 +174,7 @@ def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, offs_d, lo, hi, N_CTX, 
     return acc, l_i, m_i
 
 
-@triton.autotune(configs=FWD_CONFIGS, key=TUNE_KEY, prune_configs_by=PRUNE)
+@triton.autotune(configs=FWD_CONFIGS, key=TUNE_KEY, prune_configs_by=PRUNE, do_bench=bench)
 @triton.jit
 def _fwd_kernel(Q, K, V, O, L, qk_scale, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                 CAUSAL: tl.constexpr, PRECISION: tl.constexpr, HEAD_GROUP: tl.constexpr,
@@ -287,7 +295,7 @@ def _load_tile(src, start, rows, offs_d, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D:
 
 # DQ is zeroed before every timing run of the autotuner (the atomic variant adds into it).
 @triton.autotune(configs=DKDV_CONFIGS, key=[*TUNE_KEY, "ATOMIC_DQ", "TMA"], reset_to_zero=["DQ"],
-                 prune_configs_by=PRUNE)
+                 prune_configs_by=PRUNE, do_bench=bench)
 @triton.jit
 def _bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV, DQ, qk_scale, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
                      BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
@@ -347,7 +355,7 @@ def _dq_inner(dq, q, do, lse, delta, K, V, offs_m, offs_d, lo, hi, N_CTX, qk_sca
     return dq
 
 
-@triton.autotune(configs=DQ_CONFIGS, key=[*TUNE_KEY, "TMA"], prune_configs_by=PRUNE)
+@triton.autotune(configs=DQ_CONFIGS, key=[*TUNE_KEY, "TMA"], prune_configs_by=PRUNE, do_bench=bench)
 @triton.jit
 def _bwd_dq_kernel(Q, K, V, O, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
                    BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
@@ -412,12 +420,12 @@ def _launch_args(q: torch.Tensor) -> dict:
 
 
 def _launch(kernel: triton.runtime.Autotuner, grid_block: str, n: int, bh: int, *args: torch.Tensor | float,
-            **constexprs: object) -> None:
-    """Launch an autotuned kernel (first argument q) on a (sequence blocks, batch·heads) grid,
-    tuned per sequence length, dtype and constexprs (`tuned_launch`: after the first call, or
+            **constexprs: object) -> Launch:
+    """An autotuned kernel's launch (first argument q) on a (sequence blocks, batch·heads) grid,
+    tuned per sequence length, dtype and constexprs, for `tuned_launch` (after the first call, or
     from the disk cache in a new process, it launches straight with the choice)."""
     key = (n, str(args[0].dtype), *sorted(constexprs.items()))
-    tuned_launch(kernel, lambda meta: (triton.cdiv(n, meta[grid_block]), bh), key, *args, **constexprs)
+    return kernel, lambda meta: (triton.cdiv(n, meta[grid_block]), bh), key, args, constexprs
 
 
 class FlashAttentionTriton(torch.autograd.Function):
@@ -428,7 +436,8 @@ class FlashAttentionTriton(torch.autograd.Function):
         out = torch.empty_like(q)
         lse = torch.empty((b * h, n), dtype=torch.float32, device=q.device)
         args = _launch_args(q)
-        _launch(_fwd_kernel, "BLOCK_M", n, b * h, q, k, v, out, lse, scale * LOG2E, n, CAUSAL=causal, **args)
+        tuned_launch(*_launch(_fwd_kernel, "BLOCK_M", n, b * h, q, k, v, out, lse, scale * LOG2E, n,
+                              CAUSAL=causal, **args))
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.causal, ctx.scale, ctx.atomic_dq, ctx.args = causal, scale, atomic_dq, args
         return out
@@ -449,16 +458,19 @@ class FlashAttentionTriton(torch.autograd.Function):
             _bwd_delta_kernel[(triton.cdiv(rows, block_r),)](out, dout, delta, rows, args["HEAD_DIM"],
                                                             args["BLOCK_D"], block_r)
             dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-            dq_share = dq
+            launches = [_launch(_bwd_dkdv_kernel, "BLOCK_N", n, b * h, q, k, v, dout, *common, dk, dv, dq,
+                                *scales, CAUSAL=ctx.causal, ATOMIC_DQ=True, TMA=tma, **args)]
         else:  # the dQ kernel writes D, which the dK/dV kernel then reads
             dq = torch.empty_like(q)
-            _launch(_bwd_dq_kernel, "BLOCK_M", n, b * h, q, k, v, out, dout, *common, dq, *scales,
-                    CAUSAL=ctx.causal, TMA=tma, **args)
             # the dK/dV kernel leaves its DQ alone here, but its autotuner zeroes it before each
             # timing run: give it dK, which the kernel then overwrites
-            dq_share = dk
-        _launch(_bwd_dkdv_kernel, "BLOCK_N", n, b * h, q, k, v, dout, *common, dk, dv, dq_share, *scales,
-                CAUSAL=ctx.causal, ATOMIC_DQ=ctx.atomic_dq, TMA=tma, **args)
+            launches = [_launch(_bwd_dq_kernel, "BLOCK_M", n, b * h, q, k, v, out, dout, *common, dq, *scales,
+                                CAUSAL=ctx.causal, TMA=tma, **args),
+                        _launch(_bwd_dkdv_kernel, "BLOCK_N", n, b * h, q, k, v, dout, *common, dk, dv, dk,
+                                *scales, CAUSAL=ctx.causal, ATOMIC_DQ=False, TMA=tma, **args)]
+        compile_untuned(*launches)
+        for launch in launches:
+            tuned_launch(*launch)
         if ctx.atomic_dq:
             dq = (dq * ctx.scale).to(q.dtype)
         return dq, dk, dv, None, None, None

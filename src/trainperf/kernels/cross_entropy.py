@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from trainperf.kernels import tune_candidates
-from trainperf.kernels.tuning import tuned_launch
+from trainperf.kernels.tuning import bench, tuned_launch
 
 # (BLOCK, warps) candidates; the interpreter gets one narrow block (several per row in the tests).
 CONFIGS = [triton.Config({"BLOCK": b}, num_warps=w) for b, w in tune_candidates(
@@ -24,7 +24,7 @@ CONFIGS = [triton.Config({"BLOCK": b}, num_warps=w) for b, w in tune_candidates(
 
 # The kernel overwrites X, so the autotuner puts the logits back after each trial (it holds a
 # copy of the block while it tunes, once per vocabulary size).
-@triton.autotune(configs=CONFIGS, key=["V"], restore_value=["X"])
+@triton.autotune(configs=CONFIGS, key=["V"], restore_value=["X"], do_bench=bench)
 @triton.jit
 def _ce_kernel(X, T, LOSS, stride, V, scale, BLOCK: tl.constexpr):
     row_ptr = X + tl.program_id(0).to(tl.int64) * stride
@@ -55,6 +55,6 @@ def cross_entropy_grad_(logits: torch.Tensor, targets: torch.Tensor, scale: floa
         raise ValueError(f"logits must be [rows, vocab] with contiguous rows, got {tuple(logits.shape)}")
     rows, vocab = logits.shape
     loss = torch.empty(rows, dtype=torch.float32, device=logits.device)
-    tuned_launch(_ce_kernel, lambda meta: (rows,), (vocab, str(logits.dtype)), logits, targets, loss,
-                 logits.stride(0), vocab, scale)
+    tuned_launch(_ce_kernel, lambda meta: (rows,), (vocab, str(logits.dtype)),
+                 (logits, targets, loss, logits.stride(0), vocab, scale), {})
     return loss
