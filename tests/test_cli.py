@@ -70,3 +70,34 @@ def test_results_and_env(db):
 def test_export_of_a_missing_store_fails_cleanly(tmp_path):
     res = runner.invoke(app, ["export", "--db", str(tmp_path / "none.db")])
     assert res.exit_code == 2 and "none.db': no such file" in res.output
+
+
+def test_version():
+    from trainperf import __version__
+
+    res = runner.invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.output.strip() == f"trainperf {__version__}"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--size", ""], "--size needs at least one value"),
+    (["--batch", ""], "--batch needs at least one value"),
+    (["--size", "tiny,,tiny"], "--size: empty item in 'tiny,,tiny'"),
+    (["--context", "16,"], "--context: empty item in '16,'"),
+])
+def test_empty_values_and_list_items_are_refused(db, args, message):
+    res = runner.invoke(app, ["step", *FAST, *args, "--db", str(db)])
+    assert res.exit_code == 2 and message in res.output
+    assert not db.exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["attention", "--batch", "0"], "--batch must be positive, got 0"),
+    (["attention", "--seq", "16,,32"], "--seq: empty item"),
+    (["llama", "--iters", "0"], "--iters must be positive, got 0"),
+    (["llama", "--backend", ""], "--backend needs at least one value"),
+])
+def test_zero_and_empty_values_do_not_mean_the_default(db, args, message):
+    res = runner.invoke(app, [*args, "--device", "cpu", "--quiet", "--db", str(db)])
+    assert res.exit_code == 2 and message in res.output
+    assert not db.exists()

@@ -13,6 +13,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from trainperf import __version__
 from trainperf.core import env as envmod
 from trainperf.core import report
 from trainperf.core.errors import SpecError
@@ -34,6 +35,18 @@ def _quiet_third_party() -> None:
 _quiet_third_party()
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Measure and explain how fast a Transformer LM trains.")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"trainperf {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print trainperf's version and exit.")) -> None:
+    """Measure and explain how fast a Transformer LM trains."""
 # Wide tables stay readable in logs and CI, where there is no terminal to size them by.
 console = Console() if sys.stdout.isatty() else Console(width=220)
 err_console = Console(stderr=True)
@@ -70,6 +83,12 @@ def cli_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
                               "run the same command again to resume.")
             raise typer.Exit(130) from None
     return wrapper
+
+
+def with_defaults(defaults: dict[str, Any], **given: Any) -> dict[str, Any]:
+    """The options as given, the device's defaults for those left out. Only a missing option takes
+    its default: an empty or zero value stays, for validation to refuse."""
+    return {**defaults, **{k: v for k, v in given.items() if v is not None}}
 
 
 def device_or_fail(name: str):

@@ -26,6 +26,7 @@ from trainperf.cli.common import (
     err_console,
     frame_table,
     run_and_show,
+    with_defaults,
 )
 from trainperf.core import report
 from trainperf.core.errors import SpecError
@@ -92,12 +93,13 @@ def step(
                  "precision": "bf16", "warmup": 5, "steps": 10} if gpu else
                 {"size": "tiny", "context": "64,128", "batch": "4", "precision": "fp32",
                  "warmup": 2, "steps": 5})
+    opts = with_defaults(defaults, size=size, context=context, batch=batch, precision=precision,
+                         warmup=warmup, steps=steps)
     axes = sweep(
-        size=parse_list(size or defaults["size"], str, "--size", PRESETS),
-        context=parse_list(context or defaults["context"], positive_int, "--context"),
-        batch=parse_list(batch or defaults["batch"], positive_int, "--batch"),
-        precision=parse_list(precision or defaults["precision"], str, "--precision",
-                             ("fp32", "bf16", "fp16")),
+        size=parse_list(opts["size"], str, "--size", PRESETS),
+        context=parse_list(opts["context"], positive_int, "--context"),
+        batch=parse_list(opts["batch"], positive_int, "--batch"),
+        precision=parse_list(opts["precision"], str, "--precision", ("fp32", "bf16", "fp16")),
         compile=parse_list(compile, on_off, "--compile"),
         mode=parse_list(mode, str, "--mode", MODES),
         attention=parse_list(attention, str, "--attention", ATTN),
@@ -107,8 +109,7 @@ def step(
         loss=parse_list(loss, str, "--loss", LOSSES),
     )
     common = {"device": dev.type if dev.index is None else str(dev), "tf32": on_off(tf32),
-              "vocab": vocab, "warmup": defaults["warmup"] if warmup is None else warmup,
-              "steps": defaults["steps"] if steps is None else steps, "d_model": d_model,
+              "vocab": vocab, "warmup": opts["warmup"], "steps": opts["steps"], "d_model": d_model,
               "d_ff": d_ff, "n_layers": layers, "n_heads": heads}
     specs = [StepSpec.from_preset(a.pop("size"), **a, **common) for a in axes]
     for s in specs:
@@ -153,17 +154,18 @@ def attention(
     defaults = ({"impl": "all", "head_dim": "64", "seq": "256,1024,4096", "batch": 8, "dtype": "bf16"}
                 if gpu else {"impl": "naive,sdpa,sdpa-math,torch-fa2", "head_dim": "32",
                              "seq": "128,256", "batch": 1, "dtype": "fp32"})
-    impls = impl or defaults["impl"]
+    opts = with_defaults(defaults, impl=impl, head_dim=head_dim, seq=seq, batch=batch, dtype=dtype)
+    impls = opts["impl"]
     pinned = [n for n in NAMES if n != "sdpa"]
     axes = sweep(
         impl=pinned if impls == "all" else parse_list(impls, str, "--impl", NAMES),
-        head_dim=parse_list(head_dim or defaults["head_dim"], positive_int, "--head-dim"),
-        seq=parse_list(seq or defaults["seq"], positive_int, "--seq"),
-        dtype=parse_list(dtype or defaults["dtype"], str, "--dtype", ("fp32", "fp16", "bf16")),
+        head_dim=parse_list(opts["head_dim"], positive_int, "--head-dim"),
+        seq=parse_list(opts["seq"], positive_int, "--seq"),
+        dtype=parse_list(opts["dtype"], str, "--dtype", ("fp32", "fp16", "bf16")),
         mode=parse_list(mode, str, "--mode", MODES),
         causal=parse_list(causal, on_off, "--causal"),
     )
-    specs = [AttentionSpec(batch=batch or defaults["batch"], heads=heads, device=dev.type,
+    specs = [AttentionSpec(batch=opts["batch"], heads=heads, device=dev.type,
                            warmup=warmup, reps=reps, **a) for a in axes]
     for s in specs:
         validate(s)
@@ -246,16 +248,16 @@ def llama(
 
     dev = device_or_fail(device)
     gpu = dev.type == "cuda"
-    grid = parse_list(batch_seq, batch_seq_pair, "--batch-seq") if batch_seq else list(
+    grid = parse_list(batch_seq, batch_seq_pair, "--batch-seq") if batch_seq is not None else list(
         DEFAULT_GRID if gpu else CPU_GRID)
-    backends = parse_list(backend or ("CUDNN_ATTENTION,EFFICIENT_ATTENTION,FLASH_ATTENTION" if gpu
-                                      else "MATH,FLASH_ATTENTION"), str, "--backend", BACKENDS)
+    stock_backends = "CUDNN_ATTENTION,EFFICIENT_ATTENTION,FLASH_ATTENTION" if gpu else "MATH,FLASH_ATTENTION"
+    backends = parse_list(stock_backends if backend is None else backend, str, "--backend", BACKENDS)
     base = baseline or ("EFFICIENT_ATTENTION" if "EFFICIENT_ATTENTION" in backends else backends[0])
     if base not in BACKENDS:
         raise SpecError(f"--baseline {base!r}; valid choices: {', '.join(BACKENDS)}")
     common = dict(dtype=dtype, optimizer=optimizer, inputs=inputs, preset=preset or (
         None if config or model else ("llama-3.2-1b" if gpu else "tiny")), config=config, model=model,
-        layers=layers, device=dev.type, warmup=warmup, iters=iters or (100 if gpu else 5))
+        layers=layers, device=dev.type, warmup=warmup, iters=(100 if gpu else 5) if iters is None else iters)
     compiles = parse_list(compile, str, "--compile", COMPILE_MODES)
     kv_modes = parse_list(kv_heads, str, "--kv-heads", KV_HEADS)
     specs = [LlamaSpec(backend=be, batch=b, seq=n, compile=c, norm=norm, swiglu=swiglu, rope=rope,

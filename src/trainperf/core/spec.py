@@ -16,9 +16,11 @@ ON_OFF = {"on": True, "off": False, "true": True, "false": False, "1": True, "0"
 def parse_list(text: str, convert: Callable[[str], T], option: str,
                choices: Iterable[str] | None = None) -> list[T]:
     """'a,b,c' → [convert(a), …]; SpecError naming the option and the bad item otherwise."""
-    items = [t.strip() for t in str(text).split(",") if t.strip()]
-    if not items:
+    items = [t.strip() for t in str(text).split(",")]
+    if not any(items):
         raise SpecError(f"{option} needs at least one value")
+    if not all(items):
+        raise SpecError(f"{option}: empty item in {text!r}; separate values with single commas")
     allowed = list(choices) if choices is not None else None
     out = []
     for item in items:
