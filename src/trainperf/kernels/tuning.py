@@ -106,8 +106,11 @@ def compile_untuned(*launches: Launch) -> None:
     one after the other (a backward's two) gain from being compiled together. Failures are left
     for the autotuner, which skips such candidates."""
     async_mode = getattr(triton, "AsyncCompileMode", None)
-    todo = [(k, grid, args, constexprs) for k, grid, key, args, constexprs in launches
-            if _known(k, key, args)[0] is None and _cache_file(k, args) is not None]
+    todo = []
+    for kernel, grid, key, args, constexprs in launches:
+        config, path, _ = _known(kernel, key, args)
+        if config is None and path is not None:  # untuned, with candidates to compile
+            todo.append((kernel, grid, args, constexprs))
     if async_mode is None or not todo:
         return
     workers = min(sum(len(k.configs) for k, *_ in todo), os.cpu_count() or 1)
