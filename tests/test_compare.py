@@ -101,7 +101,7 @@ def test_rows_pair_only_when_their_whole_setup_matches(tmp_path):
     assert len(fast) == 2 and fast["NVIDIA H200"].isna().all()
     flash = table[table.backend == "FLASH_ATTENTION"]
     assert len(flash) == 2 and flash["NVIDIA H100"].isna().all()
-    warnings = pairing_warnings(frames, labels)
+    warnings = pairing_warnings(frames, labels, table)
     assert any("4 case(s) measured in only some sets" in w for w in warnings)
     res = runner.invoke(app, ["compare", str(h100), str(h200), "--out", str(tmp_path / "cmp")])
     assert res.exit_code == 0, res.output
@@ -121,7 +121,7 @@ def test_repeated_cases_keep_the_latest_and_plot(tmp_path):
     table = side_by_side(frames, labels)
     assert len(table) == 2
     assert table["speed-up NVIDIA H200 vs NVIDIA H100"].tolist() == pytest.approx([1.0, 1.0])
-    assert any("2 repeated case(s)" in w for w in pairing_warnings(frames, labels))
+    assert any("2 repeated case(s)" in w for w in pairing_warnings(frames, labels, table))
     res = runner.invoke(app, ["compare", str(a), str(b), "--out", str(tmp_path / "cmp")])
     assert res.exit_code == 0, res.output
 
@@ -142,4 +142,4 @@ def test_sets_without_the_newer_setup_columns_pair_without_them(tmp_path):
     table = side_by_side(frames, labels)
     assert table.dropna(subset=["speed-up NVIDIA H200 vs NVIDIA H100"]).backend.tolist() == [
         "CUDNN_ATTENTION", "CUDNN_ATTENTION"]
-    assert any(w.startswith("inputs is not recorded") for w in pairing_warnings(frames, labels))
+    assert any(w.startswith("inputs is not recorded") for w in pairing_warnings(frames, labels, table))

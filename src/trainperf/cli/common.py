@@ -47,6 +47,8 @@ def _print_version(value: bool) -> None:
 def _main(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                        help="Print trainperf's version and exit.")) -> None:
     """Measure and explain how fast a Transformer LM trains."""
+
+
 # Wide tables stay readable in logs and CI, where there is no terminal to size them by.
 console = Console() if sys.stdout.isatty() else Console(width=220)
 err_console = Console(stderr=True)

@@ -51,9 +51,9 @@ def compare(
     except ValueError as exc:
         raise SpecError(str(exc)) from None
     labels = label_sets(sets, frames)
-    for w in [*context_warnings(frames, labels, axis), *pairing_warnings(frames, labels)]:
-        err_console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
     table = side_by_side(frames, labels)
+    for w in [*context_warnings(frames, labels, axis), *pairing_warnings(frames, labels, table)]:
+        err_console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
     console.print(frame_table(table, title="trainperf compare"))
     for path in plot_comparison(table, labels, out):
         err_console.print(f"wrote {path}")

@@ -50,25 +50,26 @@ class Store:
 
     def __init__(self, path: str | Path = DEFAULT_DB, *, create: bool = True) -> None:
         self.path = Path(path)
+        name = f"results store {str(path)!r}"
         problem = _path_problem(self.path, create)
         if problem:
-            raise StoreError(f"results store {str(path)!r}: {problem}")
+            raise StoreError(f"{name}: {problem}")
         try:
             con = self._connect()
             try:
                 tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
                 if tables - {"records", "sqlite_sequence"}:
-                    raise StoreError(f"results store {str(path)!r}: an SQLite file of another program "
+                    raise StoreError(f"{name}: an SQLite file of another program "
                                      f"(tables {', '.join(sorted(tables))}), not a trainperf results store")
                 if create:
                     with con:
                         con.executescript(_SCHEMA)
                 elif "records" not in tables:
-                    raise StoreError(f"results store {str(path)!r}: holds no trainperf records")
+                    raise StoreError(f"{name}: holds no trainperf records")
             finally:
                 con.close()
         except sqlite3.DatabaseError as exc:  # not SQLite, truncated, read-only, locked
-            raise StoreError(f"results store {str(path)!r}: {_sqlite_problem(exc)}") from None
+            raise StoreError(f"{name}: {_sqlite_problem(exc)}") from None
 
     def _connect(self) -> sqlite3.Connection:
         con = sqlite3.connect(self.path, timeout=60)

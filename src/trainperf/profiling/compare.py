@@ -29,7 +29,6 @@ def load_result_set(path: Path) -> pd.DataFrame:
     if not path.exists():
         raise ValueError(f"{path}: no such file")
     if path.suffix == ".csv":
-        df = pd.read_csv(path)
         try:
             df = pd.read_csv(path)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
@@ -120,15 +119,15 @@ def side_by_side(frames: list[pd.DataFrame], labels: list[str]) -> pd.DataFrame:
     return merged.sort_values(SHAPE + setup).reset_index(drop=True)
 
 
-def pairing_warnings(frames: list[pd.DataFrame], labels: list[str]) -> list[str]:
-    """Setup columns left out of the pairing, repeated cases, and rows that found no partner."""
+def pairing_warnings(frames: list[pd.DataFrame], labels: list[str], table: pd.DataFrame) -> list[str]:
+    """Setup columns left out of the pairing, repeated cases, and rows of `table` (side_by_side's)
+    that found no partner."""
     setup, left_out = pairing_columns(frames)
     out = [f"{c} is not recorded in every set; rows are paired without it" for c in left_out]
     for f, lab in zip(frames, labels, strict=True):
         _, dropped = latest_per_case(f, setup + SHAPE)
         if dropped:
             out.append(f"{lab}: {dropped} repeated case(s); the latest of each is compared")
-    table = side_by_side(frames, labels)
     alone = table[labels].isna().any(axis=1).sum()
     if alone:
         out.append(f"{alone} case(s) measured in only some sets are shown without a partner")
