@@ -126,14 +126,16 @@ def test_an_unwritable_cache_folder_costs_nothing_but_the_tuning(cache, monkeypa
     assert kernel.launched == [("tuned", 64), ("direct", 64)]
 
 
-def test_float32_attention_tries_only_small_tiles():
+def test_attention_candidates_by_dtype():
     import triton
 
-    from trainperf.attention.flash_triton import _small_tiles_for_fp32
+    from trainperf.attention.flash_triton import _candidates_by_dtype
 
     configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
                for m, n, w, s in [(64, 64, 4, 3), (64, 64, 8, 3), (32, 64, 8, 5), (32, 128, 8, 3)]]
+    prune = _candidates_by_dtype({(64, 64, 4, 3), (32, 64, 8, 5)})["early_config_prune"]
     q32, q16 = torch.zeros(1, dtype=torch.float32), torch.zeros(1, dtype=torch.bfloat16)
-    assert _small_tiles_for_fp32(configs, {"Q": q16}) == configs
-    assert _small_tiles_for_fp32(configs, {"Q": q32}) == [configs[1], configs[3]]
-    assert _small_tiles_for_fp32(configs[:1], {"Q": q32}) == configs[:1]  # none small: the least work
+    assert prune(configs, {"Q": q16}) == [configs[0], configs[2]]  # the listed winners
+    assert prune(configs[1:2], {"Q": q16}) == configs[1:2]  # none listed: all
+    assert prune(configs, {"Q": q32}) == [configs[1], configs[3]]  # small tiles, at most 3 stages
+    assert prune(configs[:1], {"Q": q32}) == configs[:1]  # none small: the least work

@@ -68,18 +68,24 @@ DQ_CONFIGS = _configs([(64, 64, 4, 3), (128, 32, 4, 3), (128, 32, 4, 5), (128, 6
 TUNE_KEY = ["N_CTX", "HEAD_DIM", "CAUSAL"]
 FP32_TILE_PER_WARP = 512  # float32: the largest BLOCK_M·BLOCK_N / warps tried (`_small_tiles_for_fp32`)
 FP32_STAGES = 3
+# bf16/fp16 candidates that won, or came within 2% of the winner, at some shape of the tuning
+# sweep (14 shapes, head dims 64 and 128, causal and not: benchmarks/scripts/tune_sweep.py);
+# the others, never closer than 5%, are left out of the autotuning, which halves a first call's
+# compile and timing work. (BLOCK_M, BLOCK_N, warps, stages).
+FWD_HALF = {(128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 4, 4), (128, 64, 4, 3)}
+DKDV_HALF = {(32, 128, 4, 5), (64, 64, 4, 2), (64, 64, 4, 3), (64, 128, 8, 3)}
+DQ_HALF = {(128, 64, 4, 3), (128, 64, 8, 3), (64, 128, 4, 3), (64, 32, 4, 4), (64, 64, 4, 3)}
 
 
-def _small_tiles_for_fp32(configs: list[triton.Config], named_args: dict, **kwargs: object
-                          ) -> list[triton.Config]:
-    """For float32 inputs, only candidates with small tiles per warp and shallow pipelines: exact
-    ("ieee") float32 products run on the FMA units, unrolled per thread, so their compile time
-    grows with the tile each thread holds and with the stages (on an H100: 3-15 s for these,
-    against 25-48 s for the 4-warp 64x64 and 32x128 dK/dV tiles). If none qualifies, the one
-    with the least work per warp."""
-    if named_args["Q"].dtype != torch.float32:
-        return configs
+def _tile(c: triton.Config) -> tuple[int, int, int, int]:
+    return c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages
 
+
+def _small_tiles_for_fp32(configs: list[triton.Config]) -> list[triton.Config]:
+    """Candidates with small tiles per warp and shallow pipelines: exact ("ieee") float32
+    products run on the FMA units, unrolled per thread, so their compile time grows with the tile
+    each thread holds and with the stages (on an H100: 3-15 s for these, against 25-48 s for the
+    4-warp 64x64 and 32x128 dK/dV tiles). If none qualifies, the one with the least work per warp."""
     def per_warp(c: triton.Config) -> float:
         return c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] / c.num_warps
 
@@ -87,7 +93,14 @@ def _small_tiles_for_fp32(configs: list[triton.Config], named_args: dict, **kwar
     return small or [min(configs, key=lambda c: (per_warp(c), c.num_stages))]
 
 
-PRUNE = {"early_config_prune": _small_tiles_for_fp32}
+def _candidates_by_dtype(half: set[tuple[int, int, int, int]]) -> dict:
+    """A kernel's `prune_configs_by`: float32 inputs try small tiles, bf16/fp16 inputs the
+    candidates in `half` (all of them where none is, as under TRAINPERF_TRITON_TUNE=0)."""
+    def prune(configs: list[triton.Config], named_args: dict, **kwargs: object) -> list[triton.Config]:
+        if named_args["Q"].dtype == torch.float32:
+            return _small_tiles_for_fp32(configs)
+        return [c for c in configs if _tile(c) in half] or configs
+    return {"early_config_prune": prune}
 
 
 @triton.jit
@@ -174,7 +187,8 @@ def _fwd_inner(acc, l_i, m_i, q, k_base, v_base, offs_m, offs_d, lo, hi, N_CTX, 
     return acc, l_i, m_i
 
 
-@triton.autotune(configs=FWD_CONFIGS, key=TUNE_KEY, prune_configs_by=PRUNE, do_bench=bench)
+@triton.autotune(configs=FWD_CONFIGS, key=TUNE_KEY, prune_configs_by=_candidates_by_dtype(FWD_HALF),
+                 do_bench=bench)
 @triton.jit
 def _fwd_kernel(Q, K, V, O, L, qk_scale, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                 CAUSAL: tl.constexpr, PRECISION: tl.constexpr, HEAD_GROUP: tl.constexpr,
@@ -295,7 +309,7 @@ def _load_tile(src, start, rows, offs_d, N_CTX, HEAD_DIM: tl.constexpr, BLOCK_D:
 
 # DQ is zeroed before every timing run of the autotuner (the atomic variant adds into it).
 @triton.autotune(configs=DKDV_CONFIGS, key=[*TUNE_KEY, "ATOMIC_DQ", "TMA"], reset_to_zero=["DQ"],
-                 prune_configs_by=PRUNE, do_bench=bench)
+                 prune_configs_by=_candidates_by_dtype(DKDV_HALF), do_bench=bench)
 @triton.jit
 def _bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV, DQ, qk_scale, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
                      BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
@@ -355,7 +369,8 @@ def _dq_inner(dq, q, do, lse, delta, K, V, offs_m, offs_d, lo, hi, N_CTX, qk_sca
     return dq
 
 
-@triton.autotune(configs=DQ_CONFIGS, key=[*TUNE_KEY, "TMA"], prune_configs_by=PRUNE, do_bench=bench)
+@triton.autotune(configs=DQ_CONFIGS, key=[*TUNE_KEY, "TMA"], prune_configs_by=_candidates_by_dtype(DQ_HALF),
+                 do_bench=bench)
 @triton.jit
 def _bwd_dq_kernel(Q, K, V, O, DO, L, Delta, DQ, qk_scale, sm_scale, N_CTX, HEAD_DIM: tl.constexpr,
                    BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
