@@ -85,10 +85,13 @@ def bench(fn: Callable[[], object], quantiles: Sequence[float]) -> list[float]:
 def _known(kernel: triton.runtime.Autotuner, key: tuple, args: Sequence[object]
            ) -> tuple[triton.Config | None, Path | None, str]:
     """The config chosen for `key` in this process or on disk (or None), the disk file, and the
-    key as the file spells it."""
-    text = json.dumps(key, default=str)
+    key as the file spells it. A choice made in this process returns at once: this runs on every
+    launch, and short kernels are bound by host time."""
     config = _CHOSEN.get((kernel.fn.__name__, *key))
-    path = _cache_file(kernel, args) if config is None else None
+    if config is not None:
+        return config, None, ""
+    text = json.dumps(key, default=str)
+    path = _cache_file(kernel, args)
     if path is not None:
         index = _read(path).get(text)
         if index is not None and 0 <= index < len(kernel.configs):
