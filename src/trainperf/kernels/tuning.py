@@ -126,7 +126,8 @@ def tuned_launch(kernel: triton.runtime.Autotuner, grid: Grid, key: tuple, args:
                  constexprs: dict) -> None:
     """Launch an autotuned kernel on `grid` (a function of the launch's meta-parameters). `key`
     names the tuning case as the autotuner's key does (sizes, dtypes, constexprs), in JSON-able
-    values. The first launch of a key in this process reads the disk cache, or tunes."""
+    values. The first launch of a key in this process reads the disk cache, or tunes; later ones
+    launch straight with the choice (the hot path: one dictionary look-up)."""
     config, path, text = _known(kernel, key, args)
     if config is None:
         compile_untuned((kernel, grid, key, args, constexprs))
@@ -134,6 +135,8 @@ def tuned_launch(kernel: triton.runtime.Autotuner, grid: Grid, key: tuple, args:
         config = kernel.best_config
         if path is not None:
             _write(path, text, kernel.configs.index(config))
-    else:
-        kernel.fn[grid](*args, **constexprs, **config.all_kwargs())
-    _CHOSEN[(kernel.fn.__name__, *key)] = config
+        _CHOSEN[(kernel.fn.__name__, *key)] = config
+        return
+    if path is not None:  # read from disk: known in this process from now on
+        _CHOSEN[(kernel.fn.__name__, *key)] = config
+    kernel.fn[grid](*args, **constexprs, **config.all_kwargs())
