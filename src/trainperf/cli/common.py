@@ -93,6 +93,38 @@ def with_defaults(defaults: dict[str, Any], **given: Any) -> dict[str, Any]:
     return {**defaults, **{k: v for k, v in given.items() if v is not None}}
 
 
+def check_out_dir(path: Path, option: str = "--out") -> None:
+    """SpecError unless `path` is, or can be made, a writable folder (checked before any work;
+    the folder itself is made when the first file is written)."""
+    _check_writable(path, option, want_dir=True)
+
+
+def check_out_file(path: Path, option: str) -> None:
+    """SpecError unless a file can be written at `path`: not a folder, in a writable folder."""
+    _check_writable(path, option, want_dir=False)
+
+
+def _check_writable(path: Path, option: str, want_dir: bool) -> None:
+    if str(path) in ("", "."):
+        if want_dir:
+            return
+        raise SpecError(f"{option} needs a file name")
+    try:
+        if path.exists():
+            if path.is_dir() != want_dir:
+                raise SpecError(f"{option} {str(path)!r} is not a {'folder' if want_dir else 'file'}")
+            if not os.access(path, os.W_OK):
+                raise SpecError(f"{option} {str(path)!r} is not writable")
+            return
+        parent = next(p for p in path.parents if p.exists())
+        if not want_dir and parent != path.parent:
+            raise SpecError(f"{option} {str(path)!r}: folder {str(path.parent)!r} does not exist")
+        if not parent.is_dir() or not os.access(parent, os.W_OK):
+            raise SpecError(f"{option} {str(path)!r}: {str(parent)!r} is not a writable folder")
+    except OSError as exc:  # a name too long for the file system, ...
+        raise SpecError(f"{option} {str(path)!r}: {exc.strerror or exc}") from None
+
+
 def device_or_fail(name: str):
     try:
         return envmod.resolve_device(name)

@@ -15,9 +15,11 @@ from trainperf.cli.common import (
     QuietOpt,
     RerunOpt,
     app,
+    check_out_dir,
     cli_errors,
     err_console,
     show_records,
+    with_defaults,
 )
 from trainperf.core import env as envmod
 from trainperf.core import report
@@ -25,7 +27,7 @@ from trainperf.core.errors import SpecError
 from trainperf.core.record import Record, case_key_for
 from trainperf.core.spec import on_off, parse_list, positive_int, sweep
 from trainperf.core.store import Store, to_frame
-from trainperf.distributed.launch import LaunchError, launch, rank_device
+from trainperf.distributed.launch import LaunchError, existing_launch, launch, rank_device, world_size_problem
 from trainperf.distributed.ranked_sweep import run_ranked_cases
 
 
@@ -46,6 +48,11 @@ def _rank_worker(rank: int, world: int, workload: str, specs: list, db: str, env
 def _run_distributed(workload: str, specs: list, backend: str, db: Path, rerun: bool,
                      quiet: bool) -> list[Record]:
     """Group cases by world size, launch each group once, return the stored records in order."""
+    if existing_launch() is None:  # this host starts the ranks: can it?
+        for world in sorted({s.world_size for s in specs}):
+            problem = world_size_problem(world, backend)
+            if problem:
+                raise SpecError(problem)
     device = torch.device("cuda" if backend == "nccl" else "cpu")
     env = envmod.capture(device)
     store = Store(db)
@@ -86,12 +93,13 @@ def comm(
     from trainperf.workloads.comm import OPS, CommSpec, parse_size, validate
 
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-    sizes = size or ("1MB,10MB,100MB,1GB" if backend == "nccl" else "64KB,1MB,8MB")
+    sizes = size if size is not None else ("1MB,10MB,100MB,1GB" if backend == "nccl" else "64KB,1MB,8MB")
     axes = sweep(world_size=parse_list(world_size, positive_int, "--world-size"),
                  op=parse_list(op, str, "--op", OPS), size_bytes=parse_list(sizes, parse_size, "--size"))
     specs = [CommSpec(backend=backend, dtype=dtype, warmup=warmup, iters=iters, **a) for a in axes]
     for s in specs:
         validate(s)
+    check_out_dir(out)
     records = _run_distributed("comm", specs, backend, db, rerun, quiet or as_json)
     show_records(records, COMM_COLUMNS, "trainperf comm", as_json)
     ok = to_frame(r for r in records if r.status == "ok")
@@ -140,9 +148,10 @@ def ddp(
     gpu = backend == "nccl"
     variants = parse_list(variant, str, "--variant", VARIANTS)
     buckets = parse_list(bucket_mb, float, "--bucket-mb")
+    defaults = ({"size": "small", "context": 512, "batch": 4, "precision": "bf16"} if gpu else
+                {"size": "tiny", "context": 32, "batch": 2, "precision": "fp32"})
     common: dict[str, Any] = dict(
-        size=size or ("small" if gpu else "tiny"), context=context or (512 if gpu else 32),
-        batch=batch or (4 if gpu else 2), precision=precision or ("bf16" if gpu else "fp32"),
+        **with_defaults(defaults, size=size, context=context, batch=batch, precision=precision),
         backend=backend, warmup=warmup, steps=steps, optimizer=optimizer)
     specs = []
     for a in sweep(world_size=parse_list(world_size, positive_int, "--world-size"), variant=variants,

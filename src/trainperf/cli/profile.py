@@ -17,16 +17,19 @@ from trainperf.cli.common import (
     SwigluOpt,
     app,
     batch_seq_pair,
+    check_out_dir,
+    check_out_file,
     cli_errors,
     console,
     device_or_fail,
     err_console,
     frame_table,
+    with_defaults,
 )
 from trainperf.core import env as envmod
 from trainperf.core import report
 from trainperf.core.errors import SpecError
-from trainperf.core.spec import on_off
+from trainperf.core.spec import on_off, parse_one
 
 profile_app = typer.Typer(help="Per-module kernel breakdown of a workload's step (torch.profiler).")
 app.add_typer(profile_app, name="profile")
@@ -46,6 +49,9 @@ def _profile_and_show(name: str, step, model, dev, steps: int, ranges_only: bool
                       meta: dict[str, Any], as_json: bool) -> None:
     from trainperf.profiling.session import profile_workload, save_breakdown
 
+    if steps < 1:
+        raise SpecError(f"--steps must be positive, got {steps}")
+    check_out_dir(out)
     bd = profile_workload(step, model, dev, steps=steps, ranges_only=ranges_only)
     if bd is None:
         err_console.print(f"ran {steps} step(s) with NVTX ranges")
@@ -85,13 +91,15 @@ def _argv_without(flag: str) -> str:
 
 def _step_spec(dev, size: str | None, context: int | None, batch: int, precision: str | None, **kw: Any):
     """A validated training-step spec for one profile: medium/512/bf16 on a GPU, tiny on the CPU."""
+    from trainperf.models.presets import PRESETS
     from trainperf.workloads.step import StepSpec, validate
 
-    gpu = dev.type == "cuda"
-    spec = StepSpec.from_preset(size or ("medium" if gpu else "tiny"),
-                                context=context or (512 if gpu else 64), batch=batch,
-                                precision=precision or ("bf16" if gpu else "fp32"), mode="train",
-                                device=dev.type, d_model=None, d_ff=None, n_layers=None, n_heads=None, **kw)
+    opts = with_defaults({"size": "medium", "context": 512, "precision": "bf16"} if dev.type == "cuda" else
+                         {"size": "tiny", "context": 64, "precision": "fp32"},
+                         size=size, context=context, precision=precision)
+    spec = StepSpec.from_preset(parse_one(opts["size"], str, "--size", PRESETS), context=opts["context"],
+                                batch=batch, precision=opts["precision"], mode="train", device=dev.type,
+                                d_model=None, d_ff=None, n_layers=None, n_heads=None, **kw)
     validate(spec)
     return spec
 
@@ -114,7 +122,8 @@ def profile_step(
     from trainperf.workloads.step import StepCase
 
     dev = device_or_fail(device)
-    spec = _step_spec(dev, size, context, batch, precision, compile=on_off(compile), attention=attention,
+    spec = _step_spec(dev, size, context, batch, precision, compile=parse_one(compile, on_off, "--compile"),
+                      attention=attention,
                       norm=norm, rope=rope, swiglu=swiglu, loss=loss)
     swaps = _swap_suffix({"rope": rope, "swiglu": swiglu, "loss": loss})
     name = f"step_{spec.size}_ctx{spec.context}_{spec.precision}_{spec.attention}_{spec.norm}{swaps}"
@@ -145,12 +154,13 @@ def profile_llama(
 
     dev = device_or_fail(device)
     gpu = dev.type == "cuda"
-    b, n = batch_seq_pair(batch_seq or ("1x4096" if gpu else "1x64"))
+    b, n = parse_one(("1x4096" if gpu else "1x64") if batch_seq is None else batch_seq, batch_seq_pair,
+                     "--batch-seq")
     swaps = {**(FAST if fast else {"norm": norm, "swiglu": swiglu, "rope": rope, "loss": loss,
                                    "compile": compile}), "kv_heads": kv_heads}
-    spec = LlamaSpec(backend=backend or ("CUDNN_ATTENTION" if gpu else "MATH"), batch=b, seq=n, dtype=dtype,
-                     layers=layers, preset=preset or ("llama-3.2-1b" if gpu else "tiny"), device=dev.type,
-                     **swaps)
+    opts = with_defaults({"backend": "CUDNN_ATTENTION", "preset": "llama-3.2-1b"} if gpu else
+                         {"backend": "MATH", "preset": "tiny"}, backend=backend, preset=preset)
+    spec = LlamaSpec(batch=b, seq=n, dtype=dtype, layers=layers, device=dev.type, **opts, **swaps)
     validate(spec)
     name = f"llama_{spec.backend.lower()}_{b}x{n}{_swap_suffix(swaps)}"
     if nsys:
@@ -174,13 +184,16 @@ def profile_attention(
     ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Kernel breakdown of one attention call."""
+    from trainperf.attention.registry import NAMES
     from trainperf.workloads.attention import AttentionSpec, operation, validate
 
     dev = device_or_fail(device)
     gpu = dev.type == "cuda"
-    spec = AttentionSpec(impl=impl, batch=batch, heads=heads, seq=seq or (4096 if gpu else 128),
-                         head_dim=head_dim, dtype=dtype or ("bf16" if gpu else "fp32"), mode=mode,
-                         causal=on_off(causal), device=dev.type)
+    opts = with_defaults({"seq": 4096, "dtype": "bf16"} if gpu else {"seq": 128, "dtype": "fp32"},
+                         seq=seq, dtype=dtype)
+    spec = AttentionSpec(impl=parse_one(impl, str, "--impl", NAMES), batch=batch, heads=heads,
+                         head_dim=head_dim, mode=mode, causal=parse_one(causal, on_off, "--causal"),
+                         device=dev.type, **opts)
     validate(spec)
     name = f"attention_{impl}_{spec.mode.replace('+', '_')}_n{spec.seq}_d{head_dim}"
     if nsys:
@@ -205,6 +218,8 @@ def nsys_decode(
     from trainperf.profiling.nsys import NsysFormatError, read_nsys_sqlite
     from trainperf.profiling.session import save_breakdown
 
+    if out:
+        check_out_dir(out)
     try:
         bd = breakdown(read_nsys_sqlite(trace))
     except NsysFormatError as exc:
@@ -225,6 +240,8 @@ def profile_compare(
     """Two per-range breakdowns side by side with kernel counts, times and speed-up."""
     from trainperf.profiling.session import compare_breakdowns, load_breakdown
 
+    if csv:
+        check_out_file(csv, "--csv")
     try:
         (bda, meta_a), (bdb, meta_b) = load_breakdown(a), load_breakdown(b)
     except ValueError as exc:
@@ -265,6 +282,7 @@ def memory_step(
         raise SpecError(f"--phase {phase!r}; valid choices: forward, step")
     dev = device_or_fail(device)
     spec = _step_spec(dev, size, context, batch, precision, compile=False)
+    check_out_dir(out)
     case = StepCase(spec)
     name = f"step_{spec.size}_ctx{spec.context}_{spec.precision}_{phase}"
     until = "forward" if phase == "forward" else None

@@ -13,6 +13,8 @@ from trainperf.cli.common import (
     DeviceOpt,
     OutOpt,
     app,
+    check_out_dir,
+    check_out_file,
     cli_errors,
     console,
     device_or_fail,
@@ -24,6 +26,7 @@ from trainperf.core import env as envmod
 from trainperf.core import report
 from trainperf.core.errors import SpecError
 from trainperf.core.record import Record
+from trainperf.core.spec import check_choice
 from trainperf.core.store import Store, to_frame
 
 
@@ -36,6 +39,7 @@ def compare(
 ) -> None:
     """Set llama result sets from different runs side by side, with speed-ups and plots."""
     from trainperf.profiling.compare import (
+        CONTEXT,
         context_warnings,
         label_sets,
         load_result_set,
@@ -46,6 +50,9 @@ def compare(
 
     if len(sets) < 2:
         raise SpecError("compare needs at least two result sets")
+    if axis not in CONTEXT:
+        raise SpecError(f"--axis {axis!r}; valid choices: {', '.join(CONTEXT)}")
+    check_out_dir(out)
     try:
         frames = [load_result_set(p) for p in sets]
     except ValueError as exc:
@@ -68,6 +75,9 @@ def results(
     db: Path = DbOpt,
 ) -> None:
     """List stored records."""
+    check_filters(workload, status)
+    if last < 1:
+        raise SpecError(f"--last must be positive, got {last}")
     recs = Store(db, create=False).records(workload=workload, status=status)[-last:]
     cols: list[report.Column] = [
         ("workload", lambda r: r.workload), ("case", lambda r: _case_text(r)),
@@ -75,6 +85,18 @@ def results(
         ("gpu", lambda r: r.env.get("gpu_name") or "cpu"),
         ("when", lambda r: r.created_at[:19]), ("notes", report.notes)]
     console.print(report.rich_table(recs, cols, title=f"{len(recs)} records in {db}"))
+
+
+WORKLOADS = ("step", "attention", "llama", "comm", "ddp")
+STATUSES = ("ok", "oom", "unsupported", "error")
+
+
+def check_filters(workload: str | None, status: str | None) -> None:
+    """SpecError for a --workload or --status that no record can have."""
+    if workload is not None:
+        check_choice("--workload", workload, WORKLOADS)
+    if status is not None:
+        check_choice("--status", status, STATUSES)
 
 
 def _case_text(r: Record) -> str:
@@ -100,6 +122,9 @@ def export(
     """Write stored records as CSV, JSON or markdown."""
     if format not in ("csv", "json", "markdown"):
         fail(f"unknown format {format!r}; valid choices: csv, json, markdown")
+    check_filters(workload, None)
+    if output is not None:
+        check_out_file(output, "--output")
     text = report.export(to_frame(Store(db, create=False).records(workload=workload)), format)
     if output:
         output.write_text(text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 
 import typer
@@ -20,6 +21,7 @@ from trainperf.cli.common import (
     SwigluOpt,
     app,
     batch_seq_pair,
+    check_out_dir,
     cli_errors,
     console,
     device_or_fail,
@@ -31,7 +33,7 @@ from trainperf.cli.common import (
 from trainperf.core import report
 from trainperf.core.errors import SpecError
 from trainperf.core.record import Record
-from trainperf.core.spec import on_off, parse_list, positive_int, sweep
+from trainperf.core.spec import on_off, parse_list, parse_one, positive_int, sweep
 from trainperf.core.store import to_frame
 
 STEP_COLUMNS: list[report.Column] = [
@@ -108,7 +110,10 @@ def step(
         swiglu=parse_list(swiglu, str, "--swiglu", IMPLS),
         loss=parse_list(loss, str, "--loss", LOSSES),
     )
-    common = {"device": dev.type if dev.index is None else str(dev), "tf32": on_off(tf32),
+    if peak_tflops is not None and not (math.isfinite(peak_tflops) and peak_tflops > 0):
+        raise SpecError(f"--peak-tflops must be a positive number, got {peak_tflops}")
+    common = {"device": dev.type if dev.index is None else str(dev),
+              "tf32": parse_one(tf32, on_off, "--tf32"),
               "vocab": vocab, "warmup": opts["warmup"], "steps": opts["steps"], "d_model": d_model,
               "d_ff": d_ff, "n_layers": layers, "n_heads": heads}
     specs = [StepSpec.from_preset(a.pop("size"), **a, **common) for a in axes]
@@ -169,6 +174,7 @@ def attention(
                            warmup=warmup, reps=reps, **a) for a in axes]
     for s in specs:
         validate(s)
+    check_out_dir(out)
     records = run_and_show("attention", specs, measure_attention, ATTENTION_COLUMNS, db=db,
                            device=dev, rerun=rerun, quiet=quiet, as_json=as_json,
                            title="trainperf attention")
@@ -253,10 +259,12 @@ def llama(
     stock_backends = "CUDNN_ATTENTION,EFFICIENT_ATTENTION,FLASH_ATTENTION" if gpu else "MATH,FLASH_ATTENTION"
     backends = parse_list(stock_backends if backend is None else backend, str, "--backend", BACKENDS)
     base = baseline or ("EFFICIENT_ATTENTION" if "EFFICIENT_ATTENTION" in backends else backends[0])
-    if base not in BACKENDS:
-        raise SpecError(f"--baseline {base!r}; valid choices: {', '.join(BACKENDS)}")
-    common = dict(dtype=dtype, optimizer=optimizer, inputs=inputs, preset=preset or (
-        None if config or model else ("llama-3.2-1b" if gpu else "tiny")), config=config, model=model,
+    if base not in backends:
+        raise SpecError(f"--baseline {base!r} is not a measured backend; "
+                        f"valid choices: {', '.join(backends)}")
+    if preset is None and not (config or model):
+        preset = "llama-3.2-1b" if gpu else "tiny"
+    common = dict(dtype=dtype, optimizer=optimizer, inputs=inputs, preset=preset, config=config, model=model,
         layers=layers, device=dev.type, warmup=warmup, iters=(100 if gpu else 5) if iters is None else iters)
     compiles = parse_list(compile, str, "--compile", COMPILE_MODES)
     kv_modes = parse_list(kv_heads, str, "--kv-heads", KV_HEADS)
@@ -267,6 +275,7 @@ def llama(
         specs += [LlamaSpec(backend=backends[0], batch=b, seq=n, **FAST, **common) for (b, n) in grid]
     for s in specs:
         validate(s)
+    check_out_dir(out)
     records = run_and_show("llama", specs, measure_llama, LLAMA_COLUMNS, db=db, device=dev,
                            rerun=rerun, quiet=quiet, as_json=as_json, title="trainperf llama")
     table = timing_table(records, base)

@@ -33,6 +33,14 @@ def parse_list(text: str, convert: Callable[[str], T], option: str,
     return out
 
 
+def parse_one(text: str, convert: Callable[[str], T], option: str, choices: Iterable[str] | None = None) -> T:
+    """One value of an option that takes one: parse_list's checks, and no list."""
+    values = parse_list(text, convert, option, choices)
+    if len(values) != 1:
+        raise SpecError(f"{option} takes one value, got {text!r}")
+    return values[0]
+
+
 def positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
@@ -55,6 +63,13 @@ def check_choice(option: str, value: Any, choices: Iterable[Any]) -> None:
     allowed = list(choices)
     if value not in allowed:
         raise SpecError(f"unknown {option} {value!r}; valid choices: {', '.join(map(str, allowed))}")
+
+
+def check_non_negative(spec: Any, *fields: str) -> None:
+    """SpecError '--<field> must be >= 0' for the first field of spec that is negative."""
+    for name in fields:
+        if getattr(spec, name) < 0:
+            raise SpecError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(spec, name)}")
 
 
 def check_positive(spec: Any, *fields: str) -> None:

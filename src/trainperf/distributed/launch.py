@@ -89,6 +89,26 @@ def _first_failure(error_dir: str) -> str | None:
     return f"rank {rank} failed first: {line}"
 
 
+GLOO_RANKS_PER_CORE = 4  # gloo ranks on the CPU: a few per core still run (the tests use 8 on 2)
+
+
+def world_size_problem(world_size: int, backend: str) -> str | None:
+    """Why this host cannot start `world_size` ranks of `backend` itself (None if it can): NCCL
+    needs a GPU per rank; gloo ranks are processes, a few per CPU core at most."""
+    if backend == "nccl":
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if gpus == 0:
+            return "--backend nccl needs CUDA GPUs; none is visible (use --backend gloo)"
+        if world_size > gpus:
+            return f"world size {world_size} needs {world_size} GPUs with nccl; {gpus} visible"
+        return None
+    limit = GLOO_RANKS_PER_CORE * (os.cpu_count() or 1)
+    if world_size > limit:
+        return (f"world size {world_size} is more than this host runs with gloo: at most {limit} "
+                f"({GLOO_RANKS_PER_CORE} ranks per CPU core)")
+    return None
+
+
 def launch(worker: Callable[..., Any], world_size: int, backend: str, args: tuple = (),
            timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     """Run `worker` on `world_size` ranks; under torchrun/Slurm, run this process's rank only."""
@@ -102,9 +122,9 @@ def launch(worker: Callable[..., Any], world_size: int, backend: str, args: tupl
                                     timeout=timedelta(seconds=timeout_s))
         worker(rank, world, *args)
         return
-    if backend == "nccl" and torch.cuda.device_count() < world_size:
-        raise LaunchError(f"world size {world_size} needs {world_size} GPUs; "
-                          f"{torch.cuda.device_count()} visible")
+    problem = world_size_problem(world_size, backend)
+    if problem:
+        raise LaunchError(problem)
     with tempfile.TemporaryDirectory() as error_dir:
         try:
             mp.spawn(_entry, args=(world_size, backend, free_port(), timeout_s, worker, args, error_dir),

@@ -47,7 +47,7 @@ def load_config(preset: str | None = None, config: str | None = None, model: str
     elif model is not None:
         cfg = AutoConfig.from_pretrained(model)  # the hub, only because the user asked
     else:
-        name = preset or "llama-3.2-1b"
+        name = "llama-3.2-1b" if preset is None else preset
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; valid choices: {', '.join(PRESETS)}")
         cfg = _from_json(PRESETS[name])

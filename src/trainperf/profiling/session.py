@@ -54,12 +54,12 @@ def save_breakdown(bd: Breakdown, path: Path, meta: dict[str, Any]) -> list[Path
 
 
 def load_breakdown(path: Path) -> tuple[Breakdown, dict[str, Any]]:
-    if not path.exists():
-        raise ValueError(f"{path}: no such file")
+    if not path.is_file():
+        raise ValueError(f"{path}: {'a folder, not a file' if path.is_dir() else 'no such file'}")
     try:
         data = json.loads(path.read_text())
         return Breakdown.from_dict(data), data.get("meta", {})
-    except (json.JSONDecodeError, KeyError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path} is not a breakdown written by `trainperf profile` ({exc})") from None
 
 

@@ -14,7 +14,7 @@ import torch
 from trainperf.attention.registry import get_attention
 from trainperf.core.errors import Unsupported
 from trainperf.core.gpu_monitor import GpuMonitor
-from trainperf.core.spec import check_choice, check_positive
+from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
 from trainperf.core.timing import time_op
 from trainperf.workloads.precision import DTYPES
@@ -46,6 +46,7 @@ class AttentionSpec:
 
 def validate(spec: AttentionSpec) -> None:
     check_positive(spec, "batch", "heads", "seq", "head_dim", "reps")
+    check_non_negative(spec, "warmup")
     check_choice("mode", spec.mode, MODES)
     check_choice("dtype", spec.dtype, DTYPES)
 

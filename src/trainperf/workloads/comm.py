@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from trainperf.core.errors import SpecError, Unsupported
 from trainperf.core.gpu_monitor import GpuMonitor
-from trainperf.core.spec import check_choice
+from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
 from trainperf.core.timing import synchronize
 from trainperf.distributed.timing import per_rank_times, slowest
@@ -61,6 +61,8 @@ def validate(spec: CommSpec) -> None:
     check_choice("op", spec.op, OPS)
     check_choice("dtype", spec.dtype, DTYPES)
     check_choice("backend", spec.backend, ("nccl", "gloo"))
+    check_positive(spec, "iters")
+    check_non_negative(spec, "warmup")
     if spec.world_size < 2:
         raise SpecError(f"--world-size must be at least 2, got {spec.world_size}")
 

@@ -21,7 +21,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from trainperf.core.errors import SpecError, Unsupported
 from trainperf.core.gpu_monitor import GpuMonitor
-from trainperf.core.spec import check_choice
+from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
 from trainperf.distributed.grad_sync import (
     BucketedSync,
@@ -71,11 +71,14 @@ class DDPSpec:
 
 def validate(spec: DDPSpec) -> None:
     check_choice("variant", spec.variant, VARIANTS)
+    check_choice("backend", spec.backend, ("nccl", "gloo"))
     check_choice("size", spec.size, PRESETS)
     check_choice("optimizer", spec.optimizer, OPTIMIZERS)
     if spec.variant == "fsdp2" and spec.shard_optimizer:
         raise SpecError("--shard-optimizer on with fsdp2: FSDP2 already shards optimizer state")
     check_choice("precision", spec.precision, ("fp32", "bf16"))
+    check_positive(spec, "context", "batch", "steps")
+    check_non_negative(spec, "warmup")
     if spec.bucket_mb is not None and spec.bucket_mb <= 0:
         raise SpecError(f"--bucket-mb must be positive, got {spec.bucket_mb}")
     if spec.world_size < 2:

@@ -19,7 +19,7 @@ from trainperf.core.errors import SpecError, Unsupported
 from trainperf.core.flops import transformer_flops
 from trainperf.core.gpu_monitor import GpuMonitor
 from trainperf.core.record import Record
-from trainperf.core.spec import check_choice, check_positive
+from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
 from trainperf.core.timing import PhaseTimer, start_measured_window
 from trainperf.kernels.chunked_loss import chunked_lm_loss
@@ -84,6 +84,7 @@ class LlamaSpec:
 def validate(spec: LlamaSpec) -> None:
     check_choice("backend", spec.backend, hf_llama.BACKENDS)
     check_positive(spec, "batch", "seq", "iters")
+    check_non_negative(spec, "warmup")
     check_choice("optimizer", spec.optimizer, OPTIMIZERS)
     check_choice("input", spec.inputs, INPUTS)
     check_choice("dtype", spec.dtype, DTYPES)

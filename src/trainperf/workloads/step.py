@@ -13,7 +13,7 @@ import torch
 from trainperf.core.errors import SpecError
 from trainperf.core.flops import peak_tflops, transformer_flops
 from trainperf.core.gpu_monitor import GpuMonitor
-from trainperf.core.spec import check_choice, check_positive
+from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import HIGH_CV, summarize
 from trainperf.core.timing import LAUNCH_BOUND_RATIO, PhaseTimer, start_measured_window
 from trainperf.kernels.chunked_loss import chunked_lm_loss
@@ -79,8 +79,7 @@ class StepSpec:
 def validate(spec: StepSpec) -> None:
     """SpecError (one line: bad value and valid choices) for anything that cannot run at all."""
     check_positive(spec, "context", "batch", "vocab", "steps")
-    if spec.warmup < 0:
-        raise SpecError(f"--warmup must be >= 0, got {spec.warmup}")
+    check_non_negative(spec, "warmup")
     check_choice("mode", spec.mode, MODES)
     check_choice("loss", spec.loss, LOSSES)
     try:

@@ -1,0 +1,98 @@
+"""The bad-input contract across the CLI: one line naming the option and what is allowed, exit
+code 2, no results store and no output folder created. Each row is an input a user can type."""
+
+import pytest
+from typer.testing import CliRunner
+
+from trainperf.cli import app
+
+runner = CliRunner()
+CPU = ["--device", "cpu"]
+
+CASES = [  # (arguments, words the one line must hold)
+    (["step", *CPU, "--size", "tiny,,tiny"], "--size: empty item"),
+    (["step", *CPU, "--context", "64,,128"], "--context: empty item"),
+    (["step", *CPU, "--batch", ""], "--batch needs at least one value"),
+    (["step", *CPU, "--tf32", "maybe"], "--tf32: cannot read 'maybe'"),
+    (["step", *CPU, "--peak-tflops", "-1"], "--peak-tflops must be a positive number"),
+    (["step", *CPU, "--peak-tflops", "nan"], "--peak-tflops must be a positive number"),
+    (["step", *CPU, "--peak-tflops", "inf"], "--peak-tflops must be a positive number"),
+    (["step", *CPU, "--peak-tflops", "0"], "--peak-tflops must be a positive number"),
+    (["step", *CPU, "--warmup", "-1"], "--warmup must be >= 0"),
+    (["attention", *CPU, "--impl", ""], "--impl needs at least one value"),
+    (["attention", *CPU, "--dtype", ""], "--dtype needs at least one value"),
+    (["attention", *CPU, "--batch", "0"], "--batch must be positive"),
+    (["attention", *CPU, "--warmup", "-3"], "--warmup must be >= 0"),
+    (["attention", *CPU, "--out", "{file}"], "is not a folder"),
+    (["llama", *CPU, "--batch-seq", ""], "--batch-seq needs at least one value"),
+    (["llama", *CPU, "--preset", ""], "unknown preset ''"),
+    (["llama", *CPU, "--iters", "0"], "--iters must be positive"),
+    (["llama", *CPU, "--warmup", "-1"], "--warmup must be >= 0"),
+    (["llama", *CPU, "--baseline", "CUDNN_ATTENTION"], "is not a measured backend"),
+    (["llama", *CPU, "--out", "{file}"], "is not a folder"),
+    (["comm", "--op", "all_reduce,,broadcast"], "--op: empty item"),
+    (["comm", "--size", ""], "--size needs at least one value"),
+    (["comm", "--iters", "0"], "--iters must be positive"),
+    (["comm", "--warmup", "-1"], "--warmup must be >= 0"),
+    (["comm", "--world-size", "100000"], "more than this host runs with gloo"),
+    (["comm", "--backend", "nccl"], "--backend nccl needs CUDA GPUs"),
+    (["ddp", "--context", "0"], "--context must be positive"),
+    (["ddp", "--batch", "0"], "--batch must be positive"),
+    (["ddp", "--world-size", "100000"], "more than this host runs with gloo"),
+    (["ddp", "--backend", "nccl"], "--backend nccl needs CUDA GPUs"),
+    (["profile", "step", *CPU, "--context", "0"], "--context must be positive"),
+    (["profile", "step", *CPU, "--compile", "maybe"], "--compile: cannot read 'maybe'"),
+    (["profile", "step", *CPU, "--size", "bogus"], "--size: unknown value 'bogus'"),
+    (["profile", "step", *CPU, "--steps", "0"], "--steps must be positive"),
+    (["profile", "step", *CPU, "--out", "{file}"], "is not a folder"),
+    (["profile", "attention", *CPU, "--seq", "0"], "--seq must be positive"),
+    (["profile", "attention", *CPU, "--causal", "maybe"], "--causal: cannot read 'maybe'"),
+    (["profile", "attention", *CPU, "--impl", "bogus"], "--impl: unknown value 'bogus'"),
+    (["profile", "llama", *CPU, "--batch-seq", "1x"], "--batch-seq: cannot read '1x'"),
+    (["profile", "llama", *CPU, "--batch-seq", "0x16"], "--batch-seq: cannot read '0x16'"),
+    (["profile", "llama", *CPU, "--batch-seq", "1x16,2x16"], "--batch-seq takes one value"),
+    (["memory", "step", *CPU, "--context", "0"], "--context must be positive"),
+    (["memory", "step", *CPU, "--size", "bogus"], "--size: unknown value 'bogus'"),
+    (["results", "--workload", "bogus"], "unknown --workload 'bogus'"),
+    (["results", "--status", "bogus"], "unknown --status 'bogus'"),
+    (["results", "--last", "0"], "--last must be positive"),
+    (["export", "--workload", "bogus"], "unknown --workload 'bogus'"),
+    (["export", "-o", "{dir}"], "is not a file"),
+    (["export", "-o", "{dir}/missing/x.csv"], "does not exist"),
+    (["compare", "{csv}", "{csv}", "--axis", "bogus"], "--axis 'bogus'; valid choices"),
+    (["compare", "{csv}", "{empty}"], "is not a CSV file"),
+    (["profile-compare", "{json}", "{dir}"], "a folder, not a file"),
+    (["profile-compare", "{json}", "{list_json}"], "is not a breakdown"),
+    (["profile-compare", "{json}", "{json}", "--csv", "{dir}"], "is not a file"),
+]
+
+
+@pytest.fixture(scope="module")
+def breakdown_text(tmp_path_factory) -> str:
+    """A breakdown JSON as `trainperf profile` writes it."""
+    out = tmp_path_factory.mktemp("profile")
+    res = runner.invoke(app, ["profile", "attention", "--impl", "sdpa", "--seq", "32", "--head-dim", "16",
+                              "--batch", "1", "--device", "cpu", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    return next(out.glob("*.json")).read_text()
+
+
+@pytest.mark.parametrize("args, message", CASES, ids=[" ".join(a) for a, _ in CASES])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, breakdown_text, args,
+                                                         message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.txt").write_text("not a folder")
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "set.csv").write_text("backend,batch_size,seq_len,mean_s,status\nMATH,1,64,0.1,ok\n")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "bd.json").write_text(breakdown_text)
+    names = {"{file}": "a.txt", "{dir}": str(tmp_path), "{csv}": "set.csv", "{empty}": "empty.csv",
+             "{json}": "bd.json", "{list_json}": "list.json"}
+    args = [next((a.replace(k, v) for k, v in names.items() if k in a), a) for a in args]
+    before = set(tmp_path.iterdir())
+    res = runner.invoke(app, [*args, "--quiet"] if args[0] in ("step", "attention", "llama", "comm", "ddp")
+                        else args)
+    assert res.exit_code == 2, res.output
+    assert message in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1, res.output
+    assert set(tmp_path.iterdir()) == before  # no store, no output folder, no file
