@@ -25,7 +25,7 @@ CASES = [  # (arguments, words the one line must hold)
     (["attention", *CPU, "--warmup", "-3"], "--warmup must be >= 0"),
     (["attention", *CPU, "--out", "{file}"], "is not a folder"),
     (["llama", *CPU, "--batch-seq", ""], "--batch-seq needs at least one value"),
-    (["llama", *CPU, "--preset", ""], "unknown preset ''"),
+    (["llama", *CPU, "--preset", ""], "unknown --preset ''"),
     (["llama", *CPU, "--iters", "0"], "--iters must be positive"),
     (["llama", *CPU, "--warmup", "-1"], "--warmup must be >= 0"),
     (["llama", *CPU, "--baseline", "CUDNN_ATTENTION"], "is not a measured backend"),

@@ -92,7 +92,7 @@ def comm(
     """Time collectives through torch.distributed; algbw/busbw as nccl-tests define them."""
     from trainperf.workloads.comm import OPS, CommSpec, parse_size, validate
 
-    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    backend = ("nccl" if torch.cuda.is_available() else "gloo") if backend is None else backend
     sizes = size if size is not None else ("1MB,10MB,100MB,1GB" if backend == "nccl" else "64KB,1MB,8MB")
     axes = sweep(world_size=parse_list(world_size, positive_int, "--world-size"),
                  op=parse_list(op, str, "--op", OPS), size_bytes=parse_list(sizes, parse_size, "--size"))
@@ -144,7 +144,7 @@ def ddp(
     """Time a data-parallel training step per gradient-sync variant (and PyTorch DDP / FSDP2)."""
     from trainperf.workloads.ddp import VARIANTS, DDPSpec, validate
 
-    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    backend = ("nccl" if torch.cuda.is_available() else "gloo") if backend is None else backend
     gpu = backend == "nccl"
     variants = parse_list(variant, str, "--variant", VARIANTS)
     buckets = parse_list(bucket_mb, float, "--bucket-mb")

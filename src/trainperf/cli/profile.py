@@ -119,12 +119,17 @@ def profile_step(
     ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Breakdown of a GPT-style LM training step by module range."""
-    from trainperf.workloads.step import StepCase
+    from trainperf.attention.registry import NAMES as ATTN
+    from trainperf.models.lm import IMPLS
+    from trainperf.models.norms import NORMS
+    from trainperf.workloads.step import LOSSES, StepCase
 
     dev = device_or_fail(device)
+    parts = {"attention": ATTN, "norm": NORMS, "rope": IMPLS, "swiglu": IMPLS, "loss": LOSSES}
+    given = {"attention": attention, "norm": norm, "rope": rope, "swiglu": swiglu, "loss": loss}
+    chosen = {k: parse_one(given[k], str, f"--{k}", choices) for k, choices in parts.items()}
     spec = _step_spec(dev, size, context, batch, precision, compile=parse_one(compile, on_off, "--compile"),
-                      attention=attention,
-                      norm=norm, rope=rope, swiglu=swiglu, loss=loss)
+                      **chosen)
     swaps = _swap_suffix({"rope": rope, "swiglu": swiglu, "loss": loss})
     name = f"step_{spec.size}_ctx{spec.context}_{spec.precision}_{spec.attention}_{spec.norm}{swaps}"
     if nsys:

@@ -121,7 +121,7 @@ def export(
 ) -> None:
     """Write stored records as CSV, JSON or markdown."""
     if format not in ("csv", "json", "markdown"):
-        fail(f"unknown format {format!r}; valid choices: csv, json, markdown")
+        fail(f"unknown --format {format!r}; valid choices: csv, json, markdown")
     check_filters(workload, None)
     if output is not None:
         check_out_file(output, "--output")

@@ -258,7 +258,8 @@ def llama(
         DEFAULT_GRID if gpu else CPU_GRID)
     stock_backends = "CUDNN_ATTENTION,EFFICIENT_ATTENTION,FLASH_ATTENTION" if gpu else "MATH,FLASH_ATTENTION"
     backends = parse_list(stock_backends if backend is None else backend, str, "--backend", BACKENDS)
-    base = baseline or ("EFFICIENT_ATTENTION" if "EFFICIENT_ATTENTION" in backends else backends[0])
+    stock_base = "EFFICIENT_ATTENTION" if "EFFICIENT_ATTENTION" in backends else backends[0]
+    base = stock_base if baseline is None else baseline
     if base not in backends:
         raise SpecError(f"--baseline {base!r} is not a measured backend; "
                         f"valid choices: {', '.join(backends)}")

@@ -59,10 +59,12 @@ def sweep(**axes: list[Any]) -> list[dict[str, Any]]:
 
 
 def check_choice(option: str, value: Any, choices: Iterable[Any]) -> None:
-    """SpecError 'unknown <option> <value>; valid choices: …' unless value is one of choices."""
+    """SpecError 'unknown --<option> <value>; valid choices: …' unless value is one of choices.
+    `option` is the flag, or a spec field (`kv_heads` reads as `--kv-heads`)."""
     allowed = list(choices)
     if value not in allowed:
-        raise SpecError(f"unknown {option} {value!r}; valid choices: {', '.join(map(str, allowed))}")
+        flag = option if option.startswith("--") else "--" + option.replace("_", "-")
+        raise SpecError(f"unknown {flag} {value!r}; valid choices: {', '.join(map(str, allowed))}")
 
 
 def check_non_negative(spec: Any, *fields: str) -> None:

@@ -40,16 +40,20 @@ def load_config(preset: str | None = None, config: str | None = None, model: str
     if sum(x is not None for x in (config, model)) > 1:
         raise ValueError("give at most one of --config and --model")
     if config is not None:
+        if not config.strip():
+            raise ValueError("--config needs a config.json or model folder")
         path = Path(config)
         if not path.exists():
             raise ValueError(f"--config {config!r}: no such file or folder")
         cfg = _from_json(path) if path.is_file() else AutoConfig.from_pretrained(path)
     elif model is not None:
+        if not model.strip():
+            raise ValueError("--model needs a hub model id")
         cfg = AutoConfig.from_pretrained(model)  # the hub, only because the user asked
     else:
         name = "llama-3.2-1b" if preset is None else preset
         if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; valid choices: {', '.join(PRESETS)}")
+            raise ValueError(f"unknown --preset {name!r}; valid choices: {', '.join(PRESETS)}")
         cfg = _from_json(PRESETS[name])
     if layers is not None:
         if layers <= 0:

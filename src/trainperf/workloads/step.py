@@ -76,10 +76,17 @@ class StepSpec:
                 f"{' compiled' if self.compile else ''} {self.mode}")
 
 
+OVERRIDE_FLAGS = {"d_model": "--d-model", "d_ff": "--d-ff", "n_layers": "--layers", "n_heads": "--heads"}
+
+
 def validate(spec: StepSpec) -> None:
     """SpecError (one line: bad value and valid choices) for anything that cannot run at all."""
     check_positive(spec, "context", "batch", "vocab", "steps")
     check_non_negative(spec, "warmup")
+    for field, flag in OVERRIDE_FLAGS.items():
+        value = getattr(spec, field)
+        if value is not None and value <= 0:
+            raise SpecError(f"{flag} must be positive, got {value}")
     check_choice("mode", spec.mode, MODES)
     check_choice("loss", spec.loss, LOSSES)
     try:
