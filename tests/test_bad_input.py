@@ -64,6 +64,16 @@ CASES = [  # (arguments, words the one line must hold)
     (["profile-compare", "{json}", "{dir}"], "a folder, not a file"),
     (["profile-compare", "{json}", "{list_json}"], "is not a breakdown"),
     (["profile-compare", "{json}", "{json}", "--csv", "{dir}"], "is not a file"),
+    (["nsys-decode", "x" * 300], "File name too long"),
+    # sizes that cannot fit in this machine's memory: refused with the estimate and the limit
+    (["step", *CPU, "--context", "10000000"], "GiB of memory on the CPU"),
+    (["step", *CPU, "--batch", "99999999999999999999"], "GiB of memory on the CPU"),
+    (["profile", "step", *CPU, "--context", "10000000"], "GiB of memory on the CPU"),
+    (["memory", "step", *CPU, "--context", "10000000"], "GiB of memory on the CPU"),
+    (["attention", *CPU, "--seq", "10000000"], "GiB of memory on the CPU"),
+    (["profile", "attention", *CPU, "--seq", "10000000"], "GiB of memory on the CPU"),
+    (["llama", *CPU, "--batch-seq", "1x10000000"], "GiB of memory on the CPU"),
+    (["llama", *CPU, "--layers", "1000"], "--layers must be between 1 and the model's 2"),
 ]
 
 

@@ -73,13 +73,18 @@ def fail(message: str) -> None:
 
 
 def cli_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Bad input → one line + exit 2; Ctrl-C → say what is kept + exit 130."""
+    """Bad input → one line + exit 2 (a file the system refuses, too: a name too long, no
+    permission); Ctrl-C → say what is kept + exit 130."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except SpecError as exc:
             fail(str(exc))
+        except OSError as exc:
+            if exc.filename is None:  # not about a file the user named
+                raise
+            fail(f"{exc.filename}: {exc.strerror or exc}")
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/yellow]: every finished case is in the store; "
                               "run the same command again to resume.")

@@ -56,8 +56,9 @@ def load_config(preset: str | None = None, config: str | None = None, model: str
             raise ValueError(f"unknown --preset {name!r}; valid choices: {', '.join(PRESETS)}")
         cfg = _from_json(PRESETS[name])
     if layers is not None:
-        if layers <= 0:
-            raise ValueError(f"--layers must be positive, got {layers}")
+        if not 0 < layers <= cfg.num_hidden_layers:
+            raise ValueError(f"--layers must be between 1 and the model's {cfg.num_hidden_layers}, "
+                             f"got {layers}")
         cfg.num_hidden_layers = layers
     cfg.use_cache = False
     return cfg

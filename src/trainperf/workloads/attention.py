@@ -14,6 +14,7 @@ import torch
 from trainperf.attention.registry import get_attention
 from trainperf.core.errors import Unsupported
 from trainperf.core.gpu_monitor import GpuMonitor
+from trainperf.core.ram import check_fits
 from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
 from trainperf.core.timing import time_op
@@ -49,6 +50,10 @@ def validate(spec: AttentionSpec) -> None:
     check_non_negative(spec, "warmup")
     check_choice("mode", spec.mode, MODES)
     check_choice("dtype", spec.dtype, DTYPES)
+    if spec.device == "cpu":  # inputs, output and their gradients; scores where they are materialised
+        rows = spec.batch * spec.heads * spec.seq
+        check_fits(8 * rows * spec.head_dim * 4 + 3 * rows * spec.seq * 4,
+                   f"attention at batch {spec.batch}, {spec.heads} heads, sequence {spec.seq}")
 
 
 def attention_flops(spec: AttentionSpec) -> float:

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from trainperf.core.errors import SpecError, Unsupported
 from trainperf.core.flops import transformer_flops
 from trainperf.core.gpu_monitor import GpuMonitor
+from trainperf.core.ram import check_fits, training_step_bytes
 from trainperf.core.record import Record
 from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
@@ -97,9 +98,15 @@ def validate(spec: LlamaSpec) -> None:
     check_choice("loss", spec.loss, LOSSES)
     check_choice("kv-heads", spec.kv_heads, KV_HEADS)
     try:
-        hf_llama.load_config(spec.preset, spec.config, spec.model, spec.layers)
+        cfg = hf_llama.load_config(spec.preset, spec.config, spec.model, spec.layers)
     except (ValueError, OSError) as exc:
         raise SpecError(str(exc).splitlines()[0]) from None
+    if spec.device == "cpu":
+        h, inter, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+        params = 2 * cfg.vocab_size * h + layers * (4 * h * h + 3 * h * inter)
+        scores = spec.batch * cfg.num_attention_heads * spec.seq**2 * 2
+        check_fits(training_step_bytes(params, spec.batch * spec.seq, 12 * h + 3 * inter, layers,
+                                       cfg.vocab_size, scores), f"a Llama step at {spec.batch}x{spec.seq}")
 
 
 def _no_kernel(exc: BaseException) -> bool:
