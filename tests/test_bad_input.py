@@ -25,6 +25,7 @@ CASES = [  # (arguments, words the one line must hold)
     (["attention", *CPU, "--warmup", "-3"], "--warmup must be >= 0"),
     (["attention", *CPU, "--out", "{file}"], "is not a folder"),
     (["llama", *CPU, "--batch-seq", ""], "--batch-seq needs at least one value"),
+    (["llama", *CPU, "--backend", "MATH,MATH"], "--backend: 'MATH' is given twice"),
     (["llama", *CPU, "--preset", ""], "unknown --preset ''"),
     (["llama", *CPU, "--iters", "0"], "--iters must be positive"),
     (["llama", *CPU, "--warmup", "-1"], "--warmup must be >= 0"),

@@ -21,6 +21,9 @@ def parse_list(text: str, convert: Callable[[str], T], option: str,
         raise SpecError(f"{option} needs at least one value")
     if not all(items):
         raise SpecError(f"{option}: empty item in {text!r}; separate values with single commas")
+    repeated = next((t for i, t in enumerate(items) if t in items[:i]), None)
+    if repeated is not None:
+        raise SpecError(f"{option}: {repeated!r} is given twice in {text!r}")
     allowed = list(choices) if choices is not None else None
     out = []
     for item in items:
