@@ -130,6 +130,18 @@ def _check_writable(path: Path, option: str, want_dir: bool) -> None:
         raise SpecError(f"{option} {str(path)!r}: {exc.strerror or exc}") from None
 
 
+def step_parts() -> dict[str, tuple[str, ...]]:
+    """The GPT LM's swappable parts (each an option of `step` and `profile step`) and the
+    implementations each takes."""
+    from trainperf.attention.registry import NAMES
+    from trainperf.models.lm import IMPLS
+    from trainperf.models.norms import NORMS
+    from trainperf.workloads.step import LOSSES
+
+    return {"attention": NAMES, "norm": tuple(NORMS), "rope": tuple(IMPLS), "swiglu": tuple(IMPLS),
+            "loss": tuple(LOSSES)}
+
+
 def device_or_fail(name: str):
     try:
         return envmod.resolve_device(name)

@@ -24,6 +24,7 @@ from trainperf.cli.common import (
     device_or_fail,
     err_console,
     frame_table,
+    step_parts,
     with_defaults,
 )
 from trainperf.core import env as envmod
@@ -119,15 +120,11 @@ def profile_step(
     ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Breakdown of a GPT-style LM training step by module range."""
-    from trainperf.attention.registry import NAMES as ATTN
-    from trainperf.models.lm import IMPLS
-    from trainperf.models.norms import NORMS
-    from trainperf.workloads.step import LOSSES, StepCase
+    from trainperf.workloads.step import StepCase
 
     dev = device_or_fail(device)
-    parts = {"attention": ATTN, "norm": NORMS, "rope": IMPLS, "swiglu": IMPLS, "loss": LOSSES}
     given = {"attention": attention, "norm": norm, "rope": rope, "swiglu": swiglu, "loss": loss}
-    chosen = {k: parse_one(given[k], str, f"--{k}", choices) for k, choices in parts.items()}
+    chosen = {k: parse_one(given[k], str, f"--{k}", choices) for k, choices in step_parts().items()}
     spec = _step_spec(dev, size, context, batch, precision, compile=parse_one(compile, on_off, "--compile"),
                       **chosen)
     swaps = _swap_suffix({"rope": rope, "swiglu": swiglu, "loss": loss})

@@ -28,6 +28,7 @@ from trainperf.cli.common import (
     err_console,
     frame_table,
     run_and_show,
+    step_parts,
     with_defaults,
 )
 from trainperf.core import report
@@ -83,11 +84,8 @@ def step(
     as_json: bool = JsonOpt,
 ) -> None:
     """Time forward, backward and optimizer steps of the GPT-style LM across a sweep."""
-    from trainperf.attention.registry import NAMES as ATTN
-    from trainperf.models.lm import IMPLS
-    from trainperf.models.norms import NORMS
     from trainperf.models.presets import PRESETS
-    from trainperf.workloads.step import LOSSES, MODES, StepSpec, measure_step, validate
+    from trainperf.workloads.step import MODES, StepSpec, measure_step, validate
 
     dev = device_or_fail(device)
     gpu = dev.type == "cuda"
@@ -104,11 +102,8 @@ def step(
         precision=parse_list(opts["precision"], str, "--precision", ("fp32", "bf16", "fp16")),
         compile=parse_list(compile, on_off, "--compile"),
         mode=parse_list(mode, str, "--mode", MODES),
-        attention=parse_list(attention, str, "--attention", ATTN),
-        norm=parse_list(norm, str, "--norm", NORMS),
-        rope=parse_list(rope, str, "--rope", IMPLS),
-        swiglu=parse_list(swiglu, str, "--swiglu", IMPLS),
-        loss=parse_list(loss, str, "--loss", LOSSES),
+        **{k: parse_list(given, str, f"--{k}", choices) for (k, choices), given in
+           zip(step_parts().items(), (attention, norm, rope, swiglu, loss), strict=True)},
     )
     if peak_tflops is not None and not (math.isfinite(peak_tflops) and peak_tflops > 0):
         raise SpecError(f"--peak-tflops must be a positive number, got {peak_tflops}")
