@@ -38,3 +38,18 @@ def compiled_graphs():
     from trainperf.workloads.precision import check_compiler
     check_compiler(torch.device("cpu"))
     return lambda: counters["stats"]["unique_graphs"]
+
+
+@pytest.fixture(scope="session")
+def breakdown_text(tmp_path_factory) -> str:
+    """A breakdown JSON as `trainperf profile` writes it (tiny attention on the CPU)."""
+    from typer.testing import CliRunner
+
+    from trainperf.cli import app
+
+    out = tmp_path_factory.mktemp("profile")
+    args = ["profile", "attention", "--impl", "sdpa", "--seq", "32", "--head-dim", "16", "--batch", "1",
+            "--device", "cpu", "--out", str(out)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    return next(out.glob("*.json")).read_text()

@@ -78,16 +78,6 @@ CASES = [  # (arguments, words the one line must hold)
 ]
 
 
-@pytest.fixture(scope="module")
-def breakdown_text(tmp_path_factory) -> str:
-    """A breakdown JSON as `trainperf profile` writes it."""
-    out = tmp_path_factory.mktemp("profile")
-    res = runner.invoke(app, ["profile", "attention", "--impl", "sdpa", "--seq", "32", "--head-dim", "16",
-                              "--batch", "1", "--device", "cpu", "--out", str(out)])
-    assert res.exit_code == 0, res.output
-    return next(out.glob("*.json")).read_text()
-
-
 @pytest.mark.parametrize("args, message", CASES, ids=[" ".join(a) for a, _ in CASES])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, breakdown_text, args,
                                                          message):

@@ -44,16 +44,6 @@ def test_the_walk_finds_the_commands_and_their_options():
     assert len({c[0] for c in CASES}) >= 12 and len(CASES) >= 100
 
 
-@pytest.fixture(scope="module")
-def breakdown_text(tmp_path_factory) -> str:
-    """A breakdown JSON as `trainperf profile` writes it."""
-    out = tmp_path_factory.mktemp("profile")
-    res = runner.invoke(app, ["profile", "attention", "--impl", "sdpa", "--seq", "32", "--head-dim", "16",
-                              "--batch", "1", "--device", "cpu", "--out", str(out)])
-    assert res.exit_code == 0, res.output
-    return next(out.glob("*.json")).read_text()
-
-
 @pytest.mark.parametrize("path, option, value, on_cpu", CASES,
                          ids=[f"{' '.join(p)} {o}={v!r}" for p, o, v, _ in CASES])
 def test_a_value_wrong_for_its_type_is_refused(tmp_path, monkeypatch, breakdown_text, path, option, value,
