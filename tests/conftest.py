@@ -48,7 +48,7 @@ def breakdown_text(tmp_path_factory) -> str:
     from trainperf.cli import app
 
     out = tmp_path_factory.mktemp("profile")
-    args = ["profile", "attention", "--impl", "sdpa", "--seq", "32", "--head-dim", "16", "--batch", "1",
+    args = ["profile", "attention", "--attention", "sdpa", "--seq", "32", "--head-dim", "16", "--batch", "1",
             "--device", "cpu", "--out", str(out)]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output

@@ -7,15 +7,15 @@ from trainperf.cli import app
 from trainperf.core.store import Store
 
 runner = CliRunner()
-FAST = ["--size", "tiny", "--context", "16", "--batch", "2", "--warmup", "1", "--steps", "2",
+FAST = ["--model", "tiny", "--seq", "16", "--batch", "2", "--warmup", "1", "--iters", "2",
         "--device", "cpu", "--quiet"]
 
 
 def test_step_prints_a_table_and_stores_records(db):
-    res = runner.invoke(app, ["step", *FAST, "--context", "16,32", "--db", str(db)])
+    res = runner.invoke(app, ["step", *FAST, "--seq", "16,32", "--db", str(db)])
     assert res.exit_code == 0, res.output
     assert "step ms" in res.output and "tiny" in res.output
-    assert [r.spec["context"] for r in Store(db).records()] == [16, 32]
+    assert [r.spec["seq"] for r in Store(db).records()] == [16, 32]
 
 
 def test_rerun_flag_and_resume(db):
@@ -27,10 +27,10 @@ def test_rerun_flag_and_resume(db):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--size", "huge"], "valid choices: tiny, small"),
-    (["--context", "-4"], "--context: cannot read '-4'"),
+    (["--model", "huge"], "valid choices: tiny, small"),
+    (["--seq", "-4"], "--seq: cannot read '-4'"),
     (["--heads", "3"], "not divisible by n_heads 3"),
-    (["--precision", "fp16"], "needs a CUDA GPU"),
+    (["--dtype", "fp16"], "needs a CUDA GPU"),
     (["--device", "tpu"], "valid choices: auto, cpu"),
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_stored(db, args, message):
@@ -43,7 +43,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_stored(db, args, message):
 def test_json_output(db):
     res = runner.invoke(app, ["step", *FAST, "--db", str(db), "--json"])
     rows = json.loads(res.stdout)
-    assert rows[0]["status"] == "ok" and rows[0]["size"] == "tiny"
+    assert rows[0]["status"] == "ok" and rows[0]["model"] == "tiny"
 
 
 @pytest.mark.parametrize("fmt, check", [
@@ -80,10 +80,10 @@ def test_version():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--size", ""], "--size needs at least one value"),
+    (["--model", ""], "--model needs at least one value"),
     (["--batch", ""], "--batch needs at least one value"),
-    (["--size", "tiny,,tiny"], "--size: empty item in 'tiny,,tiny'"),
-    (["--context", "16,"], "--context: empty item in '16,'"),
+    (["--model", "tiny,,tiny"], "--model: empty item in 'tiny,,tiny'"),
+    (["--seq", "16,"], "--seq: empty item in '16,'"),
 ])
 def test_empty_values_and_list_items_are_refused(db, args, message):
     res = runner.invoke(app, ["step", *FAST, *args, "--db", str(db)])
@@ -95,7 +95,7 @@ def test_empty_values_and_list_items_are_refused(db, args, message):
     (["attention", "--batch", "0"], "--batch must be positive, got 0"),
     (["attention", "--seq", "16,,32"], "--seq: empty item"),
     (["llama", "--iters", "0"], "--iters must be positive, got 0"),
-    (["llama", "--backend", ""], "--backend needs at least one value"),
+    (["llama", "--sdpa-backend", ""], "--sdpa-backend needs at least one value"),
 ])
 def test_zero_and_empty_values_do_not_mean_the_default(db, args, message):
     res = runner.invoke(app, [*args, "--device", "cpu", "--quiet", "--db", str(db)])

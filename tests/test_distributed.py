@@ -19,8 +19,8 @@ STEPS = 3
 
 
 def spec(**kw):
-    base = dict(variant="naive", size="tiny", world_size=2, bucket_mb=0.05, shard_optimizer=False,
-                context=16, batch=2, precision="fp32", backend="gloo", warmup=1, steps=2, lr=1e-2, vocab=64,
+    base = dict(variant="naive", model="tiny", world_size=2, bucket_mb=0.05, shard_optimizer=False,
+                seq=16, batch=2, dtype="fp32", dist_backend="gloo", warmup=1, iters=2, lr=1e-2, vocab=64,
                 optimizer="sgd")
     return DDPSpec(**{**base, **kw})
 
@@ -91,7 +91,7 @@ def test_a_failing_rank_stops_the_run_with_a_clear_error():
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_collectives_are_correct_and_bandwidth_follows_nccl_tests(db, tmp_path, world):
-    res = runner.invoke(app, ["comm", "--backend", "gloo", "--world-size", str(world), "--size", "64KB",
+    res = runner.invoke(app, ["comm", "--dist-backend", "gloo", "--world-size", str(world), "--bytes", "64KB",
                               "--iters", "3", "--warmup", "1", "--db", str(db), "--out", str(tmp_path),
                               "--quiet"])
     assert res.exit_code == 0, res.output
@@ -107,7 +107,7 @@ def test_collectives_are_correct_and_bandwidth_follows_nccl_tests(db, tmp_path, 
 
 
 def test_bare_all_reduce_loop_is_timed_per_iteration(db, tmp_path):
-    res = runner.invoke(app, ["comm", "--backend", "gloo", "--world-size", "2", "--size", "64KB",
+    res = runner.invoke(app, ["comm", "--dist-backend", "gloo", "--world-size", "2", "--bytes", "64KB",
                               "--op", "all_reduce_loop", "--iters", "4", "--db", str(db),
                               "--out", str(tmp_path), "--quiet"])
     assert res.exit_code == 0, res.output
@@ -127,9 +127,9 @@ def test_bus_factors_and_sizes():
 
 
 def test_ddp_cli_records_variants_and_the_sharded_optimizer_saves_state(db):
-    res = runner.invoke(app, ["ddp", "--backend", "gloo", "--world-size", "2", "--variant", "flat,fsdp2",
-                              "--shard-optimizer", "off,on", "--steps", "2", "--warmup", "1",
-                              "--context", "16", "--db", str(db), "--quiet"])
+    res = runner.invoke(app, ["ddp", "--dist-backend", "gloo", "--world-size", "2", "--variant", "flat,fsdp2",
+                              "--shard-optimizer", "off,on", "--iters", "2", "--warmup", "1",
+                              "--seq", "16", "--db", str(db), "--quiet"])
     assert res.exit_code == 0, res.output
     assert "no fsdp2 case with --shard-optimizer on" in res.output
     recs = {(r.spec["variant"], r.spec["shard_optimizer"]): r for r in Store(db).records(workload="ddp")}
@@ -143,13 +143,13 @@ def test_ddp_cli_records_variants_and_the_sharded_optimizer_saves_state(db):
 
 
 def test_ddp_rejects_a_world_of_one(db):
-    res = runner.invoke(app, ["ddp", "--backend", "gloo", "--world-size", "1", "--db", str(db)])
+    res = runner.invoke(app, ["ddp", "--dist-backend", "gloo", "--world-size", "1", "--db", str(db)])
     assert res.exit_code == 2 and "at least 2" in res.output
 
 
 def test_world_size_eight_on_the_cpu(db, tmp_path):
     """The code paths of the eight-GPU run (collectives, DDP variants) at world size 8, with gloo."""
-    res = runner.invoke(app, ["comm", "--backend", "gloo", "--world-size", "8", "--size", "64KB",
+    res = runner.invoke(app, ["comm", "--dist-backend", "gloo", "--world-size", "8", "--bytes", "64KB",
                               "--op", "all_reduce,all_gather,reduce_scatter", "--iters", "2", "--warmup", "1",
                               "--db", str(db), "--out", str(tmp_path), "--quiet"])
     assert res.exit_code == 0, res.output

@@ -13,7 +13,7 @@ from trainperf.cli import app
 
 runner = CliRunner()
 SRC = str(Path(__file__).resolve().parents[1] / "src")
-TINY = ["--context", "16", "--batch", "2", "--warmup", "0", "--steps", "1", "--device", "cpu", "--quiet"]
+TINY = ["--seq", "16", "--batch", "2", "--warmup", "0", "--iters", "1", "--device", "cpu", "--quiet"]
 
 
 def trainperf(*args: str, without: str | None = None, cwd: Path) -> subprocess.CompletedProcess:
@@ -43,13 +43,13 @@ def test_step_without_triton_runs_and_names_the_extra(tmp_path):
     assert res.returncode == 0, res.stderr
     assert sqlite3.connect(tmp_path / "s.db").execute("SELECT status FROM records").fetchall() == [
         ("unsupported",)]
-    assert "'trainperf[triton]'" in trainperf("attention", "--impl", "triton-fa2", "--seq", "16",
+    assert "'trainperf[triton]'" in trainperf("attention", "--attention", "triton-fa2", "--seq", "16",
                                               "--head-dim", "16", "--device", "cpu", "--quiet", "--db",
                                               "a.db", without="triton", cwd=tmp_path).stdout
 
 
 def test_profiles_print_no_tracer_lines(tmp_path):
-    res = trainperf("profile", "attention", "--impl", "sdpa", "--seq", "32", "--head-dim", "16",
+    res = trainperf("profile", "attention", "--attention", "sdpa", "--seq", "32", "--head-dim", "16",
                     "--device", "cpu", "--out", "out", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert "USDT" not in res.stderr + res.stdout
@@ -71,7 +71,7 @@ def other_sqlite(path: Path) -> Path:
 
 
 def truncated_store(path: Path) -> Path:
-    runner.invoke(app, ["step", "--size", "tiny", *TINY, "--db", str(path)])
+    runner.invoke(app, ["step", "--model", "tiny", *TINY, "--db", str(path)])
     data = path.read_bytes()
     for suffix in ("-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
@@ -80,7 +80,7 @@ def truncated_store(path: Path) -> Path:
 
 
 READERS = [["results"], ["export"], ["compare", "{db}", "{db}"]]
-WRITERS = [["step", "--size", "tiny", *TINY]]
+WRITERS = [["step", "--model", "tiny", *TINY]]
 
 
 @pytest.mark.parametrize("make, message", [

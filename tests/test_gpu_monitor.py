@@ -116,7 +116,8 @@ def test_a_gpu_case_records_the_clock_and_power_of_its_window():
     """On a real GPU: an attention case long enough for several samples carries plausible values."""
     pytest.importorskip("pynvml")
     from trainperf.workloads.attention import AttentionSpec, measure_attention
-    spec = AttentionSpec("sdpa-math", 4, 16, 2048, 64, "bf16", "fwd+bwd", True, "cuda", warmup=3, reps=30)
+    spec = AttentionSpec("sdpa-math", 4, 16, 2048, 64, "bf16", "forward-backward", True, "cuda", warmup=3,
+                         iters=30)
     m = measure_attention(spec)
     assert 100 < m["sm_clock_mhz"] <= 4000
     assert 10 < m["power_w"] < 2000

@@ -21,7 +21,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # Triton swaps need CUD
 
 
 def tiny(**kw):
-    base = dict(backend="MATH", batch=2, seq=32, dtype="fp32", preset="tiny", device="cpu",
+    base = dict(sdpa_backend="MATH", batch=2, seq=32, dtype="fp32", model="tiny", device="cpu",
                 warmup=2, iters=2)
     return LlamaSpec(**{**base, **kw})
 
@@ -65,7 +65,7 @@ def test_unknown_kv_heads_mode_is_a_spec_error():
 
 
 def test_backend_that_cannot_run_is_an_unsupported_row():
-    rec = measure_case("llama", tiny(backend="EFFICIENT_ATTENTION"), measure_llama, {"device": "cpu"})
+    rec = measure_case("llama", tiny(sdpa_backend="EFFICIENT_ATTENTION"), measure_llama, {"device": "cpu"})
     assert rec.status == "unsupported"
     assert "also with K/V heads expanded" in rec.reason
 
@@ -86,7 +86,7 @@ def test_oom_is_a_row(monkeypatch):
 
 def test_cli_writes_csv_and_plots(db, tmp_path):
     out = tmp_path / "out"
-    res = runner.invoke(app, ["llama", "--preset", "tiny", "--batch-seq", "1x32,2x16", "--backend",
+    res = runner.invoke(app, ["llama", "--model", "tiny", "--batch-seq", "1x32,2x16", "--sdpa-backend",
                               "MATH,FLASH_ATTENTION,EFFICIENT_ATTENTION", "--iters", "2", "--warmup", "2",
                               "--dtype", "fp32", "--device", "cpu", "--db", str(db), "--out", str(out),
                               "--quiet"])
@@ -104,7 +104,7 @@ def test_cli_writes_csv_and_plots(db, tmp_path):
 
 
 def test_speedup_is_relative_to_the_baseline(db, tmp_path):
-    res = runner.invoke(app, ["llama", "--preset", "tiny", "--batch-seq", "1x32", "--backend",
+    res = runner.invoke(app, ["llama", "--model", "tiny", "--batch-seq", "1x32", "--sdpa-backend",
                               "MATH,FLASH_ATTENTION", "--baseline", "MATH", "--iters", "2", "--dtype", "fp32",
                               "--device", "cpu", "--db", str(db), "--out", str(tmp_path), "--quiet"])
     assert res.exit_code == 0, res.output
@@ -125,10 +125,10 @@ def test_iteration_plot_has_one_series_per_backend(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--backend", "TURBO"], "valid choices: CUDNN_ATTENTION"),
+    (["--sdpa-backend", "TURBO"], "valid choices: CUDNN_ATTENTION"),
     (["--batch-seq", "1x0"], "cannot read '1x0'"),
-    (["--preset", "llama-99b"], "valid choices: llama-3.2-1b, tiny"),
-    (["--config", "/nonexistent/config.json"], "no such file"),
+    (["--model", "llama-99b"], "not a preset (llama-3.2-1b, tiny)"),
+    (["--model", "/nonexistent/config.json"], "an existing config.json or model folder"),
 ])
 def test_bad_llama_input(db, args, message):
     res = runner.invoke(app, ["llama", "--device", "cpu", "--db", str(db), *args])
@@ -164,7 +164,7 @@ def test_llama_with_trainperf_swaps_matches_the_stock_model():
 
 
 def test_fast_rows_sit_beside_the_stock_rows(db, tmp_path):
-    res = runner.invoke(app, ["llama", "--preset", "tiny", "--batch-seq", "1x32", "--backend", "MATH",
+    res = runner.invoke(app, ["llama", "--model", "tiny", "--batch-seq", "1x32", "--sdpa-backend", "MATH",
                               "--fast", "--iters", "2", "--dtype", "fp32", "--device", "cpu", "--db", str(db),
                               "--out", str(tmp_path), "--quiet"])
     assert res.exit_code == 0, res.output
@@ -208,7 +208,7 @@ def test_cudnn_norm_without_its_package_is_an_unsupported_row_naming_it():
 
 
 def test_setups_that_differ_only_in_swaps_get_their_own_bars_and_columns(db, tmp_path):
-    res = runner.invoke(app, ["llama", "--preset", "tiny", "--batch-seq", "1x32", "--backend", "MATH",
+    res = runner.invoke(app, ["llama", "--model", "tiny", "--batch-seq", "1x32", "--sdpa-backend", "MATH",
                               "--loss", "chunked", "--kv-heads", "native,expanded", "--iters", "2",
                               "--dtype", "fp32", "--device", "cpu", "--db", str(db), "--out", str(tmp_path),
                               "--quiet"])
@@ -264,7 +264,7 @@ def test_rope_swap_leaves_other_models_stock(monkeypatch):
 
 def test_compiling_each_decoder_layer_keeps_the_loss_and_gradients():
     """--compile layers: every decoder layer is compiled on its own, the numbers stay the eager ones."""
-    spec = tiny(backend="FLASH_ATTENTION")  # MATH attention is decomposed by the compiler, FLASH stays an op
+    spec = tiny(sdpa_backend="FLASH_ATTENTION")  # MATH is decomposed by the compiler, FLASH stays an op
     eager, regional = llama_sdpa.LlamaStep(spec, torch.device("cpu")), llama_sdpa.LlamaStep(
         llama_sdpa.LlamaSpec(**{**spec.__dict__, "compile": "layers"}), torch.device("cpu"))
     assert all(layer._compiled_call_impl is not None for layer in regional.model.model.layers)
@@ -278,7 +278,7 @@ def test_compiling_each_decoder_layer_keeps_the_loss_and_gradients():
 
 
 def _row(backend, mean_s, compile="off", swaps="none", batch=1, seq=32):
-    spec = tiny(backend=backend, batch=batch, seq=seq, compile=compile)
+    spec = tiny(sdpa_backend=backend, batch=batch, seq=seq, compile=compile)
     return Record("llama", spec.__dict__, "ok", {"iter_s_mean": mean_s, "swaps": swaps})
 
 

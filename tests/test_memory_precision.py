@@ -11,9 +11,9 @@ runner = CliRunner()
 
 
 def tiny_case():
-    return StepCase(StepSpec.from_preset("tiny", context=32, batch=2, precision="fp32", compile=False,
-                                         mode="train", device="cpu", d_model=None, d_ff=None, n_layers=None,
-                                         n_heads=None))
+    return StepCase(StepSpec.from_preset("tiny", seq=32, batch=2, dtype="fp32", compile=False,
+                                         mode="train", device="cpu", d_model=None, d_ff=None, layers=None,
+                                         heads=None))
 
 
 def test_cpu_memory_profile_reports_phases_allocations_and_timeline(tmp_path):

@@ -73,7 +73,7 @@ def test_modules_compiled_in_place_get_no_ranges():
 
 
 def test_attention_fwd_bwd_range_counts_kernels_launched_by_the_autograd_thread(tmp_path):
-    """`profile attention --mode fwd+bwd`: the backward kernels come from autograd's worker thread
+    """`profile attention --mode forward-backward`: the backward kernels come from autograd's worker thread
     (tid 2 here), and still belong to the mode's range, opened on the main thread (tid 1)."""
     def x(name, cat, ts, dur, tid, **args):
         return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "tid": tid, "args": args}
@@ -179,10 +179,10 @@ def test_nsys_decode_cli(tmp_path):
 def test_profile_cli_and_compare_of_two_stored_breakdowns(tmp_path):
     outs = []
     for attention in ("naive", "sdpa"):
-        res = runner.invoke(app, ["profile", "step", "--device", "cpu", "--size", "tiny", "--context", "32",
+        res = runner.invoke(app, ["profile", "step", "--device", "cpu", "--model", "tiny", "--seq", "32",
                                   "--batch", "2", "--attention", attention, "--out", str(tmp_path)])
         assert res.exit_code == 0, res.output
-        outs.append(tmp_path / f"profile_step_tiny_ctx32_fp32_{attention}_torch.json")
+        outs.append(tmp_path / f"profile_step_tiny_seq32_fp32_{attention}_torch.json")
     data = json.loads(outs[0].read_text())
     assert data["meta"]["spec"]["attention"] == "naive" and data["ranges"]
     a, _ = load_breakdown(outs[0])
@@ -196,13 +196,13 @@ def test_profile_cli_and_compare_of_two_stored_breakdowns(tmp_path):
     outs[0].write_text(json.dumps(data))
     assert load_breakdown(outs[0])[0].kernels.equals(a.kernels)
     csv = tmp_path / "c.csv"
-    res = runner.invoke(app, ["profile-compare", str(outs[0]), str(outs[1]), "--csv", str(csv)])
+    res = runner.invoke(app, ["profile-compare", str(outs[0]), str(outs[1]), "--file", str(csv)])
     assert res.exit_code == 0 and "speed-up" in res.output
     assert list(pd.read_csv(csv).columns) == ["range", "calls", "A kernels", "A ms",
                                                              "B kernels", "B ms", "speed-up"]
 
 
 def test_nsys_command_line_is_printed():
-    res = runner.invoke(app, ["profile", "step", "--device", "cpu", "--size", "tiny", "--nsys"])
+    res = runner.invoke(app, ["profile", "step", "--device", "cpu", "--model", "tiny", "--nsys"])
     assert res.exit_code == 0
     assert "nsys profile --trace=cuda,nvtx --export=sqlite" in res.output and "--ranges-only" in res.output

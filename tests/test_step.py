@@ -8,8 +8,8 @@ from trainperf.workloads.step import StepSpec, measure_step, validate
 
 
 def tiny(**kw):
-    base = {"context": 16, "batch": 2, "precision": "fp32", "compile": False, "mode": "train",
-            "device": "cpu", "warmup": 1, "steps": 3, "vocab": 50}
+    base = {"seq": 16, "batch": 2, "dtype": "fp32", "compile": False, "mode": "train",
+            "device": "cpu", "warmup": 1, "iters": 3, "vocab": 50}
     return StepSpec.from_preset("tiny", **{**base, **kw})
 
 
@@ -28,19 +28,19 @@ def test_step_metrics_per_mode(mode, phases):
 
 
 def test_bf16_autocast_runs_on_cpu():
-    assert measure_step(tiny(precision="bf16"))["step_ms_median"] > 0
+    assert measure_step(tiny(dtype="bf16"))["step_ms_median"] > 0
 
 
 def test_overrides_replace_preset_dims():
-    s = tiny(d_model=32, n_heads=2)
-    assert (s.d_model, s.n_heads, s.n_layers) == (32, 2, 2)
+    s = tiny(d_model=32, heads=2)
+    assert (s.d_model, s.heads, s.layers) == (32, 2, 2)
 
 
 @pytest.mark.parametrize("kw, message", [
-    ({"context": 0}, "--context must be positive"),
-    ({"d_model": 30, "n_heads": 4}, "not divisible"),
-    ({"precision": "fp8"}, "valid choices: fp32, bf16, fp16"),
-    ({"precision": "fp16"}, "needs a CUDA GPU"),
+    ({"seq": 0}, "--seq must be positive"),
+    ({"d_model": 30, "heads": 4}, "not divisible"),
+    ({"dtype": "fp8"}, "valid choices: fp32, bf16, fp16"),
+    ({"dtype": "fp16"}, "needs a CUDA GPU"),
     ({"mode": "sideways"}, "valid choices: train"),
 ])
 def test_validation_errors_name_the_bad_value(kw, message):
@@ -67,7 +67,7 @@ def test_compiled_step_compiles_on_the_first_step_only(compiled_graphs):
     """With --compile on, later steps reuse the first step's graphs. The attention op used to pick
     its implementation on its first call inside the compiled layer, which left a guard on that
     choice and recompiled every layer on the second step (inside the timed steps at --warmup 1)."""
-    case = stepmod.StepCase(tiny(compile=True, context=12, attention="naive"))
+    case = stepmod.StepCase(tiny(compile=True, seq=12, attention="naive"))
     case.run()
     graphs = compiled_graphs()
     case.run()

@@ -14,12 +14,13 @@ import typer
 from rich.console import Console
 
 from trainperf import __version__
+from trainperf.cli.vocabulary import DTYPE_ALIASES, help_epilog, option
 from trainperf.core import env as envmod
 from trainperf.core import report
 from trainperf.core.errors import SpecError
 from trainperf.core.record import Record
 from trainperf.core.runner import run_sweep
-from trainperf.core.spec import positive_int
+from trainperf.core.spec import parse_list, positive_int
 from trainperf.core.store import DEFAULT_DB, Store, to_frame
 
 
@@ -34,7 +35,8 @@ def _quiet_third_party() -> None:
 
 _quiet_third_party()
 app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Measure and explain how fast a Transformer LM trains.")
+                  help="Measure and explain how fast a Transformer LM trains.",
+                  epilog=help_epilog())
 
 
 def _print_version(value: bool) -> None:
@@ -44,8 +46,7 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
-def _main(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                       help="Print trainperf's version and exit.")) -> None:
+def _main(version: bool = option("--version", False, callback=_print_version, is_eager=True)) -> None:
     """Measure and explain how fast a Transformer LM trains."""
 
 
@@ -53,17 +54,24 @@ def _main(version: bool = typer.Option(False, "--version", callback=_print_versi
 console = Console() if sys.stdout.isatty() else Console(width=220)
 err_console = Console(stderr=True)
 
-DbOpt = typer.Option(DEFAULT_DB, "--db", help="SQLite results store.")
-DeviceOpt = typer.Option("auto", help="auto | cpu | cuda | cuda:N")
-RerunOpt = typer.Option(False, "--rerun", help="Measure again cases already in the store.")
-QuietOpt = typer.Option(False, "--quiet", help="No progress bar.")
-JsonOpt = typer.Option(False, "--json", help="Print the records as JSON instead of a table.")
+DbOpt = option("--db", Path(DEFAULT_DB))
+DeviceOpt = option("--device", "auto")
+RerunOpt = option("--rerun", False)
+QuietOpt = option("--quiet", False)
+JsonOpt = option("--json", False)
+OutOpt = option("--out", Path("trainperf-out"))
 # One implementation each of the swappable parts (`step` takes lists of them instead).
-SwigluOpt = typer.Option("torch", help="SwiGLU activation: torch | triton.")
-RopeOpt = typer.Option("torch", help="Rotary embedding: torch | triton.")
-LossOpt = typer.Option("torch", help="Loss: torch (full logits) | chunked.")
-KvHeadsOpt = typer.Option("native", "--kv-heads", help="Grouped K/V heads into SDPA: native (enable_gqa) | "
-                                                       "expanded (repeat_kv first).")
+NormOpt = option("--norm", "torch")
+SwigluOpt = option("--swiglu", "torch")
+RopeOpt = option("--rope", "torch")
+LossOpt = option("--loss", "torch")
+KvHeadsOpt = option("--kv-heads", "native")
+DTYPE_CHOICES = ("fp32", "bf16", "fp16")
+
+
+def dtypes(text: str) -> list[str]:
+    """The --dtype list in short names (fp32, bf16, fp16), long names (float32, ...) read too."""
+    return parse_list(text, str, "--dtype", DTYPE_CHOICES, aliases=DTYPE_ALIASES)
 
 
 def fail(message: str) -> None:
@@ -151,17 +159,40 @@ def device_or_fail(name: str):
 
 def run_and_show(workload: str, specs: Sequence[Any], measure: Callable[[Any], dict[str, Any]],
                  columns: Sequence[report.Column], *, db: Path, device, rerun: bool, quiet: bool,
-                 as_json: bool, title: str) -> list[Record]:
-    """The shared tail of every workload command: sweep into the store, then show the table."""
+                 as_json: bool, title: str, out: Path) -> list[Record]:
+    """The shared tail of every workload command: sweep into the store, show the table, write the
+    cases as `<out>/<workload>.csv`."""
     store = Store(db)
     env = envmod.capture(device)
     records = run_sweep(workload, specs, measure, store, env, rerun=rerun, quiet=quiet or as_json,
                         label=lambda s: s.label(), console=err_console)
     show_records(records, columns, title, as_json)
+    path = write_records_csv(records, out, workload)
     if not as_json:
         gpu = env.get("gpu_name") or f"CPU ({env['cpu_count']} cores)"
-        console.print(f"[dim]{len(records)} cases on {gpu}, torch {env['torch']}; stored in {db}[/dim]")
+        console.print(f"[dim]{len(records)} cases on {gpu}, torch {env['torch']}; stored in {db}; "
+                      f"table in {path}[/dim]", highlight=False)
     return records
+
+
+def write_records_csv(records: Sequence[Record], out: Path, workload: str) -> Path:
+    """The records of this command as `<out>/<workload>.csv` (one row per case)."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{workload}.csv"
+    path.write_text(report.export(to_frame(records), "csv"))
+    return path
+
+
+def plots_available(quiet: bool) -> bool:
+    """True when matplotlib is installed; otherwise a note naming the extra (plots are skipped,
+    the numbers are not)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        if not quiet:
+            err_console.print("note: no plots without matplotlib: pip install 'trainperf[plots]'")
+        return False
+    return True
 
 
 def show_records(records: Sequence[Record], columns: Sequence[report.Column], title: str,
@@ -171,9 +202,6 @@ def show_records(records: Sequence[Record], columns: Sequence[report.Column], ti
         sys.stdout.write(report.export(to_frame(records), "json"))
     else:
         console.print(report.rich_table(records, columns, title=title))
-
-
-OutOpt = typer.Option(Path("trainperf-out"), "--out", help="Folder for plots and CSV files.")
 
 
 def batch_seq_pair(text: str) -> tuple[int, int]:

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import typer
 
 from trainperf.cli.common import (
+    DTYPE_CHOICES,
     DbOpt,
     JsonOpt,
     OutOpt,
@@ -18,14 +18,17 @@ from trainperf.cli.common import (
     check_out_dir,
     cli_errors,
     err_console,
+    plots_available,
     show_records,
     with_defaults,
+    write_records_csv,
 )
+from trainperf.cli.vocabulary import DTYPE_ALIASES, RenamedFlags, option
 from trainperf.core import env as envmod
 from trainperf.core import report
 from trainperf.core.errors import SpecError
 from trainperf.core.record import Record, case_key_for
-from trainperf.core.spec import on_off, parse_list, positive_int, sweep
+from trainperf.core.spec import on_off, parse_list, parse_one, positive_int, sweep
 from trainperf.core.store import Store, to_frame
 from trainperf.distributed.launch import LaunchError, existing_launch, launch, rank_device, world_size_problem
 from trainperf.distributed.ranked_sweep import run_ranked_cases
@@ -69,54 +72,61 @@ def _run_distributed(workload: str, specs: list, backend: str, db: Path, rerun: 
 
 
 COMM_COLUMNS: list[report.Column] = [
-    ("op", report.spec("op")), ("size MB", lambda r: report.fmt(r.spec["size_bytes"] / 1e6)),
-    ("n", report.spec("world_size")), ("backend", report.spec("backend")), ("dtype", report.spec("dtype")),
+    ("op", report.spec("op")), ("MB", lambda r: report.fmt(r.spec["bytes"] / 1e6)),
+    ("n", report.spec("world_size")), ("backend", report.spec("dist_backend")),
+    ("dtype", report.spec("dtype")),
     ("time ms", report.timing("time")), ("algbw GB/s", report.metric("algbw_gbps")),
     ("busbw GB/s", report.metric("busbw_gbps")), ("rank spread", report.metric("rank_spread", 2)),
     ("status", report.status), ("notes", report.notes),
 ]
 
 
-@app.command()
+def _dist_backend(given: str | None) -> str:
+    return ("nccl" if torch.cuda.is_available() else "gloo") if given is None else given
+
+
+@app.command(cls=RenamedFlags)
 @cli_errors
 def comm(
-    op: str = typer.Option("all_reduce,all_gather,reduce_scatter,broadcast", help="Collectives."),
-    size: str = typer.Option(None, help="Message sizes: 1MB,10MB,1GiB … (default 1MB..1GB on GPUs)."),
-    world_size: str = typer.Option("2", help="World sizes, comma-separated."),
-    backend: str = typer.Option(None, help="nccl | gloo (default: nccl with GPUs, else gloo)."),
-    dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16."),
-    warmup: int = typer.Option(5), iters: int = typer.Option(20),
+    op: str = option("--op", "all_reduce,all_gather,reduce_scatter,broadcast", "Comma-separated."),
+    nbytes: str = option("--bytes", None, "Comma-separated (default 1MB..1GB with nccl, 64KB..8MB "
+                                          "with gloo)."),
+    world_size: str = option("--world-size", "2", "Comma-separated."),
+    dist_backend: str = option("--dist-backend", None),
+    dtype: str = option("--dtype", "fp32", "Of the message."),
+    warmup: int = option("--warmup", 5), iters: int = option("--iters", 20),
     out: Path = OutOpt, db: Path = DbOpt, rerun: bool = RerunOpt, quiet: bool = QuietOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Time collectives through torch.distributed; algbw/busbw as nccl-tests define them."""
     from trainperf.workloads.comm import OPS, CommSpec, parse_size, validate
 
-    backend = ("nccl" if torch.cuda.is_available() else "gloo") if backend is None else backend
-    sizes = size if size is not None else ("1MB,10MB,100MB,1GB" if backend == "nccl" else "64KB,1MB,8MB")
+    backend = _dist_backend(dist_backend)
+    sizes = nbytes if nbytes is not None else ("1MB,10MB,100MB,1GB" if backend == "nccl" else "64KB,1MB,8MB")
     axes = sweep(world_size=parse_list(world_size, positive_int, "--world-size"),
-                 op=parse_list(op, str, "--op", OPS), size_bytes=parse_list(sizes, parse_size, "--size"))
-    specs = [CommSpec(backend=backend, dtype=dtype, warmup=warmup, iters=iters, **a) for a in axes]
+                 op=parse_list(op, str, "--op", OPS), bytes=parse_list(sizes, parse_size, "--bytes"))
+    dtype = parse_one(dtype, str, "--dtype", DTYPE_CHOICES, DTYPE_ALIASES)
+    specs = [CommSpec(dist_backend=backend, dtype=dtype, warmup=warmup, iters=iters, **a) for a in axes]
     for s in specs:
         validate(s)
     check_out_dir(out)
     records = _run_distributed("comm", specs, backend, db, rerun, quiet or as_json)
     show_records(records, COMM_COLUMNS, "trainperf comm", as_json)
+    write_records_csv(records, out, "comm")
     ok = to_frame(r for r in records if r.status == "ok")
-    if not ok.empty:
+    if not ok.empty and plots_available(quiet or as_json):
         from trainperf.core.plots import line_grid
 
-        out.mkdir(parents=True, exist_ok=True)
-        ok = ok.assign(size_mb=ok.size_bytes / 1e6, series=ok.op + " n=" + ok.world_size.astype(str))
+        ok = ok.assign(mb=ok.bytes / 1e6, series=ok.op + " n=" + ok.world_size.astype(str))
         path = out / f"comm_busbw_{backend}.png"
-        line_grid(ok, "size_mb", [("busbw_gbps", "bus bandwidth (GB/s)")], "series", path,
+        line_grid(ok, "mb", [("busbw_gbps", "bus bandwidth (GB/s)")], "series", path,
                   title=f"collectives, {backend}", logx=True, logy=False)
         if not (quiet or as_json):
             err_console.print(f"wrote {path}")
 
 
 DDP_COLUMNS: list[report.Column] = [
-    ("variant", report.spec("variant")), ("size", report.spec("size")), ("n", report.spec("world_size")),
+    ("variant", report.spec("variant")), ("model", report.spec("model")), ("n", report.spec("world_size")),
     ("bucket MB", report.spec("bucket_mb")), ("shard opt", report.spec("shard_optimizer")),
     ("step ms", report.timing("step")), ("compute ms", report.metric("compute_ms")),
     ("exposed comm ms", report.metric("exposed_comm_ms")), ("comm ms", report.metric("comm_ms")),
@@ -125,34 +135,37 @@ DDP_COLUMNS: list[report.Column] = [
 ]
 
 
-@app.command()
+@app.command(cls=RenamedFlags)
 @cli_errors
 def ddp(
-    size: str = typer.Option(None, help="LM preset (default small on GPUs, tiny on the CPU)."),
-    world_size: str = typer.Option("2", help="World sizes, comma-separated."),
-    variant: str = typer.Option("naive,flat,overlap,bucketed,ddp,fsdp2", help="Gradient-sync variants."),
-    bucket_mb: str = typer.Option("25", help="Bucket sizes in MB (bucketed and ddp)."),
-    shard_optimizer: str = typer.Option("off", help="ZeRO-1 sharded optimizer: off,on."),
-    context: int = typer.Option(None, help="Context length (default 512 on GPUs, 32 on the CPU)."),
-    batch: int = typer.Option(None, help="Per-rank batch (default 4 on GPUs, 2 on the CPU)."),
-    precision: str = typer.Option(None, help="fp32 | bf16 (default bf16 on GPUs)."),
-    optimizer: str = typer.Option("adamw", help="adamw | sgd."),
-    backend: str = typer.Option(None, help="nccl | gloo (default: nccl with GPUs, else gloo)."),
-    warmup: int = typer.Option(3), steps: int = typer.Option(10),
-    db: Path = DbOpt, rerun: bool = RerunOpt, quiet: bool = QuietOpt, as_json: bool = JsonOpt,
+    model: str = option("--model", None, "Here a GPT LM preset; default small with nccl, tiny with gloo."),
+    world_size: str = option("--world-size", "2", "Comma-separated."),
+    variant: str = option("--variant", "naive,flat,overlap,bucketed,ddp,fsdp2", "Comma-separated."),
+    bucket_mb: str = option("--bucket-mb", "25", "Comma-separated."),
+    shard_optimizer: str = option("--shard-optimizer", "off", "Comma list ok."),
+    seq: int = option("--seq", None, "Default 512 with nccl, 32 with gloo."),
+    batch: int = option("--batch", None, "Default 4 with nccl, 2 with gloo."),
+    dtype: str = option("--dtype", None, "Here fp32 or bf16, autocast over fp32 weights (default bf16 "
+                                         "with nccl)."),
+    optimizer: str = option("--optimizer", "adamw", "Here adamw or sgd."),
+    dist_backend: str = option("--dist-backend", None),
+    warmup: int = option("--warmup", 3), iters: int = option("--iters", 10),
+    out: Path = OutOpt, db: Path = DbOpt, rerun: bool = RerunOpt, quiet: bool = QuietOpt,
+    as_json: bool = JsonOpt,
 ) -> None:
     """Time a data-parallel training step per gradient-sync variant (and PyTorch DDP / FSDP2)."""
     from trainperf.workloads.ddp import VARIANTS, DDPSpec, validate
 
-    backend = ("nccl" if torch.cuda.is_available() else "gloo") if backend is None else backend
+    backend = _dist_backend(dist_backend)
     gpu = backend == "nccl"
     variants = parse_list(variant, str, "--variant", VARIANTS)
     buckets = parse_list(bucket_mb, float, "--bucket-mb")
-    defaults = ({"size": "small", "context": 512, "batch": 4, "precision": "bf16"} if gpu else
-                {"size": "tiny", "context": 32, "batch": 2, "precision": "fp32"})
-    common: dict[str, Any] = dict(
-        **with_defaults(defaults, size=size, context=context, batch=batch, precision=precision),
-        backend=backend, warmup=warmup, steps=steps, optimizer=optimizer)
+    defaults = ({"model": "small", "seq": 512, "batch": 4, "dtype": "bf16"} if gpu else
+                {"model": "tiny", "seq": 32, "batch": 2, "dtype": "fp32"})
+    opts = with_defaults(defaults, model=model, seq=seq, batch=batch, dtype=dtype)
+    opts["dtype"] = parse_one(opts["dtype"], str, "--dtype", DTYPE_CHOICES, DTYPE_ALIASES)
+    common: dict[str, Any] = dict(**opts, dist_backend=backend, warmup=warmup, iters=iters,
+                                  optimizer=optimizer)
     specs = []
     for a in sweep(world_size=parse_list(world_size, positive_int, "--world-size"), variant=variants,
                    shard_optimizer=parse_list(shard_optimizer, on_off, "--shard-optimizer")):
@@ -164,5 +177,7 @@ def ddp(
             specs.append(DDPSpec(bucket_mb=b, **a, **common))
     for s in specs:
         validate(s)
+    check_out_dir(out)
     records = _run_distributed("ddp", specs, backend, db, rerun, quiet or as_json)
     show_records(records, DDP_COLUMNS, "trainperf ddp", as_json)
+    write_records_csv(records, out, "ddp")

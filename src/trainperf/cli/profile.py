@@ -9,10 +9,12 @@ from typing import Any
 import typer
 
 from trainperf.cli.common import (
+    DTYPE_CHOICES,
     DeviceOpt,
     JsonOpt,
     KvHeadsOpt,
     LossOpt,
+    NormOpt,
     RopeOpt,
     SwigluOpt,
     app,
@@ -27,6 +29,7 @@ from trainperf.cli.common import (
     step_parts,
     with_defaults,
 )
+from trainperf.cli.vocabulary import DTYPE_ALIASES, MODE_ALIASES, RenamedFlags, option
 from trainperf.core import env as envmod
 from trainperf.core import report
 from trainperf.core.errors import SpecError
@@ -34,10 +37,10 @@ from trainperf.core.spec import on_off, parse_one
 
 profile_app = typer.Typer(help="Per-module kernel breakdown of a workload's step (torch.profiler).")
 app.add_typer(profile_app, name="profile")
-ProfOut = typer.Option(Path("trainperf-out"), "--out", help="Folder for the breakdown JSON and CSVs.")
-NsysOpt = typer.Option(False, "--nsys", help="Print the nsys command line for this profile and exit.")
-RangesOnlyOpt = typer.Option(False, "--ranges-only", help="Run with NVTX ranges, no profiler (under nsys).")
-ProfStepsOpt = typer.Option(1, "--steps", help="Profiled steps.")
+ProfOut = option("--out", Path("trainperf-out"))
+NsysOpt = option("--nsys", False)
+RangesOnlyOpt = option("--ranges-only", False)
+ProfItersOpt = option("--iters", 1, "Here: the profiled ones.")
 TOP_KERNELS = 15  # kernels shown in the terminal; the JSON and the kernels CSV hold them all
 
 
@@ -46,16 +49,16 @@ def _swap_suffix(swaps: dict[str, str]) -> str:
     return "".join(f"_{k}-{v}" for k, v in swaps.items() if v not in ("torch", "off", "native"))
 
 
-def _profile_and_show(name: str, step, model, dev, steps: int, ranges_only: bool, out: Path,
+def _profile_and_show(name: str, step, model, dev, iters: int, ranges_only: bool, out: Path,
                       meta: dict[str, Any], as_json: bool) -> None:
     from trainperf.profiling.session import profile_workload, save_breakdown
 
-    if steps < 1:
-        raise SpecError(f"--steps must be positive, got {steps}")
+    if iters < 1:
+        raise SpecError(f"--iters must be positive, got {iters}")
     check_out_dir(out)
-    bd = profile_workload(step, model, dev, steps=steps, ranges_only=ranges_only)
+    bd = profile_workload(step, model, dev, steps=iters, ranges_only=ranges_only)
     if bd is None:
-        err_console.print(f"ran {steps} step(s) with NVTX ranges")
+        err_console.print(f"ran {iters} step(s) with NVTX ranges")
         return
     paths = save_breakdown(bd, out / f"profile_{name}", {**meta, "env": envmod.capture(dev)})
     if as_json:
@@ -90,33 +93,36 @@ def _argv_without(flag: str) -> str:
     return " ".join(a for a in args if a != flag)
 
 
-def _step_spec(dev, size: str | None, context: int | None, batch: int, precision: str | None, **kw: Any):
+def _step_spec(dev, model: str | None, seq: int | None, batch: int, dtype: str | None, **kw: Any):
     """A validated training-step spec for one profile: medium/512/bf16 on a GPU, tiny on the CPU."""
     from trainperf.models.presets import PRESETS
     from trainperf.workloads.step import StepSpec, validate
 
-    opts = with_defaults({"size": "medium", "context": 512, "precision": "bf16"} if dev.type == "cuda" else
-                         {"size": "tiny", "context": 64, "precision": "fp32"},
-                         size=size, context=context, precision=precision)
-    spec = StepSpec.from_preset(parse_one(opts["size"], str, "--size", PRESETS), context=opts["context"],
-                                batch=batch, precision=opts["precision"], mode="train", device=dev.type,
-                                d_model=None, d_ff=None, n_layers=None, n_heads=None, **kw)
+    opts = with_defaults({"model": "medium", "seq": 512, "dtype": "bf16"} if dev.type == "cuda" else
+                         {"model": "tiny", "seq": 64, "dtype": "fp32"},
+                         model=model, seq=seq, dtype=dtype)
+    spec = StepSpec.from_preset(parse_one(opts["model"], str, "--model", PRESETS), seq=opts["seq"],
+                                batch=batch, dtype=parse_one(opts["dtype"], str, "--dtype", DTYPE_CHOICES,
+                                                             DTYPE_ALIASES),
+                                mode="train", device=dev.type, d_model=None, d_ff=None, layers=None,
+                                heads=None, **kw)
     validate(spec)
     return spec
 
 
-@profile_app.command("step")
+ModelOpt = option("--model", None, "Here a GPT LM preset; default medium on a GPU, tiny on the CPU.")
+SeqOpt = option("--seq", None, "Default 512 on a GPU, 64 on the CPU.")
+AutocastOpt = option("--dtype", None, "Autocast over fp32 weights; default bf16 on a GPU, fp32 on the CPU.")
+
+
+@profile_app.command("step", cls=RenamedFlags)
 @cli_errors
 def profile_step(
-    size: str = typer.Option(None, help="Preset (default: medium on a GPU, tiny on the CPU)."),
-    context: int = typer.Option(None, help="Context length (default 512 on a GPU, 64 on the CPU)."),
-    batch: int = typer.Option(4, help="Batch size."),
-    precision: str = typer.Option(None, help="fp32 | bf16 | fp16 (default bf16 on a GPU)."),
-    compile: str = typer.Option("off", help="off | on."),
-    attention: str = typer.Option("sdpa", help="Attention implementation."),
-    norm: str = typer.Option("torch", help="RMSNorm implementation: torch | fused | triton | cudnn."),
-    rope: str = RopeOpt, swiglu: str = SwigluOpt, loss: str = LossOpt,
-    steps: int = ProfStepsOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
+    model: str = ModelOpt, seq: int = SeqOpt, batch: int = option("--batch", 4), dtype: str = AutocastOpt,
+    compile: str = option("--compile", "off", "Here: off, on."),
+    attention: str = option("--attention", "sdpa"),
+    norm: str = NormOpt, rope: str = RopeOpt, swiglu: str = SwigluOpt, loss: str = LossOpt,
+    iters: int = ProfItersOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
     ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Breakdown of a GPT-style LM training step by module range."""
@@ -125,30 +131,32 @@ def profile_step(
     dev = device_or_fail(device)
     given = {"attention": attention, "norm": norm, "rope": rope, "swiglu": swiglu, "loss": loss}
     chosen = {k: parse_one(given[k], str, f"--{k}", choices) for k, choices in step_parts().items()}
-    spec = _step_spec(dev, size, context, batch, precision, compile=parse_one(compile, on_off, "--compile"),
+    spec = _step_spec(dev, model, seq, batch, dtype, compile=parse_one(compile, on_off, "--compile"),
                       **chosen)
     swaps = _swap_suffix({"rope": rope, "swiglu": swiglu, "loss": loss})
-    name = f"step_{spec.size}_ctx{spec.context}_{spec.precision}_{spec.attention}_{spec.norm}{swaps}"
+    name = f"step_{spec.model}_seq{spec.seq}_{spec.dtype}_{spec.attention}_{spec.norm}{swaps}"
     if nsys:
         return _nsys_line(_argv_without("--nsys"), name)
     case = StepCase(spec)
-    _profile_and_show(name, case.run, case.model, dev, steps, ranges_only, out, {"spec": spec.__dict__},
+    _profile_and_show(name, case.run, case.model, dev, iters, ranges_only, out, {"spec": spec.__dict__},
                       as_json)
 
 
-@profile_app.command("llama")
+@profile_app.command("llama", cls=RenamedFlags)
 @cli_errors
 def profile_llama(
-    batch_seq: str = typer.Option(None, help="One batch x seq pair (default 1x4096 on a GPU)."),
-    backend: str = typer.Option(None, help="SDPA backend (default: CUDNN_ATTENTION on a GPU, MATH on CPU)."),
-    dtype: str = typer.Option("bf16", help="bf16 | fp16 | fp32."),
-    layers: int = typer.Option(None, help="Decoder layers to keep."),
-    preset: str = typer.Option(None, help="llama-3.2-1b | tiny."),
-    norm: str = typer.Option("torch", help="RMSNorm: torch | fused | triton | cudnn."),
-    swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt, kv_heads: str = KvHeadsOpt,
-    compile: str = typer.Option("off", help="off | on (the whole model) | layers (each decoder layer)."),
-    fast: bool = typer.Option(False, "--fast", help="Every setting of `trainperf llama --fast`."),
-    steps: int = ProfStepsOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
+    batch_seq: str = option("--batch-seq", None, "One pair; default 1x4096 on a GPU, 1x64 on the CPU."),
+    sdpa_backend: str = option("--sdpa-backend", None, "One; default CUDNN_ATTENTION on a GPU, MATH "
+                                                       "on the CPU."),
+    dtype: str = option("--dtype", "bf16", "The weights' own (no autocast)."),
+    layers: int = option("--layers", None),
+    model: str = option("--model", None, "Here a Llama preset, a config.json or model folder, or a hub "
+                                         "id (default llama-3.2-1b on a GPU, tiny on the CPU)."),
+    norm: str = NormOpt, swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt,
+    kv_heads: str = KvHeadsOpt,
+    compile: str = option("--compile", "off"),
+    fast: bool = option("--fast", False, "Every setting of `trainperf llama --fast`."),
+    iters: int = ProfItersOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
     ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Breakdown of a Hugging Face Llama training iteration by module range."""
@@ -160,29 +168,33 @@ def profile_llama(
                      "--batch-seq")
     swaps = {**(FAST if fast else {"norm": norm, "swiglu": swiglu, "rope": rope, "loss": loss,
                                    "compile": compile}), "kv_heads": kv_heads}
-    opts = with_defaults({"backend": "CUDNN_ATTENTION", "preset": "llama-3.2-1b"} if gpu else
-                         {"backend": "MATH", "preset": "tiny"}, backend=backend, preset=preset)
-    spec = LlamaSpec(batch=b, seq=n, dtype=dtype, layers=layers, device=dev.type, **opts, **swaps)
+    opts = with_defaults({"sdpa_backend": "CUDNN_ATTENTION", "model": "llama-3.2-1b"} if gpu else
+                         {"sdpa_backend": "MATH", "model": "tiny"}, sdpa_backend=sdpa_backend, model=model)
+    spec = LlamaSpec(batch=b, seq=n, dtype=parse_one(dtype, str, "--dtype", DTYPE_CHOICES, DTYPE_ALIASES),
+                     layers=layers, device=dev.type, **opts, **swaps)
     validate(spec)
-    name = f"llama_{spec.backend.lower()}_{b}x{n}{_swap_suffix(swaps)}"
+    name = f"llama_{spec.sdpa_backend.lower()}_{b}x{n}{_swap_suffix(swaps)}"
     if nsys:
         return _nsys_line(_argv_without("--nsys"), name)
     step = LlamaStep(spec, dev)
-    choose_kv_mode(step, spec.backend, spec.kv_heads)
+    choose_kv_mode(step, spec.sdpa_backend, spec.kv_heads)
     # a whole-model compile traces every module: range hooks there would be compiled in (and
     # recompile it), so that profile has phase ranges only; per-layer compile keeps the rest
     ranged = None if spec.compile == "on" else step.model
-    _profile_and_show(name, step, ranged, dev, steps, ranges_only, out, {"spec": spec.__dict__}, as_json)
+    _profile_and_show(name, step, ranged, dev, iters, ranges_only, out, {"spec": spec.__dict__}, as_json)
 
 
-@profile_app.command("attention")
+@profile_app.command("attention", cls=RenamedFlags)
 @cli_errors
 def profile_attention(
-    impl: str = typer.Option("sdpa", help="Attention implementation."),
-    batch: int = typer.Option(8), heads: int = typer.Option(16), seq: int = typer.Option(None),
-    head_dim: int = typer.Option(64), dtype: str = typer.Option(None), mode: str = typer.Option("fwd+bwd"),
-    causal: str = typer.Option("on"),
-    steps: int = ProfStepsOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
+    attention: str = option("--attention", "sdpa"),
+    batch: int = option("--batch", 8), heads: int = option("--heads", 16),
+    seq: int = option("--seq", None, "Default 4096 on a GPU, 128 on the CPU."),
+    head_dim: int = option("--head-dim", 64),
+    dtype: str = option("--dtype", None, "Default bf16 on a GPU, fp32 on the CPU."),
+    mode: str = option("--mode", "forward-backward", "Here: forward, backward, forward-backward."),
+    causal: str = option("--causal", "on"),
+    iters: int = ProfItersOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
     ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Kernel breakdown of one attention call."""
@@ -193,11 +205,12 @@ def profile_attention(
     gpu = dev.type == "cuda"
     opts = with_defaults({"seq": 4096, "dtype": "bf16"} if gpu else {"seq": 128, "dtype": "fp32"},
                          seq=seq, dtype=dtype)
-    spec = AttentionSpec(impl=parse_one(impl, str, "--impl", NAMES), batch=batch, heads=heads,
-                         head_dim=head_dim, mode=mode, causal=parse_one(causal, on_off, "--causal"),
-                         device=dev.type, **opts)
+    opts["dtype"] = parse_one(opts["dtype"], str, "--dtype", DTYPE_CHOICES, DTYPE_ALIASES)
+    spec = AttentionSpec(attention=parse_one(attention, str, "--attention", NAMES), batch=batch, heads=heads,
+                         head_dim=head_dim, mode=parse_one(mode, str, "--mode", aliases=MODE_ALIASES),
+                         causal=parse_one(causal, on_off, "--causal"), device=dev.type, **opts)
     validate(spec)
-    name = f"attention_{impl}_{spec.mode.replace('+', '_')}_n{spec.seq}_d{head_dim}"
+    name = f"attention_{attention}_{spec.mode}_n{spec.seq}_d{head_dim}"
     if nsys:
         return _nsys_line(_argv_without("--nsys"), name)
     op = operation(spec, dev)
@@ -206,14 +219,14 @@ def profile_attention(
         with phase(spec.mode):
             return op()
 
-    _profile_and_show(name, step, None, dev, steps, ranges_only, out, {"spec": spec.__dict__}, as_json)
+    _profile_and_show(name, step, None, dev, iters, ranges_only, out, {"spec": spec.__dict__}, as_json)
 
 
-@app.command("nsys-decode")
+@app.command("nsys-decode", cls=RenamedFlags)
 @cli_errors
 def nsys_decode(
     trace: Path = typer.Argument(..., help="SQLite export of `nsys profile --trace=cuda,nvtx`."),
-    out: Path = typer.Option(None, "--out", help="Also write the breakdown JSON/CSVs here."),
+    out: Path = option("--out", None, "Also write the breakdown JSON and CSVs there."),
 ) -> None:
     """The per-range kernel table from an Nsight Systems SQLite export."""
     from trainperf.profiling.breakdown import breakdown
@@ -232,18 +245,18 @@ def nsys_decode(
             err_console.print(f"wrote {p}")
 
 
-@app.command("profile-compare")
+@app.command("profile-compare", cls=RenamedFlags)
 @cli_errors
 def profile_compare(
     a: Path = typer.Argument(..., help="Breakdown JSON written by `trainperf profile` (A)."),
     b: Path = typer.Argument(..., help="Breakdown JSON (B); speed-up is A time / B time."),
-    csv: Path = typer.Option(None, "--csv", help="Also write the table as CSV."),
+    table_file: Path = option("--file", None, "Also, as CSV."),
 ) -> None:
     """Two per-range breakdowns side by side with kernel counts, times and speed-up."""
     from trainperf.profiling.session import compare_breakdowns, load_breakdown
 
-    if csv:
-        check_out_file(csv, "--csv")
+    if table_file:
+        check_out_file(table_file, "--file")
     try:
         (bda, meta_a), (bdb, meta_b) = load_breakdown(a), load_breakdown(b)
     except ValueError as exc:
@@ -256,8 +269,8 @@ def profile_compare(
     ga, gb = meta_a.get("env", {}).get("gpu_name"), meta_b.get("env", {}).get("gpu_name")
     if ga != gb:
         err_console.print(f"[yellow]note:[/yellow] A ran on {ga or 'cpu'}, B on {gb or 'cpu'}")
-    if csv:
-        table.to_csv(csv, index=False)
+    if table_file:
+        table.to_csv(table_file, index=False)
 
 
 
@@ -266,14 +279,11 @@ memory_app = typer.Typer(help="Where a step's memory goes: per-phase peaks, allo
 app.add_typer(memory_app, name="memory")
 
 
-@memory_app.command("step")
+@memory_app.command("step", cls=RenamedFlags)
 @cli_errors
 def memory_step(
-    size: str = typer.Option(None, help="Preset (default: medium on a GPU, tiny on the CPU)."),
-    context: int = typer.Option(None, help="Context length (default 512 on a GPU, 64 on the CPU)."),
-    batch: int = typer.Option(4, help="Batch size."),
-    precision: str = typer.Option(None, help="fp32 | bf16 | fp16 (default bf16 on a GPU)."),
-    phase: str = typer.Option("step", help="forward (activations only) | step (fwd, bwd, optimizer)."),
+    model: str = ModelOpt, seq: int = SeqOpt, batch: int = option("--batch", 4), dtype: str = AutocastOpt,
+    phase: str = option("--phase", "step"),
     out: Path = ProfOut, device: str = DeviceOpt,
 ) -> None:
     """Memory profile of a GPT-style LM step: snapshot (GPU), peaks per phase, timeline PNG."""
@@ -283,10 +293,10 @@ def memory_step(
     if phase not in ("forward", "step"):
         raise SpecError(f"--phase {phase!r}; valid choices: forward, step")
     dev = device_or_fail(device)
-    spec = _step_spec(dev, size, context, batch, precision, compile=False)
+    spec = _step_spec(dev, model, seq, batch, dtype, compile=False)
     check_out_dir(out)
     case = StepCase(spec)
-    name = f"step_{spec.size}_ctx{spec.context}_{spec.precision}_{phase}"
+    name = f"step_{spec.model}_seq{spec.seq}_{spec.dtype}_{phase}"
     until = "forward" if phase == "forward" else None
     rep = memory_profile(case.run, case.model, dev, out, name, until=until)
     console.print(frame_table(rep.phases, title=f"memory per phase: {name}"))

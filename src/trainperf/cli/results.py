@@ -22,6 +22,7 @@ from trainperf.cli.common import (
     fail,
     frame_table,
 )
+from trainperf.cli.vocabulary import RenamedFlags, option
 from trainperf.core import env as envmod
 from trainperf.core import report
 from trainperf.core.errors import SpecError
@@ -30,11 +31,11 @@ from trainperf.core.spec import check_choice
 from trainperf.core.store import Store, to_frame
 
 
-@app.command()
+@app.command(cls=RenamedFlags)
 @cli_errors
 def compare(
     sets: list[Path] = typer.Argument(..., help="Two or more training_timing.csv files or .db stores."),
-    axis: str = typer.Option("gpu", help="What the sets are meant to differ in (not warned about)."),
+    axis: str = option("--axis", "gpu"),
     out: Path = OutOpt,
 ) -> None:
     """Set llama result sets from different runs side by side, with speed-ups and plots."""
@@ -66,12 +67,12 @@ def compare(
         err_console.print(f"wrote {path}")
 
 
-@app.command()
+@app.command(cls=RenamedFlags)
 @cli_errors
 def results(
-    workload: str = typer.Option(None, help="Only this workload."),
-    status: str = typer.Option(None, help="Only this status: ok, oom, unsupported, error."),
-    last: int = typer.Option(50, help="Show at most this many (newest)."),
+    workload: str = option("--workload", None),
+    status: str = option("--status", None),
+    last: int = option("--last", 50),
     db: Path = DbOpt,
 ) -> None:
     """List stored records."""
@@ -100,7 +101,7 @@ def check_filters(workload: str | None, status: str | None) -> None:
 
 
 def _case_text(r: Record) -> str:
-    skip = {"device", "warmup", "steps", "iters"}
+    skip = {"device", "warmup", "iters"}
     return " ".join(f"{k}={v}" for k, v in r.spec.items() if k not in skip)
 
 
@@ -111,12 +112,12 @@ def _headline(r: Record) -> str:
     return "-" if r.status == "ok" else r.status.upper()
 
 
-@app.command()
+@app.command(cls=RenamedFlags)
 @cli_errors
 def export(
-    format: str = typer.Option("csv", "--format", help="csv | json | markdown"),
-    output: Path = typer.Option(None, "--output", "-o", help="File to write (default: stdout)."),
-    workload: str = typer.Option(None, help="Only this workload."),
+    format: str = option("--format", "csv"),
+    output: Path = option("--file", None, "Default: stdout.", "-o"),
+    workload: str = option("--workload", None),
     db: Path = DbOpt,
 ) -> None:
     """Write stored records as CSV, JSON or markdown."""
@@ -124,7 +125,7 @@ def export(
         fail(f"unknown --format {format!r}; valid choices: csv, json, markdown")
     check_filters(workload, None)
     if output is not None:
-        check_out_file(output, "--output")
+        check_out_file(output, "--file")
     text = report.export(to_frame(Store(db, create=False).records(workload=workload)), format)
     if output:
         output.write_text(text)
@@ -133,7 +134,7 @@ def export(
         sys.stdout.write(text)
 
 
-@app.command("env")
+@app.command("env", cls=RenamedFlags)
 def env_cmd(device: str = DeviceOpt) -> None:
     """Print the environment as trainperf records it."""
     try:
@@ -145,7 +146,7 @@ def env_cmd(device: str = DeviceOpt) -> None:
 
 
 
-@app.command()
+@app.command(cls=RenamedFlags)
 @cli_errors
 def precision(device: str = DeviceOpt) -> None:
     """Dtypes under each autocast mode, and the float accumulation experiment."""

@@ -6,14 +6,14 @@ import functools
 import math
 from pathlib import Path
 
-import typer
-
 from trainperf.cli.common import (
+    DTYPE_CHOICES,
     DbOpt,
     DeviceOpt,
     JsonOpt,
     KvHeadsOpt,
     LossOpt,
+    NormOpt,
     OutOpt,
     QuietOpt,
     RerunOpt,
@@ -25,12 +25,15 @@ from trainperf.cli.common import (
     cli_errors,
     console,
     device_or_fail,
+    dtypes,
     err_console,
     frame_table,
+    plots_available,
     run_and_show,
     step_parts,
     with_defaults,
 )
+from trainperf.cli.vocabulary import DTYPE_ALIASES, MODE_ALIASES, RenamedFlags, option
 from trainperf.core import report
 from trainperf.core.errors import SpecError
 from trainperf.core.record import Record
@@ -38,8 +41,8 @@ from trainperf.core.spec import on_off, parse_list, parse_one, positive_int, swe
 from trainperf.core.store import to_frame
 
 STEP_COLUMNS: list[report.Column] = [
-    ("size", report.spec("size")), ("ctx", report.spec("context")), ("bs", report.spec("batch")),
-    ("prec", report.spec("precision")), ("compile", report.spec("compile")),
+    ("model", report.spec("model")), ("seq", report.spec("seq")), ("batch", report.spec("batch")),
+    ("dtype", report.spec("dtype")), ("compile", report.spec("compile")),
     ("mode", report.spec("mode")), ("swaps", lambda r: _step_swaps(r.spec)),
     ("fwd ms", report.timing("forward")), ("bwd ms", report.timing("backward")),
     ("opt ms", report.timing("optimizer")), ("step ms", report.timing("step")),
@@ -57,31 +60,30 @@ def _step_swaps(spec: dict) -> str:
     return " ".join(f"{k}={spec[k]}" for k, v in STOCK_PARTS.items() if spec.get(k, v) != v) or "none"
 
 
-@app.command()
+@app.command(cls=RenamedFlags)
 @cli_errors
 def step(
-    size: str = typer.Option(None, help="Presets, comma-separated: tiny,small,medium,large,xl,2.7B."),
-    context: str = typer.Option(None, help="Context lengths, comma-separated."),
-    batch: str = typer.Option(None, help="Batch sizes, comma-separated."),
-    precision: str = typer.Option(None, help="fp32,bf16,fp16 (autocast; fp16 with a grad scaler)."),
-    compile: str = typer.Option("off", help="torch.compile: off,on."),
-    mode: str = typer.Option("train", help="train | forward | forward-backward (comma list ok)."),
-    attention: str = typer.Option("sdpa", help="Attention implementation(s) by name."),
-    norm: str = typer.Option("torch", help="RMSNorm implementation(s): torch,fused,triton,cudnn."),
-    rope: str = typer.Option("torch", help="RoPE implementation(s): torch,triton."),
-    swiglu: str = typer.Option("torch", help="SwiGLU activation implementation(s): torch,triton."),
-    loss: str = typer.Option("torch", help="Loss: torch (full logits) | chunked (LM head + CE in chunks)."),
-    tf32: str = typer.Option("on", help="TF32 matmuls for fp32: on | off."),
-    warmup: int = typer.Option(None, help="Warm-up steps (not measured)."),
-    steps: int = typer.Option(None, help="Measured steps."),
-    vocab: int = typer.Option(10_000, help="Vocabulary size."),
-    d_model: int = typer.Option(None, help="Override the preset's d_model."),
-    d_ff: int = typer.Option(None, help="Override the preset's d_ff."),
-    layers: int = typer.Option(None, help="Override the preset's number of layers."),
-    heads: int = typer.Option(None, help="Override the preset's number of heads."),
-    peak_tflops: float = typer.Option(None, help="Peak TFLOP/s for MFU (default: known-GPU table)."),
-    device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt, quiet: bool = QuietOpt,
-    as_json: bool = JsonOpt,
+    model: str = option("--model", None, "Here GPT LM presets, comma-separated."),
+    seq: str = option("--seq", None, "Comma-separated."),
+    batch: str = option("--batch", None, "Comma-separated."),
+    dtype: str = option("--dtype", None, "Comma-separated; autocast over fp32 weights (fp16 with a grad "
+                                         "scaler)."),
+    compile: str = option("--compile", "off", "Here: off, on (comma list ok)."),
+    mode: str = option("--mode", "train", "Here: train, forward, forward-backward (comma list ok)."),
+    attention: str = option("--attention", "sdpa", "Comma list ok."),
+    norm: str = option("--norm", "torch", "Comma list ok."),
+    rope: str = option("--rope", "torch", "Comma list ok."),
+    swiglu: str = option("--swiglu", "torch", "Comma list ok."),
+    loss: str = option("--loss", "torch", "Comma list ok."),
+    tf32: str = option("--tf32", "on"),
+    warmup: int = option("--warmup", None, "Default 5 on a GPU, 2 on the CPU."),
+    iters: int = option("--iters", None, "Default 10 on a GPU, 5 on the CPU."),
+    vocab: int = option("--vocab", 10_000),
+    d_model: int = option("--d-model", None), d_ff: int = option("--d-ff", None),
+    layers: int = option("--layers", None), heads: int = option("--heads", None, "Overrides the preset's."),
+    peak_tflops: float = option("--peak-tflops", None),
+    out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
+    quiet: bool = QuietOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Time forward, backward and optimizer steps of the GPT-style LM across a sweep."""
     from trainperf.models.presets import PRESETS
@@ -89,17 +91,17 @@ def step(
 
     dev = device_or_fail(device)
     gpu = dev.type == "cuda"
-    defaults = ({"size": "small,medium,large", "context": "256,512,1024", "batch": "4",
-                 "precision": "bf16", "warmup": 5, "steps": 10} if gpu else
-                {"size": "tiny", "context": "64,128", "batch": "4", "precision": "fp32",
-                 "warmup": 2, "steps": 5})
-    opts = with_defaults(defaults, size=size, context=context, batch=batch, precision=precision,
-                         warmup=warmup, steps=steps)
+    defaults = ({"model": "small,medium,large", "seq": "256,512,1024", "batch": "4",
+                 "dtype": "bf16", "warmup": 5, "iters": 10} if gpu else
+                {"model": "tiny", "seq": "64,128", "batch": "4", "dtype": "fp32",
+                 "warmup": 2, "iters": 5})
+    opts = with_defaults(defaults, model=model, seq=seq, batch=batch, dtype=dtype,
+                         warmup=warmup, iters=iters)
     axes = sweep(
-        size=parse_list(opts["size"], str, "--size", PRESETS),
-        context=parse_list(opts["context"], positive_int, "--context"),
+        model=parse_list(opts["model"], str, "--model", PRESETS),
+        seq=parse_list(opts["seq"], positive_int, "--seq"),
         batch=parse_list(opts["batch"], positive_int, "--batch"),
-        precision=parse_list(opts["precision"], str, "--precision", ("fp32", "bf16", "fp16")),
+        dtype=dtypes(opts["dtype"]),
         compile=parse_list(compile, on_off, "--compile"),
         mode=parse_list(mode, str, "--mode", MODES),
         **{k: parse_list(given, str, f"--{k}", choices) for (k, choices), given in
@@ -109,18 +111,38 @@ def step(
         raise SpecError(f"--peak-tflops must be a positive number, got {peak_tflops}")
     common = {"device": dev.type if dev.index is None else str(dev),
               "tf32": parse_one(tf32, on_off, "--tf32"),
-              "vocab": vocab, "warmup": opts["warmup"], "steps": opts["steps"], "d_model": d_model,
-              "d_ff": d_ff, "n_layers": layers, "n_heads": heads}
-    specs = [StepSpec.from_preset(a.pop("size"), **a, **common) for a in axes]
+              "vocab": vocab, "warmup": opts["warmup"], "iters": opts["iters"], "d_model": d_model,
+              "d_ff": d_ff, "layers": layers, "heads": heads}
+    specs = [StepSpec.from_preset(a.pop("model"), **a, **common) for a in axes]
     for s in specs:
         validate(s)
-    run_and_show("step", specs, functools.partial(measure_step, peak_override=peak_tflops),
-                 STEP_COLUMNS, db=db, device=dev, rerun=rerun, quiet=quiet, as_json=as_json,
-                 title="trainperf step")
+    check_out_dir(out)
+    records = run_and_show("step", specs, functools.partial(measure_step, peak_override=peak_tflops),
+                           STEP_COLUMNS, db=db, device=dev, rerun=rerun, quiet=quiet, as_json=as_json,
+                           title="trainperf step", out=out)
+    _step_plot(records, out, quiet or as_json)
+
+
+def _step_plot(records: list[Record], out: Path, quiet: bool) -> None:
+    """Tokens per second against sequence length, a line per (model, dtype, swaps), one panel per
+    batch size and mode."""
+    df = to_frame(r for r in records if r.status == "ok")
+    if "tokens_per_s" not in df or not plots_available(quiet):
+        return
+    from trainperf.core.plots import line_grid
+
+    df = df.assign(series=[f"{r['model']} {r['dtype']}{' compiled' if r['compile'] else ''} {_step_swaps(r)}"
+                           for r in df.to_dict("records")])
+    for (mode, batch), group in df.groupby(["mode", "batch"]):
+        path = out / f"step_{mode}_batch{batch}.png"
+        line_grid(group, "seq", [("tokens_per_s", "tokens per second")], "series", path,
+                  title=f"step ({mode}), batch {batch}", logy=False)
+        if not quiet:
+            err_console.print(f"wrote {path}")
 
 
 ATTENTION_COLUMNS: list[report.Column] = [
-    ("impl", report.spec("impl")), ("mode", report.spec("mode")), ("b", report.spec("batch")),
+    ("attention", report.spec("attention")), ("mode", report.spec("mode")), ("b", report.spec("batch")),
     ("h", report.spec("heads")), ("seq", report.spec("seq")), ("d", report.spec("head_dim")),
     ("dtype", report.spec("dtype")), ("causal", report.spec("causal")),
     ("time ms", report.timing("time")), ("TFLOP/s", report.metric("tflops")),
@@ -129,19 +151,20 @@ ATTENTION_COLUMNS: list[report.Column] = [
 ]
 
 
-@app.command()
+@app.command(cls=RenamedFlags)
 @cli_errors
 def attention(
-    impl: str = typer.Option(None, help="Implementations, comma-separated, or 'all'."),
-    head_dim: str = typer.Option(None, help="Head dims, comma-separated."),
-    seq: str = typer.Option(None, help="Sequence lengths, comma-separated."),
-    batch: int = typer.Option(None, help="Batch size."),
-    heads: int = typer.Option(16, help="Number of heads."),
-    dtype: str = typer.Option(None, help="fp32,fp16,bf16."),
-    mode: str = typer.Option("fwd+bwd", help="fwd,bwd,fwd+bwd."),
-    causal: str = typer.Option("on", help="Causal masking: on,off."),
-    warmup: int = typer.Option(5, help="Untimed calls first."),
-    reps: int = typer.Option(20, help="Timed calls."),
+    attention: str = option("--attention", None, "Comma-separated, or all."),
+    head_dim: str = option("--head-dim", None, "Comma-separated."),
+    seq: str = option("--seq", None, "Comma-separated."),
+    batch: int = option("--batch", None),
+    heads: int = option("--heads", 16),
+    dtype: str = option("--dtype", None, "Of q, k, v; comma-separated."),
+    mode: str = option("--mode", "forward-backward", "Here: forward, backward, forward-backward "
+                                                      "(comma list ok)."),
+    causal: str = option("--causal", "on", "Comma list ok."),
+    warmup: int = option("--warmup", 5),
+    iters: int = option("--iters", 20),
     out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
 ) -> None:
@@ -151,51 +174,52 @@ def attention(
 
     dev = device_or_fail(device)
     gpu = dev.type == "cuda"
-    defaults = ({"impl": "all", "head_dim": "64", "seq": "256,1024,4096", "batch": 8, "dtype": "bf16"}
-                if gpu else {"impl": "naive,sdpa,sdpa-math,torch-fa2", "head_dim": "32",
+    defaults = ({"attention": "all", "head_dim": "64", "seq": "256,1024,4096", "batch": 8, "dtype": "bf16"}
+                if gpu else {"attention": "naive,sdpa,sdpa-math,torch-fa2", "head_dim": "32",
                              "seq": "128,256", "batch": 1, "dtype": "fp32"})
-    opts = with_defaults(defaults, impl=impl, head_dim=head_dim, seq=seq, batch=batch, dtype=dtype)
-    impls = opts["impl"]
+    opts = with_defaults(defaults, attention=attention, head_dim=head_dim, seq=seq, batch=batch,
+                         dtype=dtype)
+    chosen = opts["attention"]
     pinned = [n for n in NAMES if n != "sdpa"]
     axes = sweep(
-        impl=pinned if impls == "all" else parse_list(impls, str, "--impl", NAMES),
+        attention=pinned if chosen == "all" else parse_list(chosen, str, "--attention", NAMES),
         head_dim=parse_list(opts["head_dim"], positive_int, "--head-dim"),
         seq=parse_list(opts["seq"], positive_int, "--seq"),
-        dtype=parse_list(opts["dtype"], str, "--dtype", ("fp32", "fp16", "bf16")),
-        mode=parse_list(mode, str, "--mode", MODES),
+        dtype=dtypes(opts["dtype"]),
+        mode=parse_list(mode, str, "--mode", MODES, aliases=MODE_ALIASES),
         causal=parse_list(causal, on_off, "--causal"),
     )
     specs = [AttentionSpec(batch=opts["batch"], heads=heads, device=dev.type,
-                           warmup=warmup, reps=reps, **a) for a in axes]
+                           warmup=warmup, iters=iters, **a) for a in axes]
     for s in specs:
         validate(s)
     check_out_dir(out)
     records = run_and_show("attention", specs, measure_attention, ATTENTION_COLUMNS, db=db,
                            device=dev, rerun=rerun, quiet=quiet, as_json=as_json,
-                           title="trainperf attention")
+                           title="trainperf attention", out=out)
     _attention_plots(records, out, quiet or as_json)
 
 
 def _attention_plots(records: list[Record], out: Path, quiet: bool) -> None:
     """Time and peak memory against sequence length, one figure per (mode, head dim, dtype)."""
+    df = to_frame(r for r in records if r.status == "ok")
+    if df.empty or not plots_available(quiet):
+        return
     from trainperf.core.plots import line_grid
 
-    df = to_frame(r for r in records if r.status == "ok")
-    if df.empty:
-        return
-    out.mkdir(parents=True, exist_ok=True)
     panels = [("time_ms_median", "median time (ms)")]
     if "peak_mem_mb" in df:
         panels.append(("peak_mem_mb", "peak memory (MB)"))
     for (mode, hd, dt), group in df.groupby(["mode", "head_dim", "dtype"]):
-        path = out / f"attention_{mode.replace('+', '_')}_d{hd}_{dt}.png"
-        line_grid(group, "seq", panels, "impl", path, title=f"attention {mode}, head dim {hd}, {dt}")
+        path = out / f"attention_{mode}_d{hd}_{dt}.png"
+        line_grid(group, "seq", panels, "attention", path, title=f"attention {mode}, head dim {hd}, {dt}")
         if not quiet:
             err_console.print(f"wrote {path}")
 
 
 LLAMA_COLUMNS: list[report.Column] = [
-    ("backend", report.spec("backend")), ("batch", report.spec("batch")), ("seq", report.spec("seq")),
+    ("sdpa backend", report.spec("sdpa_backend")), ("batch", report.spec("batch")),
+    ("seq", report.spec("seq")),
     ("s/iter mean", report.metric("iter_s_mean")), ("median", report.metric("iter_s_median")),
     ("std", report.metric("iter_s_std", 2)), ("tok/s", report.metric("tokens_per_s", 4)),
     ("TFLOP/s", report.metric("tflops")), ("peak GB", report.metric("peak_mem_gb")),
@@ -204,30 +228,24 @@ LLAMA_COLUMNS: list[report.Column] = [
 ]
 
 
-@app.command()
+@app.command(cls=RenamedFlags)
 @cli_errors
 def llama(
-    batch_seq: str = typer.Option(None, help="Batch x sequence pairs, e.g. 1x16384,2x8192."),
-    backend: str = typer.Option(None, help="SDPA backends: CUDNN_ATTENTION,EFFICIENT_ATTENTION,"
-                                           "FLASH_ATTENTION,MATH."),
-    iters: int = typer.Option(None, help="Timed iterations (default 100 on a GPU)."),
-    warmup: int = typer.Option(5, help="Untimed iterations first."),
-    optimizer: str = typer.Option("sgd", help="sgd | adamw | none."),
-    inputs: str = typer.Option("embeds", "--input", help="embeds (random input embeddings) | ids."),
-    compile: str = typer.Option("off", help="torch.compile: off,on (the whole model),layers (each decoder "
-                                            "layer on its own)."),
-    dtype: str = typer.Option("bf16", help="Weight dtype: bf16 | fp16 | fp32."),
-    layers: int = typer.Option(None, help="Use only this many decoder layers (quick runs)."),
-    preset: str = typer.Option(None, help="Shipped config: llama-3.2-1b (GPU default) | tiny (CPU default)."),
-    config: str = typer.Option(None, help="A local config.json or model folder instead of a preset."),
-    model: str = typer.Option(None, help="A hub model id (the only option that uses the network)."),
-    baseline: str = typer.Option(None, help="Backend that speed-ups are relative to."),
-    norm: str = typer.Option("torch", help="RMSNorm: torch (transformers') | fused (F.rms_norm) | triton "
-                                           "(trainperf's) | cudnn (cuDNN frontend)."),
-    swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt, kv_heads: str = KvHeadsOpt,
-    fast: bool = typer.Option(False, "--fast", help="Also run trainperf's fastest step (its best swaps and "
-                                                    "compile mode) with the first backend, beside the "
-                                                    "other rows."),
+    batch_seq: str = option("--batch-seq", None, "Default: six pairs of 16384 tokens on a GPU."),
+    sdpa_backend: str = option("--sdpa-backend", None, "Comma-separated."),
+    iters: int = option("--iters", None, "Default 100 on a GPU, 5 on the CPU."),
+    warmup: int = option("--warmup", 5),
+    optimizer: str = option("--optimizer", "sgd"),
+    inputs: str = option("--inputs", "embeds"),
+    compile: str = option("--compile", "off", "Comma list ok."),
+    dtype: str = option("--dtype", "bf16", "The weights' own (no autocast)."),
+    layers: int = option("--layers", None),
+    model: str = option("--model", None, "Here a Llama preset, a config.json or model folder, or a hub "
+                                         "id (default llama-3.2-1b on a GPU, tiny on the CPU)."),
+    baseline: str = option("--baseline", None),
+    norm: str = NormOpt, swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt,
+    kv_heads: str = KvHeadsOpt,
+    fast: bool = option("--fast", False, "Run with the first backend, beside the other rows."),
     out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
 ) -> None:
@@ -252,28 +270,29 @@ def llama(
     grid = parse_list(batch_seq, batch_seq_pair, "--batch-seq") if batch_seq is not None else list(
         DEFAULT_GRID if gpu else CPU_GRID)
     stock_backends = "CUDNN_ATTENTION,EFFICIENT_ATTENTION,FLASH_ATTENTION" if gpu else "MATH,FLASH_ATTENTION"
-    backends = parse_list(stock_backends if backend is None else backend, str, "--backend", BACKENDS)
+    backends = parse_list(stock_backends if sdpa_backend is None else sdpa_backend, str, "--sdpa-backend",
+                          BACKENDS)
     stock_base = "EFFICIENT_ATTENTION" if "EFFICIENT_ATTENTION" in backends else backends[0]
     base = stock_base if baseline is None else baseline
     if base not in backends:
         raise SpecError(f"--baseline {base!r} is not a measured backend; "
                         f"valid choices: {', '.join(backends)}")
-    if preset is None and not (config or model):
-        preset = "llama-3.2-1b" if gpu else "tiny"
-    common = dict(dtype=dtype, optimizer=optimizer, inputs=inputs, preset=preset, config=config, model=model,
-        layers=layers, device=dev.type, warmup=warmup, iters=(100 if gpu else 5) if iters is None else iters)
+    common = dict(dtype=parse_one(dtype, str, "--dtype", DTYPE_CHOICES, DTYPE_ALIASES), optimizer=optimizer,
+                  inputs=inputs, model=("llama-3.2-1b" if gpu else "tiny") if model is None else model,
+                  layers=layers, device=dev.type, warmup=warmup,
+                  iters=(100 if gpu else 5) if iters is None else iters)
     compiles = parse_list(compile, str, "--compile", COMPILE_MODES)
     kv_modes = parse_list(kv_heads, str, "--kv-heads", KV_HEADS)
-    specs = [LlamaSpec(backend=be, batch=b, seq=n, compile=c, norm=norm, swiglu=swiglu, rope=rope,
+    specs = [LlamaSpec(sdpa_backend=be, batch=b, seq=n, compile=c, norm=norm, swiglu=swiglu, rope=rope,
                        loss=loss, kv_heads=kv, **common)
              for c in compiles for kv in kv_modes for (b, n) in grid for be in backends]
     if fast:
-        specs += [LlamaSpec(backend=backends[0], batch=b, seq=n, **FAST, **common) for (b, n) in grid]
+        specs += [LlamaSpec(sdpa_backend=backends[0], batch=b, seq=n, **FAST, **common) for (b, n) in grid]
     for s in specs:
         validate(s)
     check_out_dir(out)
     records = run_and_show("llama", specs, measure_llama, LLAMA_COLUMNS, db=db, device=dev,
-                           rerun=rerun, quiet=quiet, as_json=as_json, title="trainperf llama")
+                           rerun=rerun, quiet=quiet, as_json=as_json, title="trainperf llama", out=out)
     table = timing_table(records, base)
     summary = summary_table(table)
     if not (quiet or as_json) and summary.shape[1] > 2:  # more than one setup to set side by side

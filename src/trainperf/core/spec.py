@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from trainperf.core.errors import SpecError
@@ -14,9 +14,11 @@ ON_OFF = {"on": True, "off": False, "true": True, "false": False, "1": True, "0"
 
 
 def parse_list(text: str, convert: Callable[[str], T], option: str,
-               choices: Iterable[str] | None = None) -> list[T]:
-    """'a,b,c' → [convert(a), …]; SpecError naming the option and the bad item otherwise."""
+               choices: Iterable[str] | None = None, aliases: Mapping[str, str] | None = None) -> list[T]:
+    """'a,b,c' → [convert(a), …]; SpecError naming the option and the bad item otherwise.
+    `aliases` maps second names of values to their names first."""
     items = [t.strip() for t in str(text).split(",")]
+    items = [(aliases or {}).get(t, t) for t in items]
     if not any(items):
         raise SpecError(f"{option} needs at least one value")
     if not all(items):
@@ -36,9 +38,10 @@ def parse_list(text: str, convert: Callable[[str], T], option: str,
     return out
 
 
-def parse_one(text: str, convert: Callable[[str], T], option: str, choices: Iterable[str] | None = None) -> T:
+def parse_one(text: str, convert: Callable[[str], T], option: str, choices: Iterable[str] | None = None,
+              aliases: Mapping[str, str] | None = None) -> T:
     """One value of an option that takes one: parse_list's checks, and no list."""
-    values = parse_list(text, convert, option, choices)
+    values = parse_list(text, convert, option, choices, aliases)
     if len(values) != 1:
         raise SpecError(f"{option} takes one value, got {text!r}")
     return values[0]

@@ -16,10 +16,12 @@ from typing import Any
 import pandas as pd
 
 from trainperf.core.errors import SpecError
+from trainperf.core.legacy import upgrade_spec
 from trainperf.core.record import Record
 
 DEFAULT_DB = "trainperf.db"
 RESUMABLE_STATUSES = ("ok", "oom", "unsupported")  # 'error' cases are retried on a rerun
+SCHEMA_VERSION = 1  # 1: spec keys in the one vocabulary (core/legacy.py)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (
@@ -64,6 +66,7 @@ class Store:
                 if create:
                     with con:
                         con.executescript(_SCHEMA)
+                        _upgrade_records(con)
                 elif "records" not in tables:
                     raise StoreError(f"{name}: holds no trainperf records")
             finally:
@@ -119,8 +122,25 @@ class Store:
             rows = con.execute(f"{sql} ORDER BY {order}", args).fetchall()
         finally:
             con.close()
-        return [Record(workload=w, spec=json.loads(s), status=st, metrics=json.loads(m), reason=r,
-                       env=json.loads(e), created_at=c, run_id=run) for w, s, st, m, r, e, c, run in rows]
+        return [Record(workload=w, spec=upgrade_spec(w, json.loads(s)), status=st, metrics=json.loads(m),
+                       reason=r, env=json.loads(e), created_at=c, run_id=run)
+                for w, s, st, m, r, e, c, run in rows]
+
+
+def _upgrade_records(con: sqlite3.Connection) -> None:
+    """Rewrite records stored under an older schema in today's spec names, with today's case
+    keys (so that a resumed sweep finds them). Runs once per store; reads upgrade on the fly."""
+    if con.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+        return
+    rows = con.execute("SELECT id, workload, spec, env FROM records").fetchall()
+    for row_id, workload, spec, env in rows:
+        old = json.loads(spec)
+        new = upgrade_spec(workload, old)
+        if new != old:
+            record = Record(workload=workload, spec=new, status="ok", env=json.loads(env))
+            con.execute("UPDATE records SET spec=?, case_key=? WHERE id=?",
+                        (json.dumps(new, sort_keys=True, default=str), record.key, row_id))
+    con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
 
 def _path_problem(path: Path, create: bool) -> str | None:

@@ -98,7 +98,7 @@ def world_size_problem(world_size: int, backend: str) -> str | None:
     if backend == "nccl":
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if gpus == 0:
-            return "--backend nccl needs CUDA GPUs; none is visible (use --backend gloo)"
+            return "--dist-backend nccl needs CUDA GPUs; none is visible (use --dist-backend gloo)"
         if world_size > gpus:
             return f"world size {world_size} needs {world_size} GPUs with nccl; {gpus} visible"
         return None

@@ -1,7 +1,7 @@
 """Random-init Hugging Face Llama models from a local config, with SDPA pinned to one backend.
 
-No token and no network: configs ship with trainperf (`llama-3.2-1b`, `tiny`); `--config` takes a
-local config.json or model folder, and a hub id is only used when the user names one.
+No token and no network: configs ship with trainperf (`llama-3.2-1b`, `tiny`); `--model` also takes
+a local config.json or model folder, and a hub id is only used when the user names one.
 
 Attention goes through trainperf's own entry in transformers' AttentionInterface: it calls
 transformers' SDPA path inside `sdpa_kernel(backend)`, so the chosen backend runs or raises —
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -32,29 +33,23 @@ BACKEND_OPS = {
 }
 
 
-def load_config(preset: str | None = None, config: str | None = None, model: str | None = None,
-                layers: int | None = None):
-    """A LlamaConfig (or any causal-LM config) from a preset, a local path or a hub id."""
+def load_config(model: str = "llama-3.2-1b", layers: int | None = None):
+    """A LlamaConfig (or any causal-LM config) from `--model`: a preset, a local config.json or
+    model folder, or a hub id (the network, only because the user named one)."""
     from transformers import AutoConfig
 
-    if sum(x is not None for x in (config, model)) > 1:
-        raise ValueError("give at most one of --config and --model")
-    if config is not None:
-        if not config.strip():
-            raise ValueError("--config needs a config.json or model folder")
-        path = Path(config)
-        if not path.exists():
-            raise ValueError(f"--config {config!r}: no such file or folder")
+    if not model.strip():
+        raise ValueError("--model needs a preset, a config.json or model folder, or a hub id")
+    if model in PRESETS:
+        cfg = _from_json(PRESETS[model])
+    elif Path(model).exists():
+        path = Path(model)
         cfg = _from_json(path) if path.is_file() else AutoConfig.from_pretrained(path)
-    elif model is not None:
-        if not model.strip():
-            raise ValueError("--model needs a hub model id")
-        cfg = AutoConfig.from_pretrained(model)  # the hub, only because the user asked
+    elif re.fullmatch(r"[\w.-]+/[\w.-]+", model) and not model.endswith(".json"):
+        cfg = AutoConfig.from_pretrained(model)
     else:
-        name = "llama-3.2-1b" if preset is None else preset
-        if name not in PRESETS:
-            raise ValueError(f"unknown --preset {name!r}; valid choices: {', '.join(PRESETS)}")
-        cfg = _from_json(PRESETS[name])
+        raise ValueError(f"unknown --model {model!r}: not a preset ({', '.join(PRESETS)}), an existing "
+                         "config.json or model folder, or a hub id (org/name)")
     if layers is not None:
         if not 0 < layers <= cfg.num_hidden_layers:
             raise ValueError(f"--layers must be between 1 and the model's {cfg.num_hidden_layers}, "

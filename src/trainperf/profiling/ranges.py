@@ -17,7 +17,7 @@ from torch import nn
 # Step phases, and the attention benchmark's modes (`profile attention`): their kernels count
 # whichever thread launched them (autograd launches backward kernels from its own thread).
 PHASE_RANGES = {"forward": "fwd", "backward": "bwd", "optimizer": "optimizer", "step": "step",
-                "fwd+bwd": "fwd+bwd"}
+                "forward-backward": "fwd+bwd"}
 _BLOCK_LISTS = {"layers", "h", "blocks", "layer"}
 
 

@@ -20,15 +20,15 @@ from trainperf.core.stats import summarize
 from trainperf.core.timing import time_op
 from trainperf.workloads.precision import DTYPES
 
-MODES = ("fwd", "bwd", "fwd+bwd")
-FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
+MODES = ("forward", "backward", "forward-backward")
+FLOP_FACTOR = {"forward": 1.0, "backward": 2.5, "forward-backward": 3.5}
 # What PyTorch says when a pinned SDPA backend cannot take the inputs.
 _UNSUPPORTED_HINTS = ("No available kernel", "not supported", "Unsupported", "only supports")
 
 
 @dataclass(frozen=True)
 class AttentionSpec:
-    impl: str
+    attention: str
     batch: int
     heads: int
     seq: int
@@ -38,15 +38,15 @@ class AttentionSpec:
     causal: bool
     device: str
     warmup: int = 5
-    reps: int = 20
+    iters: int = 20
 
     def label(self) -> str:
-        return (f"{self.impl} {self.mode} b={self.batch} h={self.heads} n={self.seq} "
+        return (f"{self.attention} {self.mode} b={self.batch} h={self.heads} n={self.seq} "
                 f"d={self.head_dim} {self.dtype}{' causal' if self.causal else ''}")
 
 
 def validate(spec: AttentionSpec) -> None:
-    check_positive(spec, "batch", "heads", "seq", "head_dim", "reps")
+    check_positive(spec, "batch", "heads", "seq", "head_dim", "iters")
     check_non_negative(spec, "warmup")
     check_choice("mode", spec.mode, MODES)
     check_choice("dtype", spec.dtype, DTYPES)
@@ -63,22 +63,22 @@ def attention_flops(spec: AttentionSpec) -> float:
 
 def operation(spec: AttentionSpec, device: torch.device):
     """The callable to time for this mode, built on fresh random inputs."""
-    fn = get_attention(spec.impl, device)
+    fn = get_attention(spec.attention, device)
     shape = (spec.batch, spec.heads, spec.seq, spec.head_dim)
-    grad = spec.mode != "fwd"
+    grad = spec.mode != "forward"
     q, k, v = (torch.randn(shape, dtype=DTYPES[spec.dtype], device=device, requires_grad=grad)
                for _ in range(3))
 
     def forward() -> torch.Tensor:
         return fn(q, k, v, causal=spec.causal)
 
-    if spec.mode == "fwd":
+    if spec.mode == "forward":
         def op() -> object:
             with torch.no_grad():
                 return forward()
         return op
     dout = torch.randn(shape, dtype=DTYPES[spec.dtype], device=device)
-    if spec.mode == "fwd+bwd":
+    if spec.mode == "forward-backward":
         return lambda: torch.autograd.grad(forward(), (q, k, v), dout)
     out = forward()
     return lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
@@ -98,7 +98,7 @@ def measure_attention(spec: AttentionSpec) -> dict[str, Any]:
     except (ValueError, NotImplementedError) as exc:
         raise Unsupported(str(exc)[:300]) from None
     with GpuMonitor(device) as monitor:
-        samples = time_op(op, device, warmup=spec.warmup, reps=spec.reps)
+        samples = time_op(op, device, warmup=spec.warmup, reps=spec.iters)
     metrics: dict[str, Any] = {}
     if device.type == "cuda":
         base = torch.cuda.memory_allocated(device)

@@ -23,12 +23,12 @@ from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
 from trainperf.core.timing import synchronize
 from trainperf.distributed.timing import per_rank_times, slowest
+from trainperf.workloads.precision import DTYPES
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_reduce_loop")
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_reduce_loop": lambda n: 2 * (n - 1) / n,
               "all_gather": lambda n: (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
               "broadcast": lambda n: 1.0}
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
 
@@ -46,21 +46,21 @@ def parse_size(text: str) -> int:
 @dataclass(frozen=True)
 class CommSpec:
     op: str
-    size_bytes: int
+    bytes: int
     world_size: int
-    backend: str
-    dtype: str = "float32"
+    dist_backend: str
+    dtype: str = "fp32"
     warmup: int = 5
     iters: int = 20
 
     def label(self) -> str:
-        return f"{self.op} {self.size_bytes / 1e6:g} MB n={self.world_size} {self.backend}"
+        return f"{self.op} {self.bytes / 1e6:g} MB n={self.world_size} {self.dist_backend}"
 
 
 def validate(spec: CommSpec) -> None:
     check_choice("op", spec.op, OPS)
     check_choice("dtype", spec.dtype, DTYPES)
-    check_choice("backend", spec.backend, ("nccl", "gloo"))
+    check_choice("dist_backend", spec.dist_backend, ("nccl", "gloo"))
     check_positive(spec, "iters")
     check_non_negative(spec, "warmup")
     if spec.world_size < 2:
@@ -92,13 +92,13 @@ def _operation(op: str, numel: int, rank: int, n: int, device: torch.device, dty
 def measure_comm(spec: CommSpec, rank: int, world: int, device: torch.device) -> dict[str, Any]:
     """Check the op's result on every rank, then time it; metrics of the slowest rank."""
     dtype = DTYPES[spec.dtype]
-    numel = max(spec.size_bytes // dtype.itemsize, world)
+    numel = max(spec.bytes // dtype.itemsize, world)
     try:
         run, check = _operation(spec.op, numel, rank, world, device, dtype)
         run()
     except RuntimeError as exc:
         if "not supported" in str(exc).lower() or "unsupported" in str(exc).lower():
-            raise Unsupported(f"{spec.backend} cannot {spec.op}: {str(exc).splitlines()[0]}") from None
+            raise Unsupported(f"{spec.dist_backend} cannot {spec.op}: {str(exc).splitlines()[0]}") from None
         raise
     synchronize(device)
     ok = torch.tensor([1.0 if check() else 0.0], device=device)

@@ -44,16 +44,16 @@ OPTIMIZERS = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 @dataclass(frozen=True)
 class DDPSpec:
     variant: str
-    size: str
+    model: str
     world_size: int
     bucket_mb: float | None
     shard_optimizer: bool
-    context: int
+    seq: int
     batch: int  # per rank
-    precision: str
-    backend: str
+    dtype: str  # autocast's, over fp32 weights
+    dist_backend: str
     warmup: int = 3
-    steps: int = 10
+    iters: int = 10
     lr: float = 1e-3
     vocab: int = 10_000
     optimizer: str = "adamw"
@@ -61,23 +61,23 @@ class DDPSpec:
     def label(self) -> str:
         bucket = f" {self.bucket_mb:g}MB" if self.bucket_mb else ""
         zero = " zero1" if self.shard_optimizer else ""
-        return f"{self.variant}{bucket} {self.size} n={self.world_size}{zero}"
+        return f"{self.variant}{bucket} {self.model} n={self.world_size}{zero}"
 
     def model_config(self) -> LMConfig:
-        p = get_preset(self.size)
-        return LMConfig(vocab_size=self.vocab, context_length=self.context, d_model=p.d_model, d_ff=p.d_ff,
+        p = get_preset(self.model)
+        return LMConfig(vocab_size=self.vocab, context_length=self.seq, d_model=p.d_model, d_ff=p.d_ff,
                         n_layers=p.n_layers, n_heads=p.n_heads)
 
 
 def validate(spec: DDPSpec) -> None:
     check_choice("variant", spec.variant, VARIANTS)
-    check_choice("backend", spec.backend, ("nccl", "gloo"))
-    check_choice("size", spec.size, PRESETS)
+    check_choice("dist_backend", spec.dist_backend, ("nccl", "gloo"))
+    check_choice("model", spec.model, PRESETS)
     check_choice("optimizer", spec.optimizer, OPTIMIZERS)
     if spec.variant == "fsdp2" and spec.shard_optimizer:
         raise SpecError("--shard-optimizer on with fsdp2: FSDP2 already shards optimizer state")
-    check_choice("precision", spec.precision, ("fp32", "bf16"))
-    check_positive(spec, "context", "batch", "steps")
+    check_choice("dtype", spec.dtype, ("fp32", "bf16"))
+    check_positive(spec, "seq", "batch", "iters")
     check_non_negative(spec, "warmup")
     if spec.bucket_mb is not None and spec.bucket_mb <= 0:
         raise SpecError(f"--bucket-mb must be positive, got {spec.bucket_mb}")
@@ -86,9 +86,9 @@ def validate(spec: DDPSpec) -> None:
 
 
 def global_batch(spec: DDPSpec, world: int) -> torch.Tensor:
-    """The same [world·batch, context+1] token batch on every rank (and in single-process runs)."""
+    """The same [world·batch, seq+1] token batch on every rank (and in single-process runs)."""
     g = torch.Generator().manual_seed(1234)
-    return torch.randint(0, spec.vocab, (world * spec.batch, spec.context + 1), generator=g)
+    return torch.randint(0, spec.vocab, (world * spec.batch, spec.seq + 1), generator=g)
 
 
 def _fully_shard():
@@ -123,7 +123,7 @@ class DataParallelStep:
                     _fully_shard()(layer, mesh=mesh)
                 _fully_shard()(model, mesh=mesh)
             except Exception as exc:  # noqa: BLE001 - FSDP2 support varies by backend and version
-                raise Unsupported(f"fsdp2 on {spec.backend}: {str(exc).splitlines()[0]}") from None
+                raise Unsupported(f"fsdp2 on {spec.dist_backend}: {str(exc).splitlines()[0]}") from None
             self.sync = GradSync(model)
         else:
             sync_cls = {"none": GradSync, "naive": NaiveSync, "flat": FlatSync, "overlap": OverlapSync}
@@ -137,7 +137,7 @@ class DataParallelStep:
         self.x, self.y = rows[:, :-1], rows[:, 1:]
 
     def __call__(self) -> torch.Tensor:
-        with autocast(self.device, self.spec.precision):
+        with autocast(self.device, self.spec.dtype):
             loss = lm_loss(self.model(self.x), self.y)
         loss.backward()
         self.sync.finish()
@@ -205,13 +205,13 @@ def _release(device: torch.device) -> float:
 def measure_ddp(spec: DDPSpec, rank: int, world: int, device: torch.device) -> dict[str, Any]:
     _release(device)
     compute_only = DataParallelStep(spec, rank, world, device, "none")
-    compute_ms = _slowest(compute_only, device, spec.warmup, spec.steps)["median"]
+    compute_ms = _slowest(compute_only, device, spec.warmup, spec.iters)["median"]
     sizes = _comm_sizes(spec, compute_only.model)
     del compute_only
     leftover_gb = _release(device)
     step = DataParallelStep(spec, rank, world, device, spec.variant)
     with GpuMonitor(device) as monitor:
-        stats = _slowest(step, device, spec.warmup, spec.steps)
+        stats = _slowest(step, device, spec.warmup, spec.iters)
     step_ms = stats["median"]
     metrics: dict[str, Any] = {"opt_state_mb": step.opt_state_bytes() / 2**20}
     if device.type == "cuda":
@@ -225,7 +225,7 @@ def measure_ddp(spec: DDPSpec, rank: int, world: int, device: torch.device) -> d
         "step_ms_median": step_ms, "step_ms_std": stats["std"], "step_ms_n": stats["n"],
         "compute_ms": compute_ms, "exposed_comm_ms": exposed, "comm_ms": comm_ms,
         "hidden_share": min(max(1 - exposed / comm_ms, 0.0), 1.0) if comm_ms > 0 else None,
-        "tokens_per_s": world * spec.batch * spec.context / (step_ms / 1e3),
+        "tokens_per_s": world * spec.batch * spec.seq / (step_ms / 1e3),
     })
     metrics.update(monitor.metrics())
     return metrics

@@ -50,16 +50,14 @@ NO_KERNEL = ("No available kernel", "No viable backend")
 
 @dataclass(frozen=True)
 class LlamaSpec:
-    backend: str
+    sdpa_backend: str
     batch: int
     seq: int
-    dtype: str = "bf16"
+    dtype: str = "bf16"  # the weights' own
     optimizer: str = "sgd"
     inputs: str = "embeds"
     compile: str = "off"  # one of COMPILE_MODES
-    preset: str = "llama-3.2-1b"
-    config: str | None = None
-    model: str | None = None
+    model: str = "llama-3.2-1b"  # a preset, a config.json or model folder, or a hub id
     layers: int | None = None
     device: str = "cuda"
     warmup: int = 5
@@ -79,15 +77,15 @@ class LlamaSpec:
 
     def label(self) -> str:
         swaps = "".join(f" {name}" for name in self.swap_names())
-        return f"{self.backend} {self.batch}x{self.seq}{COMPILED_LABELS[self.compile]}{swaps}"
+        return f"{self.sdpa_backend} {self.batch}x{self.seq}{COMPILED_LABELS[self.compile]}{swaps}"
 
 
 def validate(spec: LlamaSpec) -> None:
-    check_choice("backend", spec.backend, hf_llama.BACKENDS)
+    check_choice("sdpa_backend", spec.sdpa_backend, hf_llama.BACKENDS)
     check_positive(spec, "batch", "seq", "iters")
     check_non_negative(spec, "warmup")
     check_choice("optimizer", spec.optimizer, OPTIMIZERS)
-    check_choice("input", spec.inputs, INPUTS)
+    check_choice("inputs", spec.inputs, INPUTS)
     check_choice("dtype", spec.dtype, DTYPES)
     check_choice("compile", spec.compile, COMPILE_MODES)
     if spec.compile != "off":
@@ -98,7 +96,7 @@ def validate(spec: LlamaSpec) -> None:
     check_choice("loss", spec.loss, LOSSES)
     check_choice("kv-heads", spec.kv_heads, KV_HEADS)
     try:
-        cfg = hf_llama.load_config(spec.preset, spec.config, spec.model, spec.layers)
+        cfg = hf_llama.load_config(spec.model, spec.layers)
     except (ValueError, OSError) as exc:
         raise SpecError(str(exc).splitlines()[0]) from None
     if spec.device == "cpu":
@@ -118,7 +116,7 @@ class LlamaStep:
 
     def __init__(self, spec: LlamaSpec, device: torch.device) -> None:
         torch.manual_seed(0)
-        self.cfg = hf_llama.load_config(spec.preset, spec.config, spec.model, spec.layers)
+        self.cfg = hf_llama.load_config(spec.model, spec.layers)
         self.model = hf_llama.build_model(self.cfg, DTYPES[spec.dtype], device)
         hf_llama.apply_swaps(self.model, spec.norm, spec.swiglu, spec.rope)
         self.swaps = spec.swap_names()
@@ -194,12 +192,12 @@ def attention_ops_seen(step: LlamaStep) -> list[str]:
 def measure_llama(spec: LlamaSpec) -> dict[str, Any]:
     device = torch.device(spec.device)
     step = LlamaStep(spec, device)
-    kv_mode = choose_kv_mode(step, spec.backend, spec.kv_heads)
+    kv_mode = choose_kv_mode(step, spec.sdpa_backend, spec.kv_heads)
     ops = attention_ops_seen(step)
-    expected = hf_llama.BACKEND_OPS[spec.backend]
-    decomposed = spec.backend == "MATH" and spec.compile != "off" and not ops  # compiled into matmuls
+    expected = hf_llama.BACKEND_OPS[spec.sdpa_backend]
+    decomposed = spec.sdpa_backend == "MATH" and spec.compile != "off" and not ops  # compiled into matmuls
     if not (decomposed or any(op.startswith(expected) for op in ops)):
-        raise RuntimeError(f"{spec.backend} was asked for but the profiler saw {ops or 'no SDPA op'}")
+        raise RuntimeError(f"{spec.sdpa_backend} was asked for but the profiler saw {ops or 'no SDPA op'}")
     for _ in range(max(spec.warmup - 2, 0)):  # two iterations already ran above
         step()
     timer = PhaseTimer(device)
@@ -274,7 +272,7 @@ def timing_table(records: list[Record], baseline: str = "EFFICIENT_ATTENTION") -
     row (no swaps; any backend, eager or whole-model compiled) of the same shape."""
     rows = []
     for r in records:
-        row = {"backend": r.spec["backend"], "batch_size": r.spec["batch"], "seq_len": r.spec["seq"],
+        row = {"backend": r.spec["sdpa_backend"], "batch_size": r.spec["batch"], "seq_len": r.spec["seq"],
                "status": r.status, "reason": r.reason, "gpu": r.env.get("gpu_name") or "cpu",
                "dtype": r.spec["dtype"], "compile": compile_mode(r.spec["compile"]),
                **{k: r.spec.get(k) for k in ("inputs", "optimizer", "layers")}}

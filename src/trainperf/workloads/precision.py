@@ -28,14 +28,14 @@ def grad_scaler(device: torch.device, precision: str) -> torch.amp.GradScaler:
     return torch.amp.GradScaler(device.type, enabled=precision == "fp16")
 
 
-def check_precision(precision: str, device: torch.device) -> None:
-    """SpecError when `precision` is unknown or this device cannot run it."""
-    check_choice("precision", precision, PRECISIONS)
-    if device.type == "cuda" and precision == "bf16" and not torch.cuda.is_bf16_supported():
-        raise SpecError(f"precision 'bf16' is not supported by {torch.cuda.get_device_name(device)}"
+def check_autocast_dtype(dtype: str, device: torch.device) -> None:
+    """SpecError when `dtype` is unknown or this device cannot autocast to it."""
+    check_choice("dtype", dtype, PRECISIONS)
+    if device.type == "cuda" and dtype == "bf16" and not torch.cuda.is_bf16_supported():
+        raise SpecError(f"--dtype 'bf16' is not supported by {torch.cuda.get_device_name(device)}"
                         "; valid choices here: fp32, fp16")
-    if device.type == "cpu" and precision == "fp16":
-        raise SpecError("precision 'fp16' (autocast + grad scaler) needs a CUDA GPU; "
+    if device.type == "cpu" and dtype == "fp16":
+        raise SpecError("--dtype 'fp16' (autocast + grad scaler) needs a CUDA GPU; "
                         "valid choices on the CPU: fp32, bf16")
 
 

@@ -22,8 +22,8 @@ from trainperf.models.lm import LMConfig, TransformerLM, lm_loss
 from trainperf.models.presets import get_preset
 from trainperf.workloads.precision import (
     autocast,
+    check_autocast_dtype,
     check_compiler,
-    check_precision,
     compile_regions,
     grad_scaler,
 )
@@ -36,19 +36,19 @@ PHASES = {"train": ("forward", "backward", "optimizer"), "forward": ("forward",)
 
 @dataclass(frozen=True)
 class StepSpec:
-    """One case of the step benchmark. Model dims are resolved from `size` unless overridden."""
+    """One case of the step benchmark. Model dims are resolved from `model` unless overridden."""
 
-    size: str
-    context: int
+    model: str
+    seq: int
     batch: int
-    precision: str
+    dtype: str  # autocast's, over fp32 weights
     compile: bool
     mode: str
     device: str
     d_model: int
     d_ff: int
-    n_layers: int
-    n_heads: int
+    layers: int
+    heads: int
     attention: str = "sdpa"
     norm: str = "torch"
     rope: str = "torch"
@@ -57,37 +57,30 @@ class StepSpec:
     tf32: bool = True
     vocab: int = 10_000
     warmup: int = 5
-    steps: int = 10
+    iters: int = 10
 
     @classmethod
-    def from_preset(cls, size: str, **kw: Any) -> StepSpec:
-        p = get_preset(size)
-        dims = {"d_model": p.d_model, "d_ff": p.d_ff, "n_layers": p.n_layers, "n_heads": p.n_heads}
+    def from_preset(cls, model: str, **kw: Any) -> StepSpec:
+        p = get_preset(model)
+        dims = {"d_model": p.d_model, "d_ff": p.d_ff, "layers": p.n_layers, "heads": p.n_heads}
         dims.update({k: v for k, v in kw.items() if k in dims and v is not None})
         rest = {k: v for k, v in kw.items() if k not in dims}
-        return cls(size=size, **dims, **rest)
+        return cls(model=model, **dims, **rest)
 
     def model_config(self) -> LMConfig:
-        return LMConfig(vocab_size=self.vocab, context_length=self.context, d_model=self.d_model,
-                        d_ff=self.d_ff, n_layers=self.n_layers, n_heads=self.n_heads,
+        return LMConfig(vocab_size=self.vocab, context_length=self.seq, d_model=self.d_model,
+                        d_ff=self.d_ff, n_layers=self.layers, n_heads=self.heads,
                         attention=self.attention, norm=self.norm, rope=self.rope, swiglu=self.swiglu)
 
     def label(self) -> str:
-        return (f"{self.size} ctx={self.context} bs={self.batch} {self.precision}"
+        return (f"{self.model} seq={self.seq} batch={self.batch} {self.dtype}"
                 f"{' compiled' if self.compile else ''} {self.mode}")
-
-
-OVERRIDE_FLAGS = {"d_model": "--d-model", "d_ff": "--d-ff", "n_layers": "--layers", "n_heads": "--heads"}
 
 
 def validate(spec: StepSpec) -> None:
     """SpecError (one line: bad value and valid choices) for anything that cannot run at all."""
-    check_positive(spec, "context", "batch", "vocab", "steps")
+    check_positive(spec, "seq", "batch", "vocab", "iters", "d_model", "d_ff", "layers", "heads")
     check_non_negative(spec, "warmup")
-    for field, flag in OVERRIDE_FLAGS.items():
-        value = getattr(spec, field)
-        if value is not None and value <= 0:
-            raise SpecError(f"{flag} must be positive, got {value}")
     check_choice("mode", spec.mode, MODES)
     check_choice("loss", spec.loss, LOSSES)
     try:
@@ -95,14 +88,14 @@ def validate(spec: StepSpec) -> None:
     except ValueError as exc:
         raise SpecError(str(exc)) from None
     device = torch.device(spec.device)
-    check_precision(spec.precision, device)
+    check_autocast_dtype(spec.dtype, device)
     if spec.compile:
         check_compiler(device)
     if device.type == "cpu":
-        d, tokens = spec.d_model, spec.batch * spec.context
-        params = 2 * spec.vocab * d + spec.n_layers * (4 * d * d + 3 * d * spec.d_ff)
-        scores = spec.batch * spec.n_heads * spec.context**2 * 2  # probabilities and their gradient
-        check_fits(training_step_bytes(params, tokens, 12 * d + 3 * spec.d_ff, spec.n_layers, spec.vocab,
+        d, tokens = spec.d_model, spec.batch * spec.seq
+        params = 2 * spec.vocab * d + spec.layers * (4 * d * d + 3 * d * spec.d_ff)
+        scores = spec.batch * spec.heads * spec.seq**2 * 2  # probabilities and their gradient
+        check_fits(training_step_bytes(params, tokens, 12 * d + 3 * spec.d_ff, spec.layers, spec.vocab,
                                        scores), f"a step of {spec.label()}")
 
 
@@ -127,11 +120,11 @@ class StepCase:
             self.model = TransformerLM(spec.model_config())
         self.opt = (torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=device.type == "cuda")
                     if spec.mode == "train" else None)
-        self.scaler = grad_scaler(device, spec.precision)
+        self.scaler = grad_scaler(device, spec.dtype)
         self.model.bind_attention(device)  # before compiling: a choice made inside is a guard
         if spec.compile:
             compile_regions([*self.model.layers, self.model.output_norm])
-        tokens = torch.randint(0, spec.vocab, (spec.batch, spec.context + 1), device=device)
+        tokens = torch.randint(0, spec.vocab, (spec.batch, spec.seq + 1), device=device)
         self.x, self.y = tokens[:, :-1], tokens[:, 1:]
 
     def run(self, phase: Phase = no_phase, until: str | None = None) -> torch.Tensor:
@@ -141,7 +134,7 @@ class StepCase:
         """
         spec = self.spec
         grad_ctx = torch.no_grad if spec.mode == "forward" else torch.enable_grad
-        with phase("forward"), grad_ctx(), autocast(self.device, spec.precision):
+        with phase("forward"), grad_ctx(), autocast(self.device, spec.dtype):
             if spec.loss == "chunked":
                 loss = chunked_lm_loss(self.model.hidden(self.x), self.model.lm_head.weight, self.y)
             else:
@@ -162,13 +155,13 @@ class StepCase:
 
 
 def measure_step(spec: StepSpec, peak_override: float | None = None) -> dict[str, Any]:
-    """Time `spec.steps` steps after `spec.warmup`; return flat metrics (see README)."""
+    """Time `spec.iters` steps after `spec.warmup`; return flat metrics (see README)."""
     t0 = time.perf_counter()
     case = StepCase(spec)
     device = case.device
     timer, monitor = PhaseTimer(device), GpuMonitor(device)
     try:  # a case that fails (out of memory) must not leave the monitor sampling
-        for i in range(spec.warmup + spec.steps):
+        for i in range(spec.warmup + spec.iters):
             if i == spec.warmup:
                 start_measured_window(device)
                 monitor.start()
@@ -183,15 +176,15 @@ def measure_step(spec: StepSpec, peak_override: float | None = None) -> dict[str
 
     metrics = phase_metrics(timer, PHASES[spec.mode])
     metrics["setup_and_warmup_s"] = warmup_s  # includes compilation when --compile on
-    tokens_per_step = spec.batch * spec.context
-    flops = transformer_flops(case.model.matmul_params(), spec.n_layers, spec.d_model, spec.context,
+    tokens_per_step = spec.batch * spec.seq
+    flops = transformer_flops(case.model.matmul_params(), spec.layers, spec.d_model, spec.seq,
                               tokens_per_step, causal=True, mode=spec.mode)
     step_s = metrics["step_ms_median"] / 1e3
     metrics["params_m"] = round(sum(p.numel() for p in case.model.parameters()) / 1e6, 2)
     metrics["tokens_per_s"] = tokens_per_step / step_s
     metrics["tflops"] = flops / step_s / 1e12
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    peak = peak_override or peak_tflops(gpu, spec.precision, spec.tf32)
+    peak = peak_override or peak_tflops(gpu, spec.dtype, spec.tf32)
     metrics["peak_tflops"] = peak
     metrics["mfu"] = metrics["tflops"] / peak if peak else None
     metrics["loss"] = float(loss.detach())

@@ -1,0 +1,148 @@
+"""One vocabulary across commands: every option name with its one meaning, and the old names.
+
+An option is declared with `option(flag, ...)`, so its help starts with the glossary's meaning; a
+test walks the typer app and fails when a flag is missing here, or a meaning has two names. The
+README's glossary is `markdown_glossary()`, checked by a test too."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import typer
+from typer.core import TyperCommand
+
+# flag -> its meaning, the same in every command that has it
+GLOSSARY: dict[str, str] = {
+    "--model": "Model: a preset (GPT LM tiny ... 2.7B; Llama llama-3.2-1b, tiny).",
+    "--batch": "Sequences per step (per rank under ddp).",
+    "--seq": "Sequence length in tokens.",
+    "--batch-seq": "Batch x sequence pairs, e.g. 1x4096,2x2048.",
+    "--dtype": "Number format: fp32, bf16, fp16 (float32, bfloat16, float16 read too).",
+    "--iters": "Timed repetitions: steps, calls or iterations.",
+    "--warmup": "Untimed repetitions before the timed ones.",
+    "--mode": "Which passes run: forward, backward, forward-backward, or train (with the "
+              "optimizer step).",
+    "--compile": "torch.compile: off, on (the whole model), layers (each decoder layer on its own).",
+    "--attention": "Attention implementation(s) by name.",
+    "--norm": "RMSNorm: torch, fused (F.rms_norm), triton (trainperf's), cudnn (cuDNN frontend).",
+    "--rope": "Rotary embedding: torch, triton.",
+    "--swiglu": "SwiGLU activation: torch, triton.",
+    "--loss": "Loss: torch (full logits), chunked (LM head + cross-entropy in chunks).",
+    "--kv-heads": "Grouped K/V heads into SDPA: native (enable_gqa), expanded (repeat_kv first).",
+    "--tf32": "TF32 matmuls for fp32: on, off.",
+    "--vocab": "Vocabulary size.",
+    "--d-model": "Model width (overrides the preset's).",
+    "--d-ff": "Feed-forward width (overrides the preset's).",
+    "--layers": "Decoder layers (overrides the model's).",
+    "--heads": "Attention heads.",
+    "--head-dim": "Head dimension.",
+    "--causal": "Causal masking: on, off.",
+    "--peak-tflops": "Peak TFLOP/s that MFU divides by (default: the known-GPU table).",
+    "--sdpa-backend": "PyTorch SDPA backend(s): CUDNN_ATTENTION, EFFICIENT_ATTENTION, "
+                      "FLASH_ATTENTION, MATH.",
+    "--baseline": "The SDPA backend that speed-ups are relative to.",
+    "--optimizer": "Optimizer: adamw, sgd, none.",
+    "--inputs": "What the model is fed: embeds (random input embeddings), ids (token ids).",
+    "--fast": "trainperf's fastest step: its best swaps and compile mode.",
+    "--op": "Collectives.",
+    "--bytes": "Message sizes: 4096, 64KB, 1MB, 1GiB ...",
+    "--world-size": "Processes, one per GPU (or CPU process under gloo).",
+    "--dist-backend": "torch.distributed backend: nccl, gloo (default: nccl with GPUs, else gloo).",
+    "--variant": "Gradient-sync variants.",
+    "--bucket-mb": "Gradient bucket sizes in MB (bucketed and ddp variants).",
+    "--shard-optimizer": "ZeRO-1 sharded optimizer state: off, on.",
+    "--phase": "How far a step runs: forward (activations only), step (forward, backward, optimizer).",
+    "--nsys": "Print the nsys command line for this profile and exit.",
+    "--ranges-only": "Run with NVTX ranges and no profiler (for running under nsys).",
+    "--out": "Folder for plots, CSV and JSON files.",
+    "--file": "File the table is written to.",
+    "--db": "SQLite results store.",
+    "--device": "auto, cpu, cuda, cuda:N.",
+    "--rerun": "Measure again cases already in the store.",
+    "--quiet": "No progress bar.",
+    "--json": "Print JSON on stdout instead of a table.",
+    "--format": "File format: csv, json, markdown.",
+    "--workload": "Only records of this workload.",
+    "--status": "Only records of this status: ok, oom, unsupported, error.",
+    "--last": "Show at most this many records (the newest).",
+    "--axis": "What the result sets are meant to differ in (not warned about).",
+    "--version": "Print trainperf's version and exit.",
+}
+
+# Old flag -> new flag, per command ("step", "profile step"). The old names still work, with a
+# one-line note; nothing in the project uses them.
+_GPT_LM = {"--size": "--model", "--context": "--seq", "--precision": "--dtype"}
+RENAMED: dict[str, dict[str, str]] = {
+    "step": {**_GPT_LM, "--steps": "--iters"},
+    "ddp": {**_GPT_LM, "--steps": "--iters", "--backend": "--dist-backend"},
+    "profile step": {**_GPT_LM, "--steps": "--iters"},
+    "memory step": _GPT_LM,
+    "attention": {"--impl": "--attention", "--reps": "--iters"},
+    "profile attention": {"--impl": "--attention", "--steps": "--iters"},
+    "llama": {"--preset": "--model", "--config": "--model", "--backend": "--sdpa-backend",
+              "--input": "--inputs"},
+    "profile llama": {"--preset": "--model", "--backend": "--sdpa-backend", "--steps": "--iters"},
+    "comm": {"--size": "--bytes", "--backend": "--dist-backend"},
+    "export": {"--output": "--file"},
+    "profile-compare": {"--csv": "--file"},
+}
+
+# Values with a second name: the long dtype names, and the attention modes' old short names.
+DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+MODE_ALIASES = {"fwd": "forward", "bwd": "backward", "fwd+bwd": "forward-backward"}
+
+
+def option(flag: str, default: Any, detail: str = "", *short: str, **kw: Any) -> Any:
+    """A typer option named `flag`, its help the glossary's meaning followed by `detail`."""
+    meaning = GLOSSARY[flag]
+    return typer.Option(default, flag, *short, help=f"{meaning} {detail}".strip(), **kw)
+
+
+def command_name(ctx: Any) -> str:
+    """'profile step' for `trainperf profile step`: the command's path below the program."""
+    names = []
+    while ctx.parent is not None:
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return " ".join(reversed(names))
+
+
+def rename_old_flags(command: str, args: list[str]) -> list[str]:
+    """`args` with the command's old flag names replaced by the new ones, a note on stderr for each."""
+    renamed = RENAMED.get(command, {})
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return out + args[i:]
+        name, eq, value = arg.partition("=")
+        if name in renamed:
+            new = renamed[name]
+            sys.stderr.write(f"note: {name} is the old name of {new}; it works for now\n")
+            arg = new + eq + value
+        out.append(arg)
+    return out
+
+
+class RenamedFlags(TyperCommand):
+    """A command that still reads its options' old names."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, rename_old_flags(command_name(ctx), args))
+
+
+# The options most commands share, as `trainperf --help` lists them.
+SHARED = ("--model", "--batch", "--seq", "--dtype", "--iters", "--warmup", "--out", "--db", "--device")
+
+
+def help_epilog() -> str:
+    """The shared part of the glossary, for the end of `trainperf --help`."""
+    shared = "  ".join(f"{flag}: {GLOSSARY[flag].rstrip('.')}." for flag in SHARED)
+    return (f"Every option means the same in every command that has it. {shared}  Old option names "
+            "still work, with a note. The whole glossary: README.md.")
+
+
+def markdown_glossary() -> str:
+    """The glossary as the README's markdown table."""
+    rows = [f"| `{flag}` | {meaning.replace('|', '/')} |" for flag, meaning in GLOSSARY.items()]
+    return "\n".join(["| option | meaning in every command |", "|---|---|", *rows])
