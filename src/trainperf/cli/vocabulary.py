@@ -56,6 +56,7 @@ GLOSSARY: dict[str, str] = {
     "--nsys": "Print the nsys command line for this profile and exit.",
     "--ranges-only": "Run with NVTX ranges and no profiler (for running under nsys).",
     "--out": "Folder for plots, CSV and JSON files.",
+    "--results": "Folder that holds the suites' results folders.",
     "--file": "File the table is written to.",
     "--db": "SQLite results store.",
     "--device": "auto, cpu, cuda, cuda:N.",

@@ -297,7 +297,7 @@ def llama(
     summary = summary_table(table)
     if not (quiet or as_json) and summary.shape[1] > 2:  # more than one setup to set side by side
         console.print(frame_table(summary, title="seconds per iteration; speed-up over the best stock row"))
-    for path in write_outputs(table, out, base):
+    for path in write_outputs(table, out, base, plots=plots_available(quiet or as_json)):
         if not (quiet or as_json):
             err_console.print(f"wrote {path}")
 

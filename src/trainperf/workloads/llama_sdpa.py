@@ -301,13 +301,15 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     return times.join(gains).rename_axis("shape").reset_index()
 
 
-def write_outputs(df: pd.DataFrame, out, baseline: str) -> list:
-    """training_timing.csv, iteration_time.png and speedup.png in folder `out`."""
-    from trainperf.core.plots import grouped_bars
-
+def write_outputs(df: pd.DataFrame, out, baseline: str, plots: bool = True) -> list:
+    """training_timing.csv, and with `plots` iteration_time.png and speedup.png, in folder `out`."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "training_timing.csv", out / "iteration_time.png", out / "speedup.png"]
     df.to_csv(paths[0], index=False)
+    if not plots:
+        return paths[:1]
+    from trainperf.core.plots import grouped_bars
+
     ok = _ok_by_setup(df)
     gpu = ", ".join(sorted(set(df.gpu.dropna())))
     grouped_bars(ok, "case", "setup", "mean_s", paths[1], "mean seconds per iteration (lower is better)",

@@ -1,0 +1,68 @@
+"""Suite commands: suite list, suite run NAME, report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from trainperf.cli.common import (
+    DbOpt,
+    QuietOpt,
+    RerunOpt,
+    app,
+    check_out_dir,
+    check_out_file,
+    cli_errors,
+    console,
+)
+from trainperf.cli.vocabulary import RenamedFlags, option
+
+suite_app = typer.Typer(help="Named benchmark suites: list them, run one into a dated results folder.")
+app.add_typer(suite_app, name="suite")
+ResultsOpt = option("--results", Path("benchmarks/results"))
+
+
+@suite_app.command("list", cls=RenamedFlags)
+def suite_list() -> None:
+    """The suites, what each measures, and the commands each runs on a GPU."""
+    from trainperf.suites.catalog import SUITES
+
+    for suite in SUITES.values():
+        console.print(f"[bold]{suite.name}[/bold]: {suite.about}", highlight=False)
+        for part in suite.parts:
+            need = f"  (needs {part.min_gpus}+ GPUs)" if part.min_gpus > 1 else ""
+            console.print(f"    trainperf {' '.join(part.argv(True, '<GPUs>'))}{need}", highlight=False,
+                          soft_wrap=True)
+
+
+@suite_app.command("run", cls=RenamedFlags)
+@cli_errors
+def suite_run(
+    name: str = typer.Argument(..., help="A suite name (trainperf suite list)."),
+    results: Path = ResultsOpt, db: Path = DbOpt, rerun: bool = RerunOpt, quiet: bool = QuietOpt,
+) -> None:
+    """Run one suite on this machine (its tiny form on the CPU) into <results>/NAME/<gpu>-<date>/."""
+    from trainperf.suites.page import suite_report
+    from trainperf.suites.runner import get_suite, run_suite
+
+    suite = get_suite(name)
+    check_out_dir(results, "--results")
+    folder = run_suite(suite, results, db, rerun=rerun, quiet=quiet,
+                       say=lambda text: console.print(f"[dim]{text}[/dim]", highlight=False, soft_wrap=True))
+    console.print(suite_report(folder), highlight=False, markup=False)
+    console.print(f"[dim]wrote {folder}[/dim]", highlight=False)
+
+
+@app.command(cls=RenamedFlags)
+@cli_errors
+def report(
+    results: Path = ResultsOpt,
+    page: Path = option("--file", Path("benchmarks/README.md"), "Here the results page."),
+) -> None:
+    """Write the results page again from the latest folder of each suite on each GPU."""
+    from trainperf.suites.page import results_page
+
+    check_out_file(page, "--file")
+    page.write_text(results_page(results, page))
+    console.print(f"wrote {page}", highlight=False)

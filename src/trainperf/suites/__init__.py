@@ -1,0 +1,1 @@
+"""Named benchmark suites, their runner and the markdown made from their results folders."""

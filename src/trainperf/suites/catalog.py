@@ -1,0 +1,158 @@
+"""The named benchmark suites: each is data (commands and their options on a GPU, and a tiny form
+for the CPU), run by `trainperf suite run NAME` through the same commands a user types."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+GPUS = "{gpus}"  # an option value filled in with the number of GPUs of the machine
+
+
+@dataclass(frozen=True)
+class Part:
+    """One command of a suite. Its files go to `<suite folder>/<name>/`."""
+
+    name: str
+    command: tuple[str, ...]
+    gpu: dict[str, str | bool]
+    cpu: dict[str, str | bool]
+    min_gpus: int = 1  # on a GPU machine with fewer, the part is left out (and said so)
+
+    def argv(self, on_gpu: bool, gpus: int | str) -> list[str]:
+        """The command line of this part on a machine with `gpus` GPUs."""
+        args = list(self.command)
+        for flag, value in (self.gpu if on_gpu else self.cpu).items():
+            if value is True:
+                args.append(flag)
+            elif value is not False:
+                args += [flag, str(value).replace(GPUS, str(gpus))]
+        return args
+
+
+Headline = Callable[[dict[str, Path]], pd.DataFrame]
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    about: str
+    parts: tuple[Part, ...]
+    headline: Headline  # part folders -> the table at the top of the suite's report
+    multi_gpu: bool = False  # the folder is named after the GPU count too (h200x2)
+    notes: tuple[str, ...] = field(default=())
+
+
+def _read(folder: Path, name: str) -> pd.DataFrame:
+    path = folder / name
+    return pd.read_csv(path) if path.exists() else pd.DataFrame()
+
+
+def _cell(df: pd.DataFrame, value: str, digits: int = 3) -> pd.Series:
+    """A number column, or the status where a case has no number (oom, unsupported)."""
+    numbers = df[value].map(lambda v: f"{v:.{digits}g}" if pd.notna(v) else "")
+    return numbers.where(df["status"] == "ok", df["status"])
+
+
+def llama_headline(parts: dict[str, Path]) -> pd.DataFrame:
+    from trainperf.workloads.llama_sdpa import summary_table
+
+    table = _read(parts["llama"], "training_timing.csv")
+    return summary_table(table) if not table.empty else table
+
+
+def attention_headline(parts: dict[str, Path]) -> pd.DataFrame:
+    df = pd.concat([_read(folder, "attention.csv") for folder in parts.values()], ignore_index=True)
+    if df.empty:
+        return df
+    df["shape"] = [f"B{r.batch} H{r.heads} N{r.seq} D{r.head_dim}" for r in df.itertuples()]
+    df["ms (TFLOP/s)"] = _cell(df, "time_ms_median") + df.get("tflops", pd.Series(dtype=float)).map(
+        lambda t: f" ({t:.3g})" if pd.notna(t) else "")
+    return df.pivot_table(index="attention", columns="shape", values="ms (TFLOP/s)", aggfunc="first",
+                          sort=False).reset_index()
+
+
+def step_headline(parts: dict[str, Path]) -> pd.DataFrame:
+    df = _read(parts["step"], "step.csv")
+    if df.empty:
+        return df
+    out = df[["model", "seq", "batch", "dtype", "compile"]].copy()
+    out["step ms"] = _cell(df, "step_ms_median")
+    for col, name in (("tokens_per_s", "tokens/s"), ("mfu", "MFU")):
+        if col in df:
+            out[name] = df[col].map(lambda v: f"{v:.3g}" if pd.notna(v) else "")
+    return out
+
+
+def comm_headline(parts: dict[str, Path]) -> pd.DataFrame:
+    df = _read(parts["comm"], "comm.csv")
+    if df.empty:
+        return df
+    df["MB"] = df["bytes"] / 1e6
+    df["busbw GB/s"] = _cell(df, "busbw_gbps")
+    return df.pivot_table(index=["op", "world_size"], columns="MB", values="busbw GB/s",
+                          aggfunc="first").reset_index()
+
+
+def ddp_headline(parts: dict[str, Path]) -> pd.DataFrame:
+    df = _read(parts["ddp"], "ddp.csv")
+    if df.empty:
+        return df
+    out = df[["variant", "model", "world_size", "bucket_mb", "shard_optimizer"]].copy()
+    for col, name in (("step_ms_median", "step ms"), ("exposed_comm_ms", "exposed comm ms"),
+                      ("compute_ms", "compute ms")):
+        out[name] = _cell(df, col) if col in df else ""
+    return out
+
+
+_TINY = {"--warmup": "1", "--iters": "2"}
+SUITES: dict[str, Suite] = {s.name: s for s in (
+    Suite("seed-llama",
+          "Llama-3.2-1B training iteration (random init, SGD) at the six batch x sequence pairs of 16k "
+          "tokens, with the cuDNN, flash and efficient SDPA backends, and trainperf's fastest step.",
+          (Part("llama", ("llama",),
+                gpu={"--sdpa-backend": "CUDNN_ATTENTION,FLASH_ATTENTION,EFFICIENT_ATTENTION", "--fast": True,
+                     "--warmup": "5", "--iters": "20"},
+                cpu={"--sdpa-backend": "MATH,FLASH_ATTENTION", "--batch-seq": "1x32", "--fast": True,
+                     **_TINY}),),
+          llama_headline),
+    Suite("attention-targets",
+          "Attention forward + backward, causal bf16, every implementation: the reference shape "
+          "B1 H16 N16384 D64, head dim 128 at the same length, and B8 N2048 D64.",
+          (Part("n16384", ("attention",),
+                gpu={"--attention": "all", "--batch": "1", "--heads": "16", "--seq": "16384",
+                     "--head-dim": "64,128", "--dtype": "bf16", "--mode": "forward-backward"},
+                cpu={"--attention": "naive,sdpa-math,torch-fa2", "--batch": "1", "--heads": "2",
+                     "--seq": "64", "--head-dim": "16", **_TINY}),
+           Part("b8-n2048", ("attention",),
+                gpu={"--attention": "all", "--batch": "8", "--heads": "16", "--seq": "2048",
+                     "--head-dim": "64", "--dtype": "bf16", "--mode": "forward-backward"},
+                cpu={"--attention": "naive,sdpa-math", "--batch": "2", "--heads": "2", "--seq": "32",
+                     "--head-dim": "16", **_TINY})),
+          attention_headline),
+    Suite("step-sizes",
+          "The GPT-style LM's training step at sizes small to 2.7B, three context lengths, fp32 and "
+          "bf16, eager and compiled.",
+          (Part("step", ("step",),
+                gpu={"--model": "small,medium,large,xl,2.7B", "--seq": "256,512,1024", "--batch": "4",
+                     "--dtype": "fp32,bf16", "--compile": "off,on"},
+                cpu={"--model": "tiny", "--seq": "32", "--batch": "2", "--dtype": "fp32", **_TINY}),),
+          step_headline),
+    Suite("comm",
+          "Collectives over every GPU of the machine (NCCL): bus bandwidth by message size.",
+          (Part("comm", ("comm",),
+                gpu={"--world-size": GPUS, "--bytes": "1MB,16MB,256MB,1GB"},
+                cpu={"--world-size": "2", "--bytes": "64KB", **_TINY}, min_gpus=2),),
+          comm_headline, multi_gpu=True),
+    Suite("ddp",
+          "A data-parallel training step of the small GPT LM over every GPU of the machine, per "
+          "gradient-sync variant.",
+          (Part("ddp", ("ddp",),
+                gpu={"--world-size": GPUS, "--model": "small"},
+                cpu={"--world-size": "2", "--variant": "flat,ddp", "--seq": "16", "--warmup": "1",
+                     "--iters": "1"}, min_gpus=2),),
+          ddp_headline, multi_gpu=True),
+)}

@@ -1,0 +1,95 @@
+"""`trainperf suite run NAME`: every part of a suite through the CLI, into a dated results folder
+`<results>/<suite>/<gpu>-<date>/` with the environment, each part's CSV and plots, and report.md."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainperf.core import env as envmod
+from trainperf.core.errors import SpecError
+from trainperf.suites.catalog import SUITES, Suite
+
+
+class SuiteError(SpecError):
+    """A part of a suite did not run (bad input or a command that stopped)."""
+
+
+def get_suite(name: str) -> Suite:
+    if name not in SUITES:
+        raise SpecError(f"unknown suite {name!r}; valid choices: {', '.join(SUITES)}")
+    return SUITES[name]
+
+
+def gpu_slug(gpu_name: str | None) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'h100'; no GPU -> 'cpu'."""
+    if not gpu_name:
+        return "cpu"
+    words = gpu_name.lower().replace("nvidia", " ").split()
+    return next((re.sub(r"[^a-z0-9]", "", w) for w in words if re.search(r"\d", w)), words[0])
+
+
+def folder_name(suite: Suite, env: dict[str, Any], gpus: int, today: str) -> str:
+    slug = gpu_slug(env.get("gpu_name"))
+    if suite.multi_gpu and gpus > 1:
+        slug += f"x{gpus}"
+    return f"{slug}-{today}"
+
+
+def invoke(argv: list[str]) -> int:
+    """Run one trainperf command line in this process; its exit code."""
+    import typer
+
+    from trainperf.cli import app
+
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=argv, prog_name="trainperf", standalone_mode=False)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    except Exception as exc:  # a usage error of the command line: shown as the CLI shows it
+        if not hasattr(exc, "exit_code") or not hasattr(exc, "show"):
+            raise
+        exc.show()
+        return int(exc.exit_code)
+    return int(code) if isinstance(code, int) else 0
+
+
+def run_suite(suite: Suite, results: Path, db: Path, rerun: bool = False, quiet: bool = False,
+              say=print) -> Path:
+    """Run every part of `suite` on this machine; the results folder it wrote."""
+    on_gpu = torch.cuda.is_available()
+    gpus = torch.cuda.device_count() if on_gpu else 0
+    env = envmod.capture(torch.device("cuda" if on_gpu else "cpu"))
+    today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    folder = results / suite.name / folder_name(suite, env, gpus, today)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "env.json").write_text(json.dumps(env, indent=1, sort_keys=True, default=str) + "\n")
+    parts = []
+    for part in suite.parts:
+        argv = part.argv(on_gpu, gpus)
+        line = "trainperf " + " ".join(argv)
+        if on_gpu and gpus < part.min_gpus:
+            parts.append({"name": part.name, "command": line,
+                          "left_out": f"needs {part.min_gpus} GPUs, this machine has {gpus}"})
+            say(f"{suite.name}/{part.name}: left out (needs {part.min_gpus} GPUs, {gpus} here)")
+            continue
+        say(f"{suite.name}/{part.name}: {line}")
+        flags = ["--out", str(folder / part.name), "--db", str(db), *(["--rerun"] if rerun else []),
+                 *(["--quiet"] if quiet else [])]
+        code = invoke([*argv, *flags])
+        if code:
+            raise SuiteError(f"suite {suite.name}, part {part.name}: `{line}` stopped with exit code {code}")
+        parts.append({"name": part.name, "command": line})
+    meta = {"suite": suite.name, "about": suite.about, "command": f"trainperf suite run {suite.name}",
+            "date": today, "commit": env.get("git_commit"), "parts": parts}
+    (folder / "suite.json").write_text(json.dumps(meta, indent=1) + "\n")
+    from trainperf.suites.page import suite_report
+
+    (folder / "report.md").write_text(suite_report(folder))
+    return folder
