@@ -16,7 +16,7 @@ from trainperf.cli import app
 runner = CliRunner()
 BAD_VALUES = {int: ["-1"], float: ["-1", "nan"], str: [""], Path: ["a.txt/x"]}
 POSITIONAL = {"compare": ["set.csv", "set.csv"], "profile-compare": ["bd.json", "bd.json"],
-              "nsys-decode": ["trace.sqlite"]}
+              "nsys-decode": ["trace.sqlite"], "run": ["step-sizes"]}
 
 
 def commands(group: typer.Typer, path: tuple[str, ...] = ()):

@@ -36,7 +36,7 @@ from trainperf.kernels.tuning import Launch, bench, compile_untuned, tuned_launc
 
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 128
-HEAD_GROUP = 4  # heads whose causal blocks are ordered together (`_schedule`; run 52)
+HEAD_GROUP = 4  # heads whose causal blocks are ordered together (`_schedule`; docs/attention-kernel.md)
 
 
 def _configs(shapes: list[tuple[int, int, int, int]], interpret: tuple[int, int]) -> list[triton.Config]:
@@ -49,9 +49,9 @@ def _configs(shapes: list[tuple[int, int, int, int]], interpret: tuple[int, int]
 # Short lists of shapes that suit Hopper and Ampere; autotuning picks per (seq, head dim, causal).
 # The 8-warp 64-wide tiles are for head dim 128, where the fp32 dK/dV (or dQ) accumulators of a
 # 4-warp program would not fit in registers. The 2-stage 64x64 dK/dV shape is also for head dim
-# 128: with its loads through the TMA unit it keeps two programs on an SM (run 38: 1.76 ms there
-# against 1.93 for the next best). The 64x128 dQ shape (key blocks twice the query block) is
-# for the reference shape: 1.288 ms against 1.359 for the best listed before (run 49).
+# 128: with its loads through the TMA unit it keeps two programs on an SM (1.76 ms there against
+# 1.93 for the next best). The 64x128 dQ shape (key blocks twice the query block) is
+# for the reference shape: 1.288 ms against 1.359 for the best of the others.
 # One of BLOCK_M (queries) and BLOCK_N (keys) divides the other (powers of two). In the dK/dV kernel
 # BLOCK_N is a multiple of BLOCK_M, so a diagonal never straddles a query block.
 FWD_CONFIGS = _configs([(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3),
@@ -69,7 +69,7 @@ TUNE_KEY = ["N_CTX", "HEAD_DIM", "CAUSAL"]
 FP32_TILE_PER_WARP = 512  # float32: the largest BLOCK_M·BLOCK_N / warps tried (`_small_tiles_for_fp32`)
 FP32_STAGES = 3
 # bf16/fp16 candidates that won, or came within 2% of the winner, at some shape of the tuning
-# sweep (14 shapes, head dims 64 and 128, causal and not: benchmarks/scripts/tune_sweep.py);
+# sweep (14 shapes, head dims 64 and 128, causal and not: benchmarks/probes/tune_sweep.py);
 # the others, never closer than 5%, are left out of the autotuning, which halves a first call's
 # compile and timing work. (BLOCK_M, BLOCK_N, warps, stages).
 FWD_HALF = {(128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 4, 4), (128, 64, 4, 3)}
@@ -137,8 +137,8 @@ def _schedule(CAUSAL: tl.constexpr, HEAVY_LAST: tl.constexpr, HEAD_GROUP: tl.con
     (program_id(0) fastest). With a causal mask the blocks differ in work, so they go heaviest
     first (the last blocks when HEAVY_LAST, for query blocks; the first, for key blocks), across
     HEAD_GROUP heads at a time. Ordering each head's blocks alone left the last head's heaviest
-    blocks to start last, a tail that cost the forward and dQ kernels 5-7% at the reference shape
-    (run 52); a few heads, not all, keep the K and V that concurrent programs read in L2."""
+    blocks to start last, a tail that cost the forward and dQ kernels 5-7% at the reference shape;
+    a few heads, not all, keep the K and V that concurrent programs read in L2."""
     block, bh = tl.program_id(0), tl.program_id(1)
     if CAUSAL:
         blocks, heads = tl.num_programs(0), tl.num_programs(1)
@@ -260,7 +260,7 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, L, Delta, DQ, offs_n, offs_d, lo, hi, N_CTX
             delta = tl.load(Delta + offs_m)
         s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)
         # issued before the exponentials, which do not need it: its matrix product can run while
-        # they do (v3 issued it after dV's product, so products and exponentials took turns)
+        # they do (issued after dV's product, products and exponentials take turns: slower)
         dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
         p_t = tl.math.exp2(s_t * qk_scale - lse[None, :])
         if MASK_CAUSAL:

@@ -17,6 +17,7 @@ from trainperf.cli.common import (
     console,
 )
 from trainperf.cli.vocabulary import RenamedFlags, option
+from trainperf.core.errors import SpecError
 
 suite_app = typer.Typer(help="Named benchmark suites: list them, run one into a dated results folder.")
 app.add_typer(suite_app, name="suite")
@@ -48,6 +49,7 @@ def suite_run(
 
     suite = get_suite(name)
     check_out_dir(results, "--results")
+    check_out_file(db, "--db")
     folder = run_suite(suite, results, db, rerun=rerun, quiet=quiet,
                        say=lambda text: console.print(f"[dim]{text}[/dim]", highlight=False, soft_wrap=True))
     console.print(suite_report(folder), highlight=False, markup=False)
@@ -60,9 +62,13 @@ def report(
     results: Path = ResultsOpt,
     page: Path = option("--file", Path("benchmarks/README.md"), "Here the results page."),
 ) -> None:
-    """Write the results page again from the latest folder of each suite on each GPU."""
-    from trainperf.suites.page import results_page
+    """Write the results page, and each latest folder's report.md, again from the results folders."""
+    from trainperf.suites.page import latest_folders, results_page, suite_report
 
+    if not results.is_dir():
+        raise SpecError(f"--results {str(results)!r}: no such folder (trainperf suite run writes it)")
     check_out_file(page, "--file")
+    for folder in latest_folders(results):
+        (folder / "report.md").write_text(suite_report(folder))
     page.write_text(results_page(results, page))
     console.print(f"wrote {page}", highlight=False)

@@ -1,13 +1,13 @@
 """The GPU's clocks and power across a measured window, sampled through NVML from a thread.
 
 One clock reading taken after a measurement can miss what happened during it. Under its power
-limit an H100's SM clock follows the energy the kernels burn: in run 64 two attention kernels of
+limit an H100's SM clock follows the energy the kernels burn: two attention kernels of
 about equal cycle counts ran at 1545-1575 MHz (triton-fa2) and 1665-1710 MHz (cuDNN), so their
 times differed by the clock. The workloads therefore report the window's median clocks and
 power, and the share of samples in which the power cap held the clock down. Power is NVML's
 instantaneous reading where the driver has one: its default reading is a one-second average,
-which lags a window of a fraction of a second (run 65 read 246 W for a case that run 64 saw at
-the 700 W cap).
+which lags a window of a fraction of a second (it read 246 W for a case that sat at the 700 W
+cap in the instantaneous readings).
 """
 
 from __future__ import annotations

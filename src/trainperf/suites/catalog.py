@@ -4,7 +4,7 @@ for the CPU), run by `trainperf suite run NAME` through the same commands a user
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -42,8 +42,8 @@ class Suite:
     about: str
     parts: tuple[Part, ...]
     headline: Headline  # part folders -> the table at the top of the suite's report
+    caption: str  # what the headline table's numbers are
     multi_gpu: bool = False  # the folder is named after the GPU count too (h200x2)
-    notes: tuple[str, ...] = field(default=())
 
 
 def _read(folder: Path, name: str) -> pd.DataFrame:
@@ -118,7 +118,9 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "--warmup": "5", "--iters": "20"},
                 cpu={"--sdpa-backend": "MATH,FLASH_ATTENTION", "--batch-seq": "1x32", "--fast": True,
                      **_TINY}),),
-          llama_headline),
+          llama_headline,
+          "Seconds per training iteration (mean of 20 after 5 warm-up). The last column is the "
+          "speed-up of trainperf's fastest step over the fastest stock row of that shape."),
     Suite("attention-targets",
           "Attention forward + backward, causal bf16, every implementation: the reference shape "
           "B1 H16 N16384 D64, head dim 128 at the same length, and B8 N2048 D64.",
@@ -132,7 +134,9 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "--head-dim": "64", "--dtype": "bf16", "--mode": "forward-backward"},
                 cpu={"--attention": "naive,sdpa-math", "--batch": "2", "--heads": "2", "--seq": "32",
                      "--head-dim": "16", **_TINY})),
-          attention_headline),
+          attention_headline,
+          "Milliseconds per forward + backward call (median of 20 after 5 warm-up), TFLOP/s in "
+          "brackets; oom or unsupported where a case could not run."),
     Suite("step-sizes",
           "The GPT-style LM's training step at sizes small to 2.7B, three context lengths, fp32 and "
           "bf16, eager and compiled.",
@@ -140,13 +144,16 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                 gpu={"--model": "small,medium,large,xl,2.7B", "--seq": "256,512,1024", "--batch": "4",
                      "--dtype": "fp32,bf16", "--compile": "off,on"},
                 cpu={"--model": "tiny", "--seq": "32", "--batch": "2", "--dtype": "fp32", **_TINY}),),
-          step_headline),
+          step_headline,
+          "Median milliseconds per training step (10 after 5 warm-up), tokens per second and MFU "
+          "against the GPU's dense peak for the dtype."),
     Suite("comm",
           "Collectives over every GPU of the machine (NCCL): bus bandwidth by message size.",
           (Part("comm", ("comm",),
                 gpu={"--world-size": GPUS, "--bytes": "1MB,16MB,256MB,1GB"},
                 cpu={"--world-size": "2", "--bytes": "64KB", **_TINY}, min_gpus=2),),
-          comm_headline, multi_gpu=True),
+          comm_headline, "Bus bandwidth in GB/s (nccl-tests' definition) by message size in MB.",
+          multi_gpu=True),
     Suite("ddp",
           "A data-parallel training step of the small GPT LM over every GPU of the machine, per "
           "gradient-sync variant.",
@@ -154,5 +161,6 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                 gpu={"--world-size": GPUS, "--model": "small"},
                 cpu={"--world-size": "2", "--variant": "flat,ddp", "--seq": "16", "--warmup": "1",
                      "--iters": "1"}, min_gpus=2),),
-          ddp_headline, multi_gpu=True),
+          ddp_headline, "Median milliseconds per step; exposed comm is the step time beyond "
+          "compute alone.", multi_gpu=True),
 )}

@@ -51,6 +51,7 @@ def machine_line(env: dict[str, Any], folder: Path) -> str:
 
 
 def headline(folder: Path, meta: dict[str, Any]) -> pd.DataFrame:
+    """The suite's headline table from the part folders it ran."""
     suite = SUITES.get(meta.get("suite", ""))
     if suite is None:
         return pd.DataFrame()
@@ -61,10 +62,13 @@ def suite_section(folder: Path, link_base: Path, level: str = "##") -> str:
     """The markdown of one results folder; links are relative to `link_base`."""
     meta, env = _load(folder, "suite.json"), _load(folder, "env.json")
     rel = Path(os.path.relpath(folder, link_base)).as_posix()
-    lines = [f"{level} {meta.get('suite', folder.parent.name)} on {env.get('gpu_name') or 'the CPU'}, "
-             f"{meta.get('date', '')}", "", meta.get("about", ""), ""]
+    where = env.get("gpu_name") or "the CPU (the suite's tiny form)"
+    lines = [f"{level} {meta.get('suite', folder.parent.name)} on {where}, {meta.get('date', '')}", "",
+             meta.get("about", ""), ""]
+    suite = SUITES.get(meta.get("suite", ""))
     table = headline(folder, meta)
-    lines += [markdown(table) if not table.empty else "_No case finished._", ""]
+    body = markdown(table) if not table.empty else "_No case finished._"
+    lines += [suite.caption if suite else "", "", body, ""]
     for png in sorted(folder.glob("*/*.png"))[:4]:
         lines.append(f"![{png.stem}]({rel}/{png.relative_to(folder).as_posix()})")
     lines += ["", f"- Machine: {machine_line(env, folder)}.",

@@ -35,7 +35,7 @@ OPTIMIZERS = ("sgd", "adamw", "none")
 # layer compiled on its own; the mask, the embeddings and the loss stay eager).
 COMPILE_MODES = ("off", "on", "layers")
 # trainperf's fastest Llama step (`llama --fast`, `profile llama --fast`): the settings that
-# measured fastest on the H100 (benchmarks/README.md, section 9): each decoder layer compiled
+# measured fastest on the H100 (the seed-llama suite, benchmarks/README.md): each decoder layer compiled
 # (Inductor fuses norms, RoPE, SwiGLU and residual adds there) and the fused chunked loss.
 FAST = {"loss": "chunked", "compile": "layers"}
 INPUTS = ("embeds", "ids")

@@ -1,0 +1,104 @@
+"""Suites: every suite definition runs in its tiny CPU form (so none can rot), its folder holds
+what the results page needs, and the page generator renders folders into markdown."""
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from trainperf.cli import app
+from trainperf.core.store import Store
+from trainperf.suites.catalog import SUITES
+from trainperf.suites.page import MARKER, latest_folders, results_page
+from trainperf.suites.runner import gpu_slug
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    """Every suite run once on the CPU into one results folder."""
+    root = tmp_path_factory.mktemp("suites")
+    outputs = {}
+    for name in SUITES:
+        res = runner.invoke(app, ["suite", "run", name, "--results", str(root / "results"),
+                                  "--db", str(root / "r.db"), "--quiet"])
+        outputs[name] = res
+    return root, outputs
+
+
+@pytest.mark.parametrize("name", list(SUITES))
+def test_every_suite_runs_in_its_tiny_form(ran, name):
+    root, outputs = ran
+    assert outputs[name].exit_code == 0, outputs[name].output
+    (folder,) = (root / "results" / name).iterdir()
+    assert folder.name.startswith("cpu-")
+    meta = json.loads((folder / "suite.json").read_text())
+    assert meta["command"] == f"trainperf suite run {name}" and meta["parts"]
+    assert json.loads((folder / "env.json").read_text())["device"] == "cpu"
+    for part in meta["parts"]:
+        csvs = list((folder / part["name"]).glob("*.csv"))
+        assert csvs and all(len(pd.read_csv(c)) > 0 for c in csvs), part
+        assert set(pd.read_csv(csvs[0]).status) == {"ok"}, part
+    report = (folder / "report.md").read_text()
+    assert "| " in report and f"trainperf suite run {name}" in report  # a headline table
+
+
+def test_a_second_run_resumes_from_the_store(ran):
+    root, _ = ran
+    stored = len(Store(root / "r.db").records())
+    res = runner.invoke(app, ["suite", "run", "step-sizes", "--results", str(root / "results"),
+                              "--db", str(root / "r.db"), "--quiet"])
+    assert res.exit_code == 0
+    assert len(Store(root / "r.db").records()) == stored  # nothing measured twice
+
+
+def test_the_results_page_renders_the_latest_gpu_folder_of_each_suite(ran, tmp_path):
+    root, _ = ran
+    results = tmp_path / "results"
+    source = next((root / "results" / "attention-targets").iterdir())
+    for name in ("h100-2026-01-01", "h100-2026-02-01"):
+        folder = results / "attention-targets" / name
+        shutil.copytree(source, folder)
+        env = json.loads((folder / "env.json").read_text())
+        (folder / "env.json").write_text(json.dumps({**env, "gpu_name": "NVIDIA H100 80GB HBM3"}))
+    shutil.copytree(source, results / "attention-targets" / "cpu-2026-03-01")
+    assert [f.name for f in latest_folders(results)] == ["cpu-2026-03-01", "h100-2026-02-01"]
+    page = tmp_path / "README.md"
+    page.write_text("# My intro\n\nkept as written\n" + MARKER + "\nold generated text\n")
+    text = results_page(results, page)
+    assert text.startswith("# My intro\n\nkept as written\n") and "old generated text" not in text
+    assert "## attention-targets on NVIDIA H100 80GB HBM3" in text
+    assert "(results/attention-targets/h100-2026-02-01)" in text  # the numbers link to their folder
+    assert "h100-2026-01-01" not in text and "cpu-2026-03-01" not in text
+    assert "| naive |" in text and "Not yet run on a GPU: `seed-llama`" in text
+
+
+def test_the_report_command_writes_the_page_and_each_report(ran, tmp_path):
+    root, _ = ran
+    page = tmp_path / "page.md"
+    res = runner.invoke(app, ["report", "--results", str(root / "results"), "--file", str(page)])
+    assert res.exit_code == 0, res.output
+    assert MARKER in page.read_text()
+
+
+@pytest.mark.parametrize("name, slug", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200"),
+                                        ("NVIDIA GeForce RTX 4090", "4090"), (None, "cpu")])
+def test_gpu_slug(name, slug):
+    assert gpu_slug(name) == slug
+
+
+def test_an_unknown_suite_is_one_line_naming_the_suites(tmp_path):
+    res = runner.invoke(app, ["suite", "run", "fastest", "--results", str(tmp_path)])
+    assert res.exit_code == 2 and "valid choices: seed-llama" in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+def test_suite_list_names_every_suite_and_its_commands():
+    res = runner.invoke(app, ["suite", "list"])
+    assert res.exit_code == 0
+    for suite in SUITES.values():
+        assert suite.name in res.output
+        assert all(f"trainperf {' '.join(p.command)}" in res.output for p in suite.parts)
