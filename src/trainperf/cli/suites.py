@@ -65,9 +65,9 @@ def report(
     """Write the results page, and each latest folder's report.md, again from the results folders."""
     from trainperf.suites.page import latest_folders, results_page, suite_report
 
+    check_out_file(page, "--file")
     if not results.is_dir():
         raise SpecError(f"--results {str(results)!r}: no such folder (trainperf suite run writes it)")
-    check_out_file(page, "--file")
     for folder in latest_folders(results):
         (folder / "report.md").write_text(suite_report(folder))
     page.write_text(results_page(results, page))
