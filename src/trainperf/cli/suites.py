@@ -60,14 +60,17 @@ def suite_run(
 @cli_errors
 def report(
     results: Path = ResultsOpt,
-    page: Path = option("--file", Path("benchmarks/README.md"), "Here the results page."),
+    page: Path = option("--file", None, "Here the results page (default: README.md beside the results "
+                                        "folder, benchmarks/README.md)."),
 ) -> None:
     """Write the results page, and each latest folder's report.md, again from the results folders."""
     from trainperf.suites.page import latest_folders, results_page, suite_report
 
-    check_out_file(page, "--file")
+    if page is not None:
+        check_out_file(page, "--file")
     if not results.is_dir():
         raise SpecError(f"--results {str(results)!r}: no such folder (trainperf suite run writes it)")
+    page = results.parent / "README.md" if page is None else page
     for folder in latest_folders(results):
         (folder / "report.md").write_text(suite_report(folder))
     page.write_text(results_page(results, page))
