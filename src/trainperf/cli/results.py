@@ -88,7 +88,7 @@ def results(
     console.print(report.rich_table(recs, cols, title=f"{len(recs)} records in {db}"))
 
 
-WORKLOADS = ("step", "attention", "llama", "comm", "ddp")
+WORKLOADS = ("step", "attention", "kernels", "llama", "comm", "ddp")
 STATUSES = ("ok", "oom", "unsupported", "error")
 
 

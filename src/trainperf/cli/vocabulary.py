@@ -25,6 +25,8 @@ GLOSSARY: dict[str, str] = {
               "optimizer step).",
     "--compile": "torch.compile: off, on (the whole model), layers (each decoder layer on its own).",
     "--attention": "Attention implementation(s) by name.",
+    "--kernel": "Fused kernel(s) and their references by name, <part>-<impl>: norm-triton, loss-torch, ...",
+    "--tokens": "Tokens per call: the rows of the kernel's input.",
     "--norm": "RMSNorm: torch, fused (F.rms_norm), triton (trainperf's), cudnn (cuDNN frontend).",
     "--rope": "Rotary embedding: torch, triton.",
     "--swiglu": "SwiGLU activation: torch, triton.",

@@ -1,4 +1,4 @@
-"""Workload commands: step, attention, llama."""
+"""Workload commands: step, attention, kernels, llama."""
 
 from __future__ import annotations
 
@@ -214,6 +214,64 @@ def _attention_plots(records: list[Record], out: Path, quiet: bool) -> None:
         path = out / f"attention_{mode}_d{hd}_{dt}.png"
         line_grid(group, "seq", panels, "attention", path, title=f"attention {mode}, head dim {hd}, {dt}")
         if not quiet:
+            err_console.print(f"wrote {path}")
+
+
+KERNEL_COLUMNS: list[report.Column] = [
+    ("kernel", report.spec("kernel")), ("mode", report.spec("mode")), ("tokens", report.spec("tokens")),
+    ("d", report.spec("d_model")), ("dtype", report.spec("dtype")), ("time ms", report.timing("time")),
+    ("GB/s", report.metric("gbps")), *report.GPU_STATE, ("status", report.status), ("notes", report.notes),
+]
+
+
+@app.command(cls=RenamedFlags)
+@cli_errors
+def kernels(
+    kernel: str = option("--kernel", None, "Comma-separated, or all (default on the CPU: the PyTorch ones)."),
+    tokens: str = option("--tokens", None, "Comma-separated (default 16384 on a GPU, 256 on the CPU)."),
+    d_model: str = option("--d-model", None, "Here the width of each kernel's input, comma-separated "
+                                             "(default 2048 on a GPU, 128 on the CPU)."),
+    vocab: int = option("--vocab", None, "Here the loss's (default 128256 on a GPU, 512 on the CPU)."),
+    dtype: str = option("--dtype", None, "Comma-separated (default bf16 on a GPU, fp32 on the CPU)."),
+    mode: str = option("--mode", "forward-backward", "Here: forward, forward-backward (comma list ok)."),
+    warmup: int = option("--warmup", 5), iters: int = option("--iters", 20),
+    out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
+    quiet: bool = QuietOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Time each fused kernel against its PyTorch reference, the compiled reference and the stock op."""
+    from trainperf.workloads.kernels import KERNELS, MODES, KernelSpec, measure_kernel, validate
+
+    dev = device_or_fail(device)
+    gpu = dev.type == "cuda"
+    cpu_kernels = "norm-torch,norm-fused,rope-torch,swiglu-torch,loss-torch,loss-chunked"
+    defaults = ({"kernel": "all", "tokens": "16384", "d_model": "2048", "vocab": 128_256, "dtype": "bf16"}
+                if gpu else {"kernel": cpu_kernels, "tokens": "256", "d_model": "128", "vocab": 512,
+                             "dtype": "fp32"})
+    opts = with_defaults(defaults, kernel=kernel, tokens=tokens, d_model=d_model, vocab=vocab, dtype=dtype)
+    axes = sweep(
+        kernel=(list(KERNELS) if opts["kernel"] == "all" else
+                parse_list(opts["kernel"], str, "--kernel", KERNELS)),
+        tokens=parse_list(opts["tokens"], positive_int, "--tokens"),
+        d_model=parse_list(opts["d_model"], positive_int, "--d-model"),
+        dtype=dtypes(opts["dtype"]), mode=parse_list(mode, str, "--mode", MODES),
+    )
+    specs = [KernelSpec(device=dev.type, vocab=opts["vocab"], warmup=warmup, iters=iters, **a) for a in axes]
+    for s in specs:
+        validate(s)
+    check_out_dir(out)
+    records = run_and_show("kernels", specs, measure_kernel, KERNEL_COLUMNS, db=db, device=dev, rerun=rerun,
+                           quiet=quiet, as_json=as_json, title="trainperf kernels", out=out)
+    df = to_frame(r for r in records if r.status == "ok")
+    if df.empty or not plots_available(quiet or as_json):
+        return
+    from trainperf.core.plots import grouped_bars
+
+    df = df.assign(part=df.kernel.str.split("-").str[0], impl=df.kernel.str.split("-", n=1).str[1])
+    for (mode, dt), group in df.groupby(["mode", "dtype"]):
+        path = out / f"kernels_{mode}_{dt}.png"
+        grouped_bars(group, "part", "impl", "time_ms_median", path, "median ms per call (lower is better)",
+                     title=f"fused kernels and references, {mode}, {dt}")
+        if not (quiet or as_json):
             err_console.print(f"wrote {path}")
 
 

@@ -87,6 +87,20 @@ def step_headline(parts: dict[str, Path]) -> pd.DataFrame:
     return out
 
 
+def kernels_headline(parts: dict[str, Path]) -> pd.DataFrame:
+    """One row per kernel part, a column per implementation: ms per call, and the speed-up over the
+    PyTorch reference of that part in brackets."""
+    df = _read(parts["kernels"], "kernels.csv")
+    if df.empty:
+        return df
+    df["part"], df["impl"] = df.kernel.str.split("-").str[0], df.kernel.str.split("-", n=1).str[1]
+    ref = df[df.impl == "torch"].set_index("part")["time_ms_median"]
+    speedup = df.part.map(ref) / df.time_ms_median
+    df["cell"] = _cell(df, "time_ms_median") + speedup.map(lambda x: f" ({x:.2f}x)" if pd.notna(x) else "")
+    table = df.pivot_table(index="part", columns="impl", values="cell", aggfunc="first", sort=False)
+    return table.reset_index()
+
+
 def comm_headline(parts: dict[str, Path]) -> pd.DataFrame:
     df = _read(parts["comm"], "comm.csv")
     if df.empty:
@@ -147,6 +161,17 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           step_headline,
           "Median milliseconds per training step (10 after 5 warm-up), tokens per second and MFU "
           "against the GPU's dense peak for the dtype."),
+    Suite("kernels",
+          "Each fused kernel (RMSNorm, RoPE, SwiGLU, the LM-head loss) against its PyTorch reference, the "
+          "compiled reference and the stock op, forward + backward at Llama-3.2-1B's width and 16k tokens.",
+          (Part("kernels", ("kernels",),
+                gpu={"--kernel": "all", "--tokens": "16384", "--d-model": "2048", "--vocab": "128256",
+                     "--dtype": "bf16"},
+                cpu={"--kernel": "norm-torch,norm-fused,norm-compiled,swiglu-torch,loss-torch,loss-chunked",
+                     "--tokens": "64", "--d-model": "64", "--vocab": "128", **_TINY}),),
+          kernels_headline,
+          "Milliseconds per forward + backward call (median of 20 after 5 warm-up); in brackets the "
+          "speed-up over the PyTorch reference (torch) of the same part."),
     Suite("comm",
           "Collectives over every GPU of the machine (NCCL): bus bandwidth by message size.",
           (Part("comm", ("comm",),

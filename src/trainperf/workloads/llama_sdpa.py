@@ -8,6 +8,7 @@ weights inside matrix multiplies (the tied LM head included).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,7 +169,9 @@ def choose_kv_mode(step: LlamaStep, backend: str, kv_heads: str = "native") -> s
     for expand in (False, True)[KV_HEADS.index(kv_heads):]:
         hf_llama.set_attention(step.model, hf_llama.attention_name(backend, expand_kv=expand))
         try:
-            step()
+            with warnings.catch_warnings():  # a refusal is recorded below; PyTorch's warning about it is noise
+                warnings.filterwarnings("ignore", message=".*require query, key and value to have the same")
+                step()
             return "expanded" if expand else "native"
         except RuntimeError as exc:
             if not _no_kernel(exc):
