@@ -169,7 +169,7 @@ def choose_kv_mode(step: LlamaStep, backend: str, kv_heads: str = "native") -> s
     for expand in (False, True)[KV_HEADS.index(kv_heads):]:
         hf_llama.set_attention(step.model, hf_llama.attention_name(backend, expand_kv=expand))
         try:
-            with warnings.catch_warnings():  # a refusal is recorded below; PyTorch's warning about it is noise
+            with warnings.catch_warnings():  # a refusal is recorded below; its warning is noise
                 warnings.filterwarnings("ignore", message=".*require query, key and value to have the same")
                 step()
             return "expanded" if expand else "native"
