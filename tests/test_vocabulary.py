@@ -17,7 +17,7 @@ from trainperf.cli import app
 from trainperf.cli.vocabulary import GLOSSARY, RENAMED, markdown_glossary
 from trainperf.core.legacy import RENAMED_KEYS, RENAMED_VALUES, upgrade_spec
 from trainperf.core.record import Record
-from trainperf.core.store import Store
+from trainperf.core.store import SCHEMA_VERSION, Store
 from trainperf.workloads.attention import AttentionSpec
 from trainperf.workloads.comm import CommSpec
 from trainperf.workloads.ddp import DDPSpec
@@ -129,8 +129,9 @@ def old_form(workload: str, spec: dict) -> dict:
         inverse = {new: o for o, new in values.items()}
         old_key = back.get(key, key)
         old[old_key] = inverse.get(old[old_key], old[old_key])
-    if workload == "llama":
+    if workload == "llama":  # one model field, and no library or float8 yet
         old.update(preset=old.pop("model"), config=None, model=None)
+        del old["library"], old["float8"]
     return old
 
 
@@ -168,4 +169,4 @@ def test_a_store_of_old_records_reads_and_resumes_in_the_new_names(db, tmp_path)
     assert res.exit_code == 0, res.output
     records = Store(db).records()
     assert len(records) == 1 and records[0].metrics["step_ms_median"] == 123.0  # resumed, not measured again
-    assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == 1
+    assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

@@ -88,7 +88,7 @@ def results(
     console.print(report.rich_table(recs, cols, title=f"{len(recs)} records in {db}"))
 
 
-WORKLOADS = ("step", "attention", "kernels", "llama", "comm", "ddp")
+WORKLOADS = ("step", "attention", "kernels", "llama", "parity", "comm", "ddp")
 STATUSES = ("ok", "oom", "unsupported", "error")
 
 
@@ -106,7 +106,7 @@ def _case_text(r: Record) -> str:
 
 
 def _headline(r: Record) -> str:
-    for key in ("step_ms_median", "time_ms_median", "iter_s_median", "busbw_gbps"):
+    for key in ("step_ms_median", "time_ms_median", "iter_s_median", "busbw_gbps", "loss_last"):
         if key in r.metrics:
             return f"{key}={report.fmt(r.metrics[key])}"
     return "-" if r.status == "ok" else r.status.upper()

@@ -304,6 +304,9 @@ def llama(
     norm: str = NormOpt, swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt,
     kv_heads: str = KvHeadsOpt,
     fast: bool = option("--fast", False, "Run with the first backend, beside the other rows."),
+    recipe: str = option("--recipe", None, "Comma-separated; instead of --compile, the swaps, --library "
+                                           "and --float8."),
+    library: str = option("--library", "none"), float8: str = option("--float8", "off"),
     out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
 ) -> None:
@@ -315,6 +318,7 @@ def llama(
         DEFAULT_GRID,
         FAST,
         KV_HEADS,
+        RECIPES,
         LlamaSpec,
         measure_llama,
         summary_table,
@@ -339,11 +343,21 @@ def llama(
                   inputs=inputs, model=("llama-3.2-1b" if gpu else "tiny") if model is None else model,
                   layers=layers, device=dev.type, warmup=warmup,
                   iters=(100 if gpu else 5) if iters is None else iters)
-    compiles = parse_list(compile, str, "--compile", COMPILE_MODES)
+    if recipe is not None:
+        given = {"--compile": compile, "--norm": norm, "--swiglu": swiglu, "--rope": rope, "--loss": loss,
+                 "--library": library, "--float8": float8}
+        stock = {"--compile": "off", "--library": "none", "--float8": "off"}
+        clash = [flag for flag, value in given.items() if value != stock.get(flag, "torch")]
+        if clash:
+            raise SpecError(f"--recipe sets {', '.join(clash)} itself; give one or the other")
+        setups = [RECIPES[r] for r in parse_list(recipe, str, "--recipe", RECIPES)]
+    else:
+        parts = {"norm": norm, "swiglu": swiglu, "rope": rope, "loss": loss, "library": library,
+                 "float8": float8}
+        setups = [{"compile": c, **parts} for c in parse_list(compile, str, "--compile", COMPILE_MODES)]
     kv_modes = parse_list(kv_heads, str, "--kv-heads", KV_HEADS)
-    specs = [LlamaSpec(sdpa_backend=be, batch=b, seq=n, compile=c, norm=norm, swiglu=swiglu, rope=rope,
-                       loss=loss, kv_heads=kv, **common)
-             for c in compiles for kv in kv_modes for (b, n) in grid for be in backends]
+    specs = [LlamaSpec(sdpa_backend=be, batch=b, seq=n, kv_heads=kv, **setup, **common)
+             for setup in setups for kv in kv_modes for (b, n) in grid for be in backends]
     if fast:
         specs += [LlamaSpec(sdpa_backend=backends[0], batch=b, seq=n, **FAST, **common) for (b, n) in grid]
     for s in specs:
@@ -360,3 +374,78 @@ def llama(
             err_console.print(f"wrote {path}")
 
 
+
+
+PARITY_COLUMNS: list[report.Column] = [
+    ("recipe", report.spec("recipe")), ("model", report.spec("model")), ("layers", report.spec("layers")),
+    ("batch", report.spec("batch")), ("seq", report.spec("seq")), ("steps", report.spec("train_steps")),
+    ("lr", report.spec("lr")), ("first loss", report.metric("loss_first")),
+    ("last loss", report.metric("loss_last")),
+    ("status", report.status), ("notes", report.notes),
+]
+
+
+@app.command(cls=RenamedFlags)
+@cli_errors
+def parity(
+    recipe: str = option("--recipe", None, "Comma-separated; stock is always run, as the reference "
+                                           "(default: every recipe on a GPU, stock and fast on the CPU)."),
+    model: str = option("--model", None, "Here a Llama preset, config or hub id (default llama-3.2-1b on a "
+                                         "GPU, tiny on the CPU)."),
+    layers: int = option("--layers", None, "Default 4 on a GPU."),
+    batch: int = option("--batch", None, "Default 8 on a GPU, 4 on the CPU."),
+    seq: int = option("--seq", None, "Default 1024 on a GPU, 64 on the CPU."),
+    train_steps: int = option("--train-steps", None, "Default 200 on a GPU, 30 on the CPU."),
+    lr: float = option("--lr", None, "Of AdamW (default 3e-4 on a GPU, 3e-3 on the CPU)."),
+    dtype: str = option("--dtype", "bf16", "The weights' own."),
+    sdpa_backend: str = option("--sdpa-backend", None, "One; default CUDNN_ATTENTION on a GPU, MATH on the "
+                                                       "CPU."),
+    out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
+    quiet: bool = QuietOpt, as_json: bool = JsonOpt,
+) -> None:
+    """Loss curves of training recipes from the same weights and batches, beside stock's."""
+    from trainperf.workloads.parity import (
+        TOLERANCE,
+        ParitySpec,
+        curves,
+        measure_parity,
+        parity_table,
+        validate,
+    )
+
+    dev = device_or_fail(device)
+    gpu = dev.type == "cuda"
+    defaults = ({"recipe": "stock,compile,liger,liger-compile,fast,fp8", "model": "llama-3.2-1b", "layers": 4,
+                 "batch": 8, "seq": 1024, "train_steps": 200, "lr": 3e-4, "sdpa_backend": "CUDNN_ATTENTION"}
+                if gpu else {"recipe": "stock,fast", "model": "tiny", "batch": 4, "seq": 64,
+                             "train_steps": 30, "lr": 3e-3, "sdpa_backend": "MATH"})
+    opts = with_defaults(defaults, recipe=recipe, model=model, layers=layers, batch=batch, seq=seq,
+                         train_steps=train_steps, lr=lr, sdpa_backend=sdpa_backend)
+    from trainperf.workloads.llama_sdpa import RECIPES
+
+    recipes = parse_list(opts.pop("recipe"), str, "--recipe", RECIPES)
+    recipes = ["stock", *[r for r in recipes if r != "stock"]]
+    dtype = parse_one(dtype, str, "--dtype", DTYPE_CHOICES, DTYPE_ALIASES)
+    specs = [ParitySpec(recipe=r, dtype=dtype, device=dev.type, **opts) for r in recipes]
+    for s in specs:
+        validate(s)
+    check_out_dir(out)
+    records = run_and_show("parity", specs, measure_parity, PARITY_COLUMNS, db=db, device=dev, rerun=rerun,
+                           quiet=quiet, as_json=as_json, title="trainperf parity", out=out)
+    table = parity_table(records)
+    if table.empty:
+        return
+    table.to_csv(out / "parity_table.csv", index=False)
+    curves(records).to_csv(out / "parity_losses.csv")
+    if not as_json:
+        console.print(frame_table(table, title=f"loss parity with stock (tolerance {TOLERANCE:.0%} of the "
+                                               f"smoothed loss)"))
+    if plots_available(quiet or as_json):
+        from trainperf.core.plots import line_grid
+
+        long = curves(records).reset_index().melt("step", var_name="recipe", value_name="loss")
+        path = out / "parity_losses.png"
+        line_grid(long, "step", [("loss", "training loss")], "recipe", path,
+                  title="loss from the same weights and batches", logx=False, logy=True)
+        if not (quiet or as_json):
+            err_console.print(f"wrote {path}")

@@ -1,4 +1,4 @@
-"""Stored records from before the one vocabulary: their spec keys and values in today's names.
+"""Stored records from older trainperf versions: their spec keys and values in today's names.
 
 A store holds every record it was ever given; reading one must give today's spec, and resuming a
 sweep must find an old case under today's case key. `upgrade_spec` does both, for any record."""
@@ -15,6 +15,8 @@ RENAMED_KEYS: dict[str, dict[str, str]] = {
     "llama": {"backend": "sdpa_backend"},
     "comm": {"size_bytes": "bytes", "backend": "dist_backend"},
 }
+# Fields added to a spec later, with the value every record without them was measured with.
+ADDED_FIELDS: dict[str, dict[str, Any]] = {"llama": {"library": "none", "float8": "off"}}
 RENAMED_VALUES: dict[str, dict[str, dict[Any, Any]]] = {
     "attention": {"mode": {"fwd": "forward", "bwd": "backward", "fwd+bwd": "forward-backward"}},
     "comm": {"dtype": {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}},
@@ -28,6 +30,8 @@ def upgrade_spec(workload: str, spec: dict[str, Any]) -> dict[str, Any]:
     for key, values in RENAMED_VALUES.get(workload, {}).items():
         if key in out:
             out[key] = values.get(out[key], out[key])
+    for key, value in ADDED_FIELDS.get(workload, {}).items():
+        out.setdefault(key, value)
     if workload == "llama" and "preset" in out:  # preset, config and hub id became one --model
         preset, config, hub = out.pop("preset"), out.pop("config", None), out.pop("model", None)
         out["model"] = hub or config or preset

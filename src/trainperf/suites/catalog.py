@@ -87,6 +87,31 @@ def step_headline(parts: dict[str, Path]) -> pd.DataFrame:
     return out
 
 
+def peers_headline(parts: dict[str, Path]) -> pd.DataFrame:
+    """One row per recipe: seconds per iteration (peak GB) at each shape, then its loss parity."""
+    from trainperf.workloads.llama_sdpa import RECIPES, LlamaSpec, setup_label
+
+    table = _read(parts["llama"], "training_timing.csv")
+    if table.empty:
+        return table
+    backend = table.backend.iloc[0]
+    label = {setup_label(backend, setup.get("compile", "off"),
+                         ",".join(LlamaSpec(backend, 1, 1, **setup).swap_names()) or "none"): name
+             for name, setup in RECIPES.items()}
+    table["recipe"] = [label.get(setup_label(b, c, s)) for b, c, s in
+                       zip(table.backend, table.compile, table.swaps.fillna("none"), strict=True)]
+    table["case"] = table.batch_size.astype(str) + "x" + table.seq_len.astype(str)
+    table["cell"] = _cell(table, "mean_s") + table.peak_mem_gb.map(
+        lambda g: f" ({g:.1f} GB)" if pd.notna(g) else "")
+    out = table.pivot_table(index="recipe", columns="case", values="cell", aggfunc="first", sort=False)
+    parity = _read(parts.get("parity", Path("-")), "parity_table.csv")
+    if not parity.empty:
+        verdict = parity.set_index("recipe").apply(
+            lambda r: r.parity if pd.isna(r.max_rel_dev) else f"{r.parity} ({r.max_rel_dev:.2%})", axis=1)
+        out["loss parity (max deviation)"] = verdict
+    return out.reset_index()
+
+
 def kernels_headline(parts: dict[str, Path]) -> pd.DataFrame:
     """One row per kernel part, a column per implementation: ms per call, and the speed-up over the
     PyTorch reference of that part in brackets."""
@@ -161,6 +186,25 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           step_headline,
           "Median milliseconds per training step (10 after 5 warm-up), tokens per second and MFU "
           "against the GPU's dense peak for the dtype."),
+    Suite("peers",
+          "Llama-3.2-1B with what users pick instead of trainperf's step (torch.compile, Liger Kernel, "
+          "Liger + compile, torchao float8 on trainperf's step) beside stock and trainperf's fastest step, "
+          "cuDNN attention, at the longest and a short shape of the seed grid; and each recipe's loss "
+          "curve from the same weights and batches beside stock's.",
+          (Part("llama", ("llama",),
+                gpu={"--recipe": "stock,compile,liger,liger-compile,fast,fp8",
+                     "--batch-seq": "1x16384,12x1024", "--sdpa-backend": "CUDNN_ATTENTION", "--warmup": "5",
+                     "--iters": "20"},
+                cpu={"--recipe": "stock,compile,fast", "--batch-seq": "1x32", "--sdpa-backend": "MATH",
+                     **_TINY}),
+           Part("parity", ("parity",),
+                gpu={"--recipe": "stock,compile,liger,liger-compile,fast,fp8"},
+                cpu={"--recipe": "stock,fast", "--train-steps": "4", "--seq": "16", "--batch": "2",
+                     "--dtype": "fp32"})),
+          peers_headline,
+          "Seconds per iteration (mean of 20 after 5 warm-up) and peak memory at each shape; loss parity: "
+          "the largest deviation of the recipe's smoothed loss from stock's over 200 AdamW steps (4 "
+          "layers, 8 x 1024 tokens), ok within 3%."),
     Suite("kernels",
           "Each fused kernel (RMSNorm, RoPE, SwiGLU, the LM-head loss) against its PyTorch reference, the "
           "compiled reference and the stock op, forward + backward at Llama-3.2-1B's width and 16k tokens.",

@@ -25,7 +25,7 @@ from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
 from trainperf.core.timing import PhaseTimer, start_measured_window
 from trainperf.kernels.chunked_loss import chunked_lm_loss
-from trainperf.models import hf_llama
+from trainperf.models import hf_llama, peers
 from trainperf.workloads.precision import DTYPES, check_compiler, compile_regions
 from trainperf.workloads.step import LOSSES, Phase, no_phase
 
@@ -44,7 +44,17 @@ INPUTS = ("embeds", "ids")
 # the backend refuses it) | expanded (repeat_kv to one K/V head per query head first).
 KV_HEADS = ("native", "expanded")
 # The swappable parts as they are named in a record's swaps, and the spec field of each.
-SWAP_FIELDS = {"norm": "norm", "swiglu": "swiglu", "rope": "rope", "loss": "loss", "kv": "kv_heads"}
+SWAP_FIELDS = {"norm": "norm", "swiglu": "swiglu", "rope": "rope", "loss": "loss", "kv": "kv_heads",
+               "library": "library", "float8": "float8"}
+# Named setups (`llama --recipe`): the stock step, what users pick instead, and trainperf's own.
+RECIPES: dict[str, dict[str, str]] = {
+    "stock": {},
+    "compile": {"compile": "on"},
+    "liger": {"library": "liger"},
+    "liger-compile": {"library": "liger", "compile": "on"},
+    "fast": FAST,
+    "fp8": {**FAST, "float8": "torchao"},
+}
 # Phrases PyTorch uses when a pinned SDPA backend cannot take the call.
 NO_KERNEL = ("No available kernel", "No viable backend")
 
@@ -68,6 +78,8 @@ class LlamaSpec:
     rope: str = "torch"  # torch | triton
     loss: str = "torch"  # torch | chunked (LM head + cross-entropy without full fp32 logits)
     kv_heads: str = "native"  # one of KV_HEADS
+    library: str = "none"  # a kernel library patched in (models/peers.py)
+    float8: str = "off"  # float8 training of the decoder's linear layers (models/peers.py)
 
     def swap_names(self) -> list[str]:
         """trainperf's changes to the stock step as `part=choice` (a part off its default, the
@@ -96,6 +108,10 @@ def validate(spec: LlamaSpec) -> None:
     check_choice("rope", spec.rope, hf_llama.SWAPS)
     check_choice("loss", spec.loss, LOSSES)
     check_choice("kv-heads", spec.kv_heads, KV_HEADS)
+    check_choice("library", spec.library, peers.LIBRARIES)
+    check_choice("float8", spec.float8, peers.FLOAT8)
+    if spec.library != "none" and spec.loss != "torch":
+        raise SpecError(f"--library {spec.library} brings its own loss; leave --loss at torch")
     try:
         cfg = hf_llama.load_config(spec.model, spec.layers)
     except (ValueError, OSError) as exc:
@@ -121,8 +137,15 @@ class LlamaStep:
         self.model = hf_llama.build_model(self.cfg, DTYPES[spec.dtype], device)
         hf_llama.apply_swaps(self.model, spec.norm, spec.swiglu, spec.rope)
         self.swaps = spec.swap_names()
-        self.chunked = spec.loss == "chunked"
-        run = self.model.model if self.chunked else self.model  # chunked: stop at the hidden states
+        self.undo: list = []  # what close() takes back out of transformers
+        self.hidden_loss = chunked_lm_loss if spec.loss == "chunked" else None
+        if spec.library == "liger":
+            undo, self.hidden_loss = peers.apply_liger(self.model)
+            self.undo.append(undo)
+        if spec.float8 == "torchao":
+            peers.apply_float8(self.model)
+        # a loss from the hidden states stops the model there (no full logits)
+        run = self.model.model if self.hidden_loss else self.model
         if spec.compile != "off":
             torch._dynamo.reset()  # each case compiles afresh: no graphs or dynamic shapes of earlier cases
         self.forward = torch.compile(run) if spec.compile == "on" else run
@@ -144,12 +167,13 @@ class LlamaStep:
     def __call__(self, phase: Phase = no_phase) -> torch.Tensor:
         """One iteration; `phase(name)` wraps forward, backward and optimizer."""
         with phase("forward"):
-            if self.chunked:
+            if self.hidden_loss:
                 hidden = self.forward(**self.inputs).last_hidden_state
-                loss = chunked_lm_loss(hidden, self.model.lm_head.weight, self.targets)
+                weight = self.model.lm_head.weight
+                loss = self.hidden_loss(hidden.flatten(0, 1), weight, self.targets.flatten())
             else:
                 logits = self.forward(**self.inputs).logits
-                loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), self.targets.view(-1))
+                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), self.targets.reshape(-1))
         self.model.zero_grad(set_to_none=True)
         with phase("backward"):
             loss.backward()
@@ -157,6 +181,11 @@ class LlamaStep:
             with phase("optimizer"):
                 self.opt.step()
         return loss
+
+    def close(self) -> None:
+        """Take back what this case patched into transformers (the next case starts stock)."""
+        while self.undo:
+            self.undo.pop()()
 
     def matmul_params(self) -> int:
         return sum(m.weight.numel() for m in self.model.modules() if isinstance(m, torch.nn.Linear))
@@ -193,8 +222,15 @@ def attention_ops_seen(step: LlamaStep) -> list[str]:
 
 
 def measure_llama(spec: LlamaSpec) -> dict[str, Any]:
+    step = LlamaStep(spec, torch.device(spec.device))
+    try:
+        return _measure(spec, step)
+    finally:
+        step.close()
+
+
+def _measure(spec: LlamaSpec, step: LlamaStep) -> dict[str, Any]:
     device = torch.device(spec.device)
-    step = LlamaStep(spec, device)
     kv_mode = choose_kv_mode(step, spec.sdpa_backend, spec.kv_heads)
     ops = attention_ops_seen(step)
     expected = hf_llama.BACKEND_OPS[spec.sdpa_backend]

@@ -1,0 +1,66 @@
+"""What users pick instead of trainperf's step, applied to a transformers Llama: Liger Kernel's
+patches (RoPE, RMSNorm, SwiGLU, fused linear cross-entropy) and torchao's float8 training.
+
+Each is an optional extra; without its package a case is an `unsupported` row naming the install
+command. Liger patches the transformers Llama module as well as the model instance; the patch is
+undone when the case ends, so that the stock rows of the same run stay stock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib.util import find_spec
+
+import torch
+
+from trainperf.core.errors import Unsupported
+
+LIBRARIES = ("none", "liger")
+FLOAT8 = ("off", "torchao")
+INSTALL = {"liger": "pip install 'trainperf[liger]' (liger-kernel)",
+           "torchao": "pip install 'trainperf[float8]' (torchao)"}
+_LIGER_PATCHED = ("apply_rotary_pos_emb", "LlamaRMSNorm", "LlamaMLP")
+
+HiddenLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _need(package: str, name: str) -> None:
+    if find_spec(package) is None:
+        raise Unsupported(f"{name} needs {INSTALL[name]}")
+
+
+def apply_liger(model: torch.nn.Module) -> tuple[Callable[[], None], HiddenLoss]:
+    """Liger Kernel on `model` (RoPE, RMSNorm, SwiGLU), and its fused linear cross-entropy as
+    `loss(hidden [tokens, d], lm_head weight, targets [tokens])`. Returns (undo, loss)."""
+    _need("liger_kernel", "liger")
+    if not torch.cuda.is_available() or next(model.parameters()).device.type != "cuda":
+        raise Unsupported("liger: Liger Kernel's Triton kernels need a CUDA GPU")
+    from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss, apply_liger_kernel_to_llama
+    from transformers.models.llama import modeling_llama
+
+    saved = {name: getattr(modeling_llama, name) for name in _LIGER_PATCHED}
+    apply_liger_kernel_to_llama(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                fused_linear_cross_entropy=False, model=model)
+    flce = LigerFusedLinearCrossEntropyLoss()
+
+    def undo() -> None:
+        for name, value in saved.items():
+            setattr(modeling_llama, name, value)
+
+    return undo, lambda hidden, weight, targets: flce(weight, hidden, targets)
+
+
+def apply_float8(model: torch.nn.Module) -> None:
+    """torchao's float8 training (dynamic tensorwise scaling) on every Linear of the decoder
+    layers whose dims float8 GEMMs take (multiples of 16); the LM head stays bf16."""
+    _need("torchao", "torchao")
+    device = next(model.parameters()).device
+    if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 9):
+        raise Unsupported("float8 torchao needs a GPU with float8 tensor cores (sm_89 or newer)")
+    from torchao.float8 import convert_to_float8_training
+
+    def takes(module: torch.nn.Module, fqn: str) -> bool:
+        return (isinstance(module, torch.nn.Linear) and "lm_head" not in fqn
+                and module.in_features % 16 == 0 and module.out_features % 16 == 0)
+
+    convert_to_float8_training(model, module_filter_fn=takes)

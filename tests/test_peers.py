@@ -1,0 +1,104 @@
+"""Recipes (`llama --recipe`) and loss parity (`trainperf parity`): the plumbing, the rows of
+recipes whose package is missing, the parity computation, and on a GPU each recipe's first
+loss and gradients against stock's."""
+
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from trainperf.cli import app
+from trainperf.core.record import Record
+from trainperf.core.store import Store
+from trainperf.workloads import parity
+from trainperf.workloads.llama_sdpa import RECIPES, LlamaSpec, LlamaStep
+
+runner = CliRunner()
+CPU = ["--device", "cpu", "--quiet"]
+
+
+def test_a_recipe_whose_package_is_missing_is_an_unsupported_row_naming_it(db, tmp_path, monkeypatch):
+    monkeypatch.setattr("trainperf.models.peers.find_spec", lambda name: None)
+    res = runner.invoke(app, ["llama", *CPU, "--recipe", "stock,liger,fp8", "--batch-seq", "1x32",
+                              "--iters", "1", "--warmup", "1", "--db", str(db), "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    rows = {r.spec["library"] + "/" + r.spec["float8"]: r for r in Store(db).records()}
+    assert rows["none/off"].status == "ok"
+    liger = rows["liger/off"]
+    assert liger.status == "unsupported" and "pip install 'trainperf[liger]'" in liger.reason
+    assert rows["none/torchao"].status == "unsupported" and "trainperf[float8]" in rows["none/torchao"].reason
+
+
+def test_a_recipe_with_its_own_settings_is_one_line(db):
+    res = runner.invoke(app, ["llama", *CPU, "--recipe", "fast", "--compile", "on", "--db", str(db)])
+    assert res.exit_code == 2 and "--recipe sets --compile itself" in res.output
+    res = runner.invoke(app, ["llama", *CPU, "--recipe", "fastest", "--db", str(db)])
+    assert res.exit_code == 2 and "valid choices: stock, compile, liger" in res.output
+
+
+def test_the_markov_language_is_the_same_for_every_recipe_and_has_its_structure():
+    a = parity.markov_batches(vocab=1000, batch=3, seq=40, steps=5)
+    b = parity.markov_batches(vocab=1000, batch=3, seq=40, steps=5)
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)) and a[0].shape == (3, 41)
+    tokens = torch.cat(a)
+    assert int(tokens.max()) < parity.LANGUAGE_TOKENS
+    pairs = pd.DataFrame({"a": tokens[:, :-1].flatten(), "b": tokens[:, 1:].flatten()})
+    assert pairs.groupby("a").b.nunique().max() <= parity.SUCCESSORS  # each token has its few successors
+
+
+def record(recipe, curve):
+    return Record("parity", {"recipe": recipe}, "ok", {"loss_curve": ",".join(map(str, curve))})
+
+
+def test_parity_flags_a_curve_that_departs_from_stock():
+    stock = [5.0, 4.0, 3.0, 2.5, 2.0, 2.0]
+    close = [x * 1.01 for x in stock]
+    far = stock[:3] + [x * 1.2 for x in stock[3:]]
+    table = parity.parity_table([record("stock", stock), record("fast", close), record("fp8", far)])
+    verdict = table.set_index("recipe")
+    assert verdict.loc["stock", "parity"] == "reference"
+    assert verdict.loc["fast", "parity"] == "ok" and verdict.loc["fast", "max_rel_dev"] == pytest.approx(0.01)
+    assert verdict.loc["fp8", "parity"] == "FLAGGED" and verdict.loc["fp8", "max_rel_dev"] > parity.TOLERANCE
+
+
+def test_parity_cli_trains_each_recipe_from_the_same_start(db, tmp_path):
+    res = runner.invoke(app, ["parity", *CPU, "--recipe", "fast", "--train-steps", "6", "--seq", "16",
+                              "--batch", "2", "--dtype", "fp32", "--db", str(db), "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    recs = {r.spec["recipe"]: r for r in Store(db).records(workload="parity")}
+    assert set(recs) == {"stock", "fast"}  # stock always runs, as the reference
+    curves = parity.curves(list(recs.values()))
+    assert len(curves) == 6 and curves.stock.iloc[-1] < curves.stock.iloc[0]  # it learns
+    assert curves.fast.iloc[0] == pytest.approx(curves.stock.iloc[0], rel=1e-5)  # the same start
+    table = pd.read_csv(tmp_path / "parity_table.csv").set_index("recipe")
+    assert table.loc["fast", "parity"] == "ok"
+    assert (tmp_path / "parity_losses.png").exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", [r for r in RECIPES if r != "stock"])
+def test_each_recipe_s_first_loss_and_gradients_match_stock(recipe):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    needs = {"liger": "liger_kernel", "liger-compile": "liger_kernel", "fp8": "torchao"}
+    if recipe in needs:
+        pytest.importorskip(needs[recipe])
+
+    def first(setup):
+        spec = LlamaSpec(sdpa_backend="CUDNN_ATTENTION", batch=2, seq=256, dtype="bf16", optimizer="none",
+                         inputs="ids", model="llama-3.2-1b", layers=2, device="cuda", **setup)
+        step = LlamaStep(spec, torch.device("cuda"))
+        try:
+            loss = step()
+            grads = {n: p.grad.float().norm().item() for n, p in step.model.named_parameters()
+                     if p.grad is not None and "layers.1.mlp.down_proj" in n}
+            return loss.item(), grads
+        finally:
+            step.close()
+
+    ref_loss, ref_grads = first({})
+    loss, grads = first(RECIPES[recipe])
+    assert loss == pytest.approx(ref_loss, rel=2e-2)
+    assert grads.keys() == ref_grads.keys() and grads
+    for name, norm in grads.items():  # float8's GEMMs round more, bf16 ones about alike
+        assert norm == pytest.approx(ref_grads[name], rel=0.1 if recipe == "fp8" else 3e-2), name
