@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import re
+import time
 import traceback
 import uuid
 from collections.abc import Callable, Sequence
@@ -62,22 +63,51 @@ def measure_case(workload: str, spec: Any, measure: Measure, env: dict[str, Any]
 def run_sweep(workload: str, specs: Sequence[Any], measure: Measure, store: Store,
               env: dict[str, Any], *, rerun: bool = False, label: Callable[[Any], str] = str,
               quiet: bool = False, console: Console | None = None) -> list[Record]:
-    """Measure every spec not already stored; return the records for all specs, in order."""
+    """Measure every spec not already stored; return the records for all specs, in order.
+
+    A case that another sweep of the same store is measuring right now (the same command started
+    twice) is left to it and its record read once it is stored; so each case is measured once."""
     run_id = uuid.uuid4().hex[:12]
-    out: list[Record] = []
+    out: dict[int, Record] = {}
     console = console or Console(stderr=True)
+    keys = [case_key_for(workload, spec, env) for spec in specs]
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("{task.fields[case]}"), console=console,
                   disable=quiet, transient=False) as progress:
         task = progress.add_task(workload, total=len(specs), case="")
-        for spec in specs:
-            progress.update(task, case=label(spec))
-            stored = None if rerun else store.find_case(case_key_for(workload, spec, env))
-            if stored is not None:
-                out.append(stored)
-            else:
-                record = measure_case(workload, spec, measure, env, run_id)
-                store.append(record)
-                out.append(record)
-            progress.advance(task)
-    return out
+        todo = list(range(len(specs)))
+        while todo:
+            waiting = []
+            for i in todo:
+                progress.update(task, case=label(specs[i]))
+                record = _stored_or_measured(workload, specs[i], keys[i], measure, store, env, run_id, rerun)
+                if record is None:
+                    waiting.append(i)
+                    continue
+                out[i] = record
+                progress.advance(task)
+            if waiting:
+                progress.update(task, case=f"waiting for another sweep measuring {len(waiting)} case(s)")
+                time.sleep(WAIT_S)
+            todo = waiting
+    return [out[i] for i in range(len(specs))]
+
+
+WAIT_S = 0.2  # between looks at cases that another sweep is measuring
+
+
+def _stored_or_measured(workload: str, spec: Any, key: str, measure: Measure, store: Store,
+                        env: dict[str, Any], run_id: str, rerun: bool) -> Record | None:
+    """The case's record: stored already, or measured now; None while another sweep has it."""
+    if not rerun:
+        stored = store.find_case(key)
+        if stored is not None:
+            return stored
+    if not store.claim(key, run_id, remeasure=rerun):
+        return None if rerun else store.find_case(key)  # None: wait for the other sweep, then look again
+    try:
+        record = measure_case(workload, spec, measure, env, run_id)
+        store.append(record)
+        return record
+    finally:
+        store.release(key, run_id)

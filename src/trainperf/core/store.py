@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
@@ -38,7 +39,14 @@ CREATE TABLE IF NOT EXISTS records (
 );
 CREATE INDEX IF NOT EXISTS records_case ON records(case_key);
 CREATE INDEX IF NOT EXISTS records_workload ON records(workload);
+CREATE TABLE IF NOT EXISTS claims (
+    case_key TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL
+);
 """
+TABLES = {"records", "sqlite_sequence", "claims"}
 
 
 class StoreError(SpecError):
@@ -60,7 +68,7 @@ class Store:
             con = self._connect()
             try:
                 tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-                if tables - {"records", "sqlite_sequence"}:
+                if tables - TABLES:
                     raise StoreError(f"{name}: an SQLite file of another program "
                                      f"(tables {', '.join(sorted(tables))}), not a trainperf results store")
                 if create:
@@ -96,6 +104,42 @@ class Store:
             return int(cur.lastrowid)
         finally:
             con.close()
+
+    def claim(self, key: str, owner: str, remeasure: bool = False) -> bool:
+        """Take case `key` for `owner` to measure; False while another live sweep has it, or when
+        it is finished (unless `remeasure`). A claim whose process has died (same host) is taken
+        over, so a killed sweep never blocks the case."""
+        con = self._connect()
+        try:
+            con.execute("BEGIN IMMEDIATE")  # one claimer at a time
+            if not remeasure and self._finished(con, key):
+                con.rollback()
+                return False
+            row = con.execute("SELECT owner, host, pid FROM claims WHERE case_key=?", (key,)).fetchone()
+            if row is not None and row[0] != owner and _alive(row[1], row[2]):
+                con.rollback()
+                return False
+            con.execute("INSERT OR REPLACE INTO claims (case_key, owner, host, pid) VALUES (?,?,?,?)",
+                        (key, owner, socket.gethostname(), os.getpid()))
+            con.commit()
+            return True
+        finally:
+            con.close()
+
+    def release(self, key: str, owner: str) -> None:
+        """Give case `key` back (measured, failed or interrupted)."""
+        con = self._connect()
+        try:
+            with con:
+                con.execute("DELETE FROM claims WHERE case_key=? AND owner=?", (key, owner))
+        finally:
+            con.close()
+
+    @staticmethod
+    def _finished(con: sqlite3.Connection, key: str) -> bool:
+        marks = ",".join("?" * len(RESUMABLE_STATUSES))
+        return con.execute(f"SELECT 1 FROM records WHERE case_key=? AND status IN ({marks}) LIMIT 1",
+                           [key, *RESUMABLE_STATUSES]).fetchone() is not None
 
     def find_case(self, key: str) -> Record | None:
         """The latest finished (not 'error') record with this case key, if any."""
@@ -141,6 +185,19 @@ def _upgrade_records(con: sqlite3.Connection) -> None:
             con.execute("UPDATE records SET spec=?, case_key=? WHERE id=?",
                         (json.dumps(new, sort_keys=True, default=str), record.key, row_id))
     con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+
+def _alive(host: str, pid: int) -> bool:
+    """Whether the process that made a claim still runs (taken as yes on another host)."""
+    if host != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _path_problem(path: Path, create: bool) -> str | None:

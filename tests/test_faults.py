@@ -1,0 +1,197 @@
+"""Faults survived, proven with real ones: a sweep killed with SIGKILL mid-case, the CLI stopped
+with SIGINT, a collective that returns a wrong result, and two sweeps of the same cases at once."""
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainperf.core.record import Record
+from trainperf.core.runner import measure_case, run_sweep
+from trainperf.core.store import Store
+
+SRC = str(Path(__file__).parents[1] / "src")
+ENV = {"device": "cpu"}
+
+
+def python(code: str, *args: str, cwd: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(predicate, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"the process ended first: {proc.communicate()[1]}")
+        if time.monotonic() > end:
+            raise TimeoutError("condition not reached")
+        time.sleep(0.05)
+
+
+def count(db: Path) -> int:
+    if not db.exists():
+        return 0
+    try:
+        return sqlite3.connect(db, timeout=5).execute("SELECT COUNT(*) FROM records").fetchone()[0]
+    except sqlite3.OperationalError:  # the table is not there yet
+        return 0
+
+
+SWEEP = """
+    import sys, time
+    from trainperf.core.runner import run_sweep
+    from trainperf.core.store import Store
+
+    stop_at = int(sys.argv[2])
+
+    def measure(spec):
+        if spec["i"] == stop_at:
+            time.sleep(1000)  # killed here, mid-case, with the write-ahead log open
+        return {"value": spec["i"]}
+
+    run_sweep("t", [{"i": i} for i in range(8)], measure, Store(sys.argv[1]), {"device": "cpu"}, quiet=True)
+"""
+
+
+def test_a_sweep_killed_with_sigkill_loses_nothing_it_finished_and_resumes(tmp_path):
+    db = tmp_path / "r.db"
+    proc = python(SWEEP, str(db), "5", cwd=tmp_path)
+    try:
+        wait_for(lambda: count(db) == 5, proc)
+        time.sleep(0.3)  # inside case 5 now
+    finally:
+        proc.kill()
+        proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    con.close()
+    store = Store(db)
+    assert [r.metrics["value"] for r in store.records()] == list(range(5))
+    measured = []
+    specs = [{"i": i} for i in range(8)]
+    run_sweep("t", specs, lambda s: measured.append(s["i"]) or {"value": s["i"]}, store, ENV, quiet=True)
+    assert measured == [5, 6, 7]  # only what was not finished
+    assert sorted(r.metrics["value"] for r in store.records()) == list(range(8))
+
+
+def test_the_cli_stopped_with_sigint_says_what_it_kept_and_exits_130(tmp_path):
+    db = tmp_path / "r.db"
+    code = "from trainperf.cli import app; app()"
+    proc = python(code, "step", "--model", "tiny", "--seq", "16,24,32,40,48,56,64,72", "--batch", "2",
+                  "--iters", "30", "--warmup", "1", "--device", "cpu", "--quiet", "--db", str(db),
+                  "--out", str(tmp_path / "out"), cwd=tmp_path)
+    try:
+        wait_for(lambda: count(db) >= 1, proc)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "every finished case is in the store" in err
+    kept = count(db)
+    assert 1 <= kept < 8
+    assert sqlite3.connect(db).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_a_collective_that_returns_a_wrong_result_is_an_error_record(tmp_path, monkeypatch):
+    """A test double at the collective: all_reduce doubles the buffer instead of summing it over
+    the (one) rank. The check catches it on every rank and the case is an `error` record."""
+    import torch.distributed as dist
+
+    from trainperf.workloads import comm
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        spec = comm.CommSpec(op="all_reduce", bytes=4096, world_size=1, dist_backend="gloo", warmup=1,
+                             iters=2)
+        device = torch.device("cpu")
+        good = measure_case("comm", spec, lambda s: comm.measure_comm(s, 0, 1, device), ENV)
+        assert good.status == "ok" and good.metrics["correct"] is True
+
+        real = dist.all_reduce
+
+        def wrong(tensor, *args, **kwargs):
+            if tensor.numel() > 1:  # the measured buffer; the 1-element check flag stays honest
+                tensor.mul_(2)
+                return None
+            return real(tensor, *args, **kwargs)
+
+        monkeypatch.setattr(comm.dist, "all_reduce", wrong)
+        bad = measure_case("comm", spec, lambda s: comm.measure_comm(s, 0, 1, device), ENV)
+        assert bad.status == "error" and "wrong result" in bad.reason
+    finally:
+        dist.destroy_process_group()
+
+
+SAME_CASES = """
+    import os, sys, time
+    from trainperf.core.runner import run_sweep
+    from trainperf.core.store import Store
+
+    def measure(spec):
+        time.sleep(0.05)
+        return {"value": spec["i"], "pid": os.getpid()}
+
+    run_sweep("t", [{"i": i} for i in range(12)], measure, Store(sys.argv[1]), {"device": "cpu"}, quiet=True)
+"""
+
+
+def test_two_sweeps_of_the_same_cases_at_once_measure_each_case_once(tmp_path):
+    db = tmp_path / "r.db"
+    Store(db)  # created before both start, as a second command would find it
+    procs = [python(SAME_CASES, str(db), cwd=tmp_path) for _ in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    records = Store(db).records()
+    assert sorted(r.spec["i"] for r in records) == list(range(12))  # no duplicates, nothing missing
+    assert sqlite3.connect(db).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_a_reader_during_writes_sees_whole_records(tmp_path):
+    db = tmp_path / "r.db"
+    store = Store(db)
+    writer = python(SAME_CASES, str(db), cwd=tmp_path)
+    seen = []
+    while writer.poll() is None:
+        records = Store(db, create=False).records()
+        assert all(isinstance(r.metrics.get("value"), int) for r in records)
+        seen.append(len(records))
+        time.sleep(0.01)
+    assert writer.returncode == 0 and len(store.records()) == 12
+    assert seen == sorted(seen)  # a reader never saw records disappear
+
+
+@pytest.mark.parametrize("status", ["ok", "oom", "unsupported"])
+def test_finished_records_of_every_kind_are_not_measured_again(db, status):
+    store = Store(db)
+    store.append(Record("t", {"value": 1}, status, env=ENV))
+    measured = []
+    run_sweep("t", [{"value": 1}], lambda s: measured.append(s) or {}, store, ENV, quiet=True)
+    assert measured == []
+
+
+def test_a_claim_held_by_a_live_sweep_blocks_and_one_of_a_dead_process_is_taken_over(db):
+    store = Store(db)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    con = sqlite3.connect(db)
+    host = socket.gethostname()
+    with con:
+        con.execute("INSERT INTO claims VALUES ('k-dead', 'other', ?, ?)", (host, int(dead.stdout)))
+        con.execute("INSERT INTO claims VALUES ('k-live', 'other', ?, ?)", (host, os.getpid()))
+    assert store.claim("k-dead", "me")  # its process is gone: a killed sweep does not block the case
+    assert not store.claim("k-live", "me")  # a live sweep is measuring it
+    store.release("k-live", "other")
+    assert store.claim("k-live", "me")
