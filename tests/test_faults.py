@@ -195,3 +195,57 @@ def test_a_claim_held_by_a_live_sweep_blocks_and_one_of_a_dead_process_is_taken_
     assert not store.claim("k-live", "me")  # a live sweep is measuring it
     store.release("k-live", "other")
     assert store.claim("k-live", "me")
+
+
+def _ranked_worker(rank: int, world: int, db: str, hang: bool) -> None:
+    """Three cases; rank 1 raises in case 0 (or, with `hang`, sleeps through case 1)."""
+    from trainperf.distributed.ranked_sweep import run_ranked_cases
+
+    def measure(spec, rank, world, device):
+        if rank == 1 and spec["i"] == 0 and not hang:
+            raise ValueError("rank 1 broke")
+        if rank == 1 and spec["i"] == 1 and hang:
+            time.sleep(1000)
+        return {"value": spec["i"]}
+
+    run_ranked_cases(rank, world, "t", [{"i": i} for i in range(3)], measure, torch.device("cpu"), db, ENV,
+                     quiet=True)
+
+
+def _children() -> list[str]:
+    """Processes whose parent is this one (Linux /proc), but multiprocessing's resource tracker,
+    which lives as long as its parent by design."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            parent = (proc / "stat").read_text().split(") ")[1].split()[1] if proc.name.isdigit() else None
+            if parent == str(os.getpid()) and b"resource_tracker" not in (proc / "cmdline").read_bytes():
+                found.append(proc.name)
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+def test_a_rank_that_raises_is_named_in_its_case_s_record_and_the_other_cases_run(db):
+    from trainperf.distributed.launch import launch
+
+    launch(_ranked_worker, 2, "gloo", args=(str(db), False), timeout_s=30)
+    records = {r.spec["i"]: r for r in Store(db).records()}
+    assert records[0].status == "error" and records[0].reason == "rank 1: ValueError: rank 1 broke"
+    assert records[1].status == records[2].status == "ok"
+
+
+def test_a_rank_that_hangs_stops_the_run_within_the_timeout_and_leaves_no_process(db):
+    from trainperf.distributed.launch import LaunchError, launch
+
+    start = time.monotonic()
+    with pytest.raises(LaunchError, match="the run was stopped"):
+        launch(_ranked_worker, 2, "gloo", args=(str(db), True), timeout_s=5)
+    assert time.monotonic() - start < 60
+    records = {r.spec["i"]: r for r in Store(db).records()}
+    assert records[0].status == "ok"
+    assert records[1].status == "error" and "not every rank finished this case" in records[1].reason
+    wait_for_none = time.monotonic() + 10
+    while _children() and time.monotonic() < wait_for_none:
+        time.sleep(0.1)
+    assert _children() == []

@@ -31,7 +31,14 @@ def run_ranked_cases(rank: int, world: int, workload: str, specs: Sequence[Any],
         for spec in specs:
             rec = measure_case(workload, spec, lambda s: measure(s, rank, world, device), env)
             outcomes: list[Any] = [None] * world
-            dist.all_gather_object(outcomes, (rec.status, rec.reason))
+            try:
+                dist.all_gather_object(outcomes, (rec.status, rec.reason))
+            except Exception as exc:  # a rank hung or died in this case: the exchange timed out
+                if rank == 0:
+                    why = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+                    store.append(Record(workload, rec.spec, "error", env=env,
+                                        reason=f"not every rank finished this case: {why}"))
+                raise
             failed = [(r, st, why) for r, (st, why) in enumerate(outcomes) if st != "ok"]
             if rank == 0:
                 if failed:
