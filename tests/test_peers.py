@@ -51,14 +51,16 @@ def record(recipe, curve):
 
 
 def test_parity_flags_a_curve_that_departs_from_stock():
-    stock = [5.0, 4.0, 3.0, 2.5, 2.0, 2.0]
+    stock = [5.0 - 0.1 * i for i in range(20)]
     close = [x * 1.01 for x in stock]
     far = stock[:3] + [x * 1.2 for x in stock[3:]]
-    table = parity.parity_table([record("stock", stock), record("fast", close), record("fp8", far)])
+    losses = parity.curves([record("stock", stock), record("fast", close), record("fp8", far)])
+    table = parity.parity_table(losses)
     verdict = table.set_index("recipe")
     assert verdict.loc["stock", "parity"] == "reference"
     assert verdict.loc["fast", "parity"] == "ok" and verdict.loc["fast", "max_rel_dev"] == pytest.approx(0.01)
     assert verdict.loc["fp8", "parity"] == "FLAGGED" and verdict.loc["fp8", "max_rel_dev"] > parity.TOLERANCE
+    assert verdict.loc["fp8", "final_rel_dev"] == pytest.approx(0.2)  # it ends 20% above stock
 
 
 def test_parity_cli_trains_each_recipe_from_the_same_start(db, tmp_path):

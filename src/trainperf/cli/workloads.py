@@ -432,11 +432,12 @@ def parity(
     check_out_dir(out)
     records = run_and_show("parity", specs, measure_parity, PARITY_COLUMNS, db=db, device=dev, rerun=rerun,
                            quiet=quiet, as_json=as_json, title="trainperf parity", out=out)
-    table = parity_table(records)
-    if table.empty:
+    losses = curves(records)
+    if losses.empty:
         return
+    table = parity_table(losses)
     table.to_csv(out / "parity_table.csv", index=False)
-    curves(records).to_csv(out / "parity_losses.csv")
+    losses.to_csv(out / "parity_losses.csv")
     if not as_json:
         console.print(frame_table(table, title=f"loss parity with stock (tolerance {TOLERANCE:.0%} of the "
                                                f"smoothed loss)"))

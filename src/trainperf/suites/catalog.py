@@ -104,11 +104,15 @@ def peers_headline(parts: dict[str, Path]) -> pd.DataFrame:
     table["cell"] = _cell(table, "mean_s") + table.peak_mem_gb.map(
         lambda g: f" ({g:.1f} GB)" if pd.notna(g) else "")
     out = table.pivot_table(index="recipe", columns="case", values="cell", aggfunc="first", sort=False)
-    parity = _read(parts.get("parity", Path("-")), "parity_table.csv")
-    if not parity.empty:
-        verdict = parity.set_index("recipe").apply(
+    losses = _read(parts.get("parity", Path("-")), "parity_losses.csv")
+    if not losses.empty:
+        from trainperf.workloads.parity import parity_table
+
+        parity = parity_table(losses.set_index("step")).set_index("recipe")
+        out["loss parity (max deviation)"] = parity.apply(
             lambda r: r.parity if pd.isna(r.max_rel_dev) else f"{r.parity} ({r.max_rel_dev:.2%})", axis=1)
-        out["loss parity (max deviation)"] = verdict
+        out["deviation over the last fifth"] = parity.final_rel_dev.map(
+            lambda d: f"{d:.2%}" if pd.notna(d) else "")
     return out.reset_index()
 
 

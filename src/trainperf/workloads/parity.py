@@ -99,18 +99,21 @@ def curves(records: list) -> pd.DataFrame:
                          for r in records if r.status == "ok"}).rename_axis("step")
 
 
-def parity_table(records: list, reference: str = "stock") -> pd.DataFrame:
-    """Per recipe: first and last loss, and the largest relative deviation of its smoothed curve
-    from the reference's; `parity` says whether it stays within TOLERANCE."""
-    losses = curves(records)
+def parity_table(losses: pd.DataFrame, reference: str = "stock") -> pd.DataFrame:
+    """Per recipe (a column of `losses`): first and last loss, the largest relative deviation of its
+    smoothed curve from the reference's (`parity` says whether it stays within TOLERANCE), and the
+    mean deviation over the last fifth of the steps (whether it ends where the reference does)."""
     smooth = losses.rolling(SMOOTH, min_periods=1).mean()
+    tail = max(len(losses) // 5, 1)
     rows = []
     for recipe in losses:
-        dev = None
+        dev = end = None
         if reference in smooth and recipe != reference:
-            dev = float(((smooth[recipe] - smooth[reference]).abs() / smooth[reference]).max())
+            rel = (smooth[recipe] - smooth[reference]).abs() / smooth[reference]
+            dev, end = float(rel.max()), float(rel.iloc[-tail:].mean())
         first, last = losses[recipe].iloc[0], losses[recipe].iloc[-1]
         rows.append({"recipe": recipe, "loss_first": first, "loss_last": last, "max_rel_dev": dev,
+                     "final_rel_dev": end,
                      "parity": "reference" if recipe == reference else
                      ("no reference" if dev is None else ("ok" if dev <= TOLERANCE else "FLAGGED"))})
     return pd.DataFrame(rows)
