@@ -77,7 +77,7 @@ def test_attention_fwd_bwd_range_counts_kernels_launched_by_the_autograd_thread(
     (tid 2 here), and still belong to the mode's range, opened on the main thread (tid 1)."""
     def x(name, cat, ts, dur, tid, **args):
         return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "tid": tid, "args": args}
-    events = [x("fwd+bwd", "user_annotation", 0, 100, 1), x("my_module", "user_annotation", 0, 100, 1),
+    events = [x("fwd+bwd", "user_annotation", 0, 100, 1), x("fwd.layer", "user_annotation", 0, 100, 1),
               x("cudaLaunchKernel", "cuda_runtime", 10, 1, 1, correlation=1),
               x("cudaLaunchKernel", "cuda_runtime", 50, 1, 2, correlation=2),
               x("fwd_kernel", "kernel", 20, 30, 7, correlation=1),
@@ -86,7 +86,7 @@ def test_attention_fwd_bwd_range_counts_kernels_launched_by_the_autograd_thread(
     path.write_text(json.dumps({"traceEvents": events}))
     ranges = breakdown(read_chrome_trace(path, gpu=True)).ranges.set_index("range")
     assert ranges.loc["fwd+bwd", "kernels"] == 2  # a phase: any thread
-    assert ranges.loc["my_module", "kernels"] == 1  # a module range: its own thread only
+    assert ranges.loc["fwd.layer", "kernels"] == 1  # a module range: its own thread only
 
 
 def test_cpu_breakdown_pipeline_counts_nested_ranges():
@@ -144,20 +144,95 @@ def make_nsys_fixture(path, drop=None):
     return path
 
 
-def test_nsys_attribution_nesting_and_outside_kernels(tmp_path):
-    bd = breakdown(read_nsys_sqlite(make_nsys_fixture(tmp_path / "t.sqlite")))
-    t = bd.ranges.set_index("range")
-    assert t.loc["fwd.layer", "calls"] == 2 and t.loc["fwd.layer", "kernels"] == 2
-    assert t.loc["fwd", "kernels"] == 2
-    assert t.loc["bwd", "kernels"] == 1
-    assert t.loc["step", "kernels"] == 4  # A, B, C, D: nested kernels count in every enclosing range
-    assert t.loc["other", "kernels"] == 1  # F: launched on the other thread
-    assert "never-closed" not in t.index and "a mark, not a range" not in t.index
-    assert t.loc["fwd.layer", "kernel_ms"] == pytest.approx((1000 + 2000) / 1e6)  # ns → ms
-    assert bd.unattributed_kernels == 1  # E ran outside every range
-    assert bd.kernels.iloc[0]["kernel"] == "kernF"  # longest (6 µs)
-    assert sorted(bd.kernels["kernel"]) == sorted(f"kern{c}" for c in "ABCDEF")  # every kernel, not a top few
-    assert bd.kernels["total_ms"].sum() == pytest.approx(bd.total_kernel_ms)
+# One training step as both readers see it (µs). T1 is the main thread, T2 autograd's worker,
+# T3 a thread of the user's that has nothing to do with the step.
+T1, T2, T3 = 101, 102, 103
+STEP_RANGES = [  # name, start, end, thread that opened it, NVTX event type
+    ("step", 0, 1000, T1, 59), ("fwd", 0, 400, T1, 59), ("fwd.layer", 10, 100, T1, 59),
+    ("fwd.layer", 110, 200, T1, 59), ("bwd", 400, 900, T1, 59),
+    ("bwd.layer", 450, 600, T2, 59),  # a module range pushed where autograd runs the backward
+    ("user.outer", 300, 950, T1, 60),  # a start/end range, ended on another thread
+]
+STEP_LAUNCHES = [  # kernel, launch time, launching thread, kernel duration
+    ("kernA", 20, T1, 10), ("kernB", 120, T1, 20), ("kernC", 300, T1, 30),
+    ("kernD", 500, T2, 40),  # the backward's kernels come from the worker thread
+    ("kernE", 700, T2, 50),
+    ("kernF", 150, T3, 60),  # inside fwd.layer's window, but from another thread
+    ("kernG", 1200, T3, 70),  # outside every range
+]
+# Written by hand from the rule: phase and user ranges take every thread's launches in their
+# window, module ranges only their own thread's.
+STEP_EXPECTED = {  # range: (calls, kernels, kernel µs)
+    "step": (1, 6, 10 + 20 + 30 + 40 + 50 + 60), "fwd": (1, 4, 10 + 20 + 30 + 60),
+    "fwd.layer": (2, 2, 10 + 20), "bwd": (1, 2, 40 + 50), "bwd.layer": (1, 1, 40),
+    "user.outer": (1, 3, 30 + 40 + 50),
+}
+
+
+def step_as_nsys(path):
+    con = sqlite3.connect(make_nsys_fixture(path))
+    for table in ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL"):
+        con.execute(f"DELETE FROM {table}")
+    con.executemany('INSERT INTO NVTX_EVENTS (start, "end", eventType, text, globalTid, endGlobalTid) '
+                    "VALUES (?,?,?,?,?,?)", [(s * 1000, e * 1000, kind, name, t, T2 if kind == 60 else None)
+                                             for name, s, e, t, kind in STEP_RANGES])
+    names = {name: 100 + i for i, (name, *_) in enumerate(STEP_LAUNCHES)}
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, n) for n, i in names.items()])
+    for corr, (name, at, thread, dur) in enumerate(STEP_LAUNCHES, 1):
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME "
+                    '(correlationId, start, "end", globalTid, nameId) VALUES (?,?,?,?,8)',
+                    (corr, at * 1000, at * 1000 + 500, thread))
+        con.execute('INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (correlationId, start, "end", shortName) '
+                    "VALUES (?,?,?,?)", (corr, (at + 2) * 1000, (at + 2 + dur) * 1000, names[name]))
+    con.commit()
+    con.close()
+    return path
+
+
+def step_as_chrome_trace(path):
+    def x(name, cat, ts, dur, tid, **args):
+        return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "tid": tid, "args": args}
+    events = [x(name, "user_annotation", s, e - s, t) for name, s, e, t, _ in STEP_RANGES]
+    for corr, (name, at, thread, dur) in enumerate(STEP_LAUNCHES, 1):
+        events += [x("cudaLaunchKernel", "cuda_runtime", at, 0.5, thread, correlation=corr),
+                   x(name, "kernel", at + 2, dur, 7, correlation=corr)]
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+@pytest.mark.parametrize("reader", ["nsys", "torch.profiler"])
+def test_a_training_step_is_attributed_by_the_rule_in_both_readers(tmp_path, reader):
+    trace = (read_nsys_sqlite(step_as_nsys(tmp_path / "s.sqlite")) if reader == "nsys" else
+             read_chrome_trace(step_as_chrome_trace(tmp_path / "s.json"), gpu=True))
+    bd = breakdown(trace)
+    got = {r.range: (r.calls, r.kernels, round(r.kernel_ms * 1e3, 6)) for r in bd.ranges.itertuples()}
+    assert got == STEP_EXPECTED
+    assert bd.unattributed_kernels == 1  # kernG
+
+
+def test_both_readers_give_the_same_table_for_the_same_step(tmp_path):
+    a = breakdown(read_nsys_sqlite(step_as_nsys(tmp_path / "s.sqlite")))
+    b = breakdown(read_chrome_trace(step_as_chrome_trace(tmp_path / "s.json"), gpu=True))
+    pd.testing.assert_frame_equal(a.ranges, b.ranges)
+    pd.testing.assert_frame_equal(a.kernels, b.kernels)
+    assert a.idle_fraction == pytest.approx(b.idle_fraction)
+
+
+def test_the_cpu_stand_in_counts_each_op_s_self_time(tmp_path):
+    """An op that calls smaller ones (sdpa calling fill_ and empty) counts its own time, not
+    theirs: the CPU table names the op that does the work."""
+    def op(name, ts, dur, tid=1):
+        return {"ph": "X", "name": name, "cat": "cpu_op", "ts": ts, "dur": dur, "tid": tid, "args": {}}
+    events = [{"ph": "X", "name": "fwd", "cat": "user_annotation", "ts": 0, "dur": 200, "tid": 1, "args": {}},
+              op("aten::scaled_dot_product_attention", 0, 100), op("aten::empty", 1, 4),
+              op("aten::fill_", 10, 6), op("aten::mm", 120, 50), op("aten::add", 130, 50, tid=2)]
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    bd = breakdown(read_chrome_trace(path, gpu=False))
+    per = bd.kernels.set_index("kernel")["total_ms"] * 1e3
+    assert per.to_dict() == pytest.approx({"aten::scaled_dot_product_attention": 90, "aten::mm": 50,
+                                           "aten::add": 50, "aten::fill_": 6, "aten::empty": 4})
+    assert bd.kernels.iloc[0]["kernel"] == "aten::scaled_dot_product_attention"
 
 
 def test_nsys_missing_table_is_a_clear_error(tmp_path):

@@ -78,7 +78,7 @@ def _show_breakdown(bd, title: str, cpu: bool = False) -> None:
     console.print(frame_table(top, title="top kernels"))
     console.print(f"kernel time {report.fmt(bd.total_kernel_ms)} ms; device idle "
                   f"{report.fmt(bd.idle_fraction * 100)}% of the span from first to last kernel"
-                  f"{' (on the CPU: leaf ops stand in for kernels)' if cpu else ''}; "
+                  f"{' (a CPU picture: each op self time stands in for kernels)' if cpu else ''}; "
                   f"{bd.unattributed_kernels} kernels outside any range")
 
 

@@ -4,10 +4,12 @@ Both torch.profiler traces and nsys SQLite exports are first turned into three t
   ranges   (name, start, end, thread)            NVTX / record_function ranges
   launches (correlation, start, thread)          the runtime calls that launched kernels
   kernels  (correlation, name, start, end)       device work
-A kernel belongs to a range when its launch happened on the range's thread inside the range;
-ranges nest, so a kernel counts in every enclosing range. A range whose thread is missing (NaN)
-matches launches on any thread: the torch.profiler reader uses that for step phases, because
-autograd launches backward kernels from its own worker thread. Times are in microseconds.
+A kernel belongs to a range when its launch happened inside the range's time window; ranges nest,
+so a kernel counts in every enclosing range. Phase ranges (`step`, `fwd`, `bwd`, `optimizer`) and
+any range of the user's take launches from every thread of the process, because autograd launches
+the backward's kernels from its own worker thread. Module ranges (`fwd.layer.attn`, `bwd.layer.mlp`)
+take only launches from the thread that opened them, so work on another thread does not leak in.
+Both readers (torch.profiler and nsys) feed the same rule. Times are in microseconds.
 """
 
 from __future__ import annotations
@@ -20,6 +22,15 @@ import pandas as pd
 RANGE_COLUMNS = ["name", "start", "end", "thread"]
 LAUNCH_COLUMNS = ["correlation", "start", "thread"]
 KERNEL_COLUMNS = ["correlation", "name", "start", "end"]
+
+
+MODULE_ROOTS = ("fwd", "bwd")  # the phase ranges that module ranges hang under: fwd.layer.attn
+
+
+def is_module_range(name: str) -> bool:
+    """A range of one module call ('fwd.layer.attn'), as opposed to a phase or a user's range."""
+    root, dot, _ = str(name).partition(".")
+    return bool(dot) and root in MODULE_ROOTS
 
 
 @dataclass
@@ -58,7 +69,7 @@ def attribute(trace: Trace) -> pd.DataFrame:
                             on="correlation", how="left")
     rows = []
     for r in trace.ranges.itertuples(index=False):
-        same_thread = True if pd.isna(r.thread) else (k.thread == r.thread)
+        same_thread = (k.thread == r.thread) if is_module_range(r.name) else True
         inside = k[same_thread & (k.launch >= r.start) & (k.launch <= r.end)]
         if len(inside):
             rows.append(pd.DataFrame({"range": r.name, "range_start": r.start,

@@ -1,8 +1,8 @@
 """Per-range breakdown from torch.profiler: profile a step, read its trace into a `Trace`.
 
 On a GPU the kernels are CUDA kernels (plus memcpy/memset) joined to their runtime launch calls
-by correlation id. On the CPU there are no kernels, so the leaf CPU ops stand in for them (each
-its own launch): the same table, with CPU time instead of GPU time.
+by correlation id. On the CPU there are no kernels, so each CPU op stands in for one with its self
+time (what it spends outside the ops it calls): the same table, a CPU picture.
 """
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from trainperf.profiling.breakdown import KERNEL_COLUMNS, LAUNCH_COLUMNS, RANGE_COLUMNS, Trace
-from trainperf.profiling.ranges import PHASE_RANGES, phase_range
+from trainperf.profiling.ranges import phase_range
 
 DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
 LAUNCH_CATEGORIES = {"cuda_runtime", "cuda_driver"}
-PHASES = set(PHASE_RANGES.values())
 
 
 def profile_steps(step: Callable[[], object], device: torch.device, steps: int = 1,
@@ -46,9 +45,8 @@ def profile_steps(step: Callable[[], object], device: torch.device, steps: int =
 def read_chrome_trace(path: Path, gpu: bool) -> Trace:
     """The three tables of a torch.profiler chrome trace."""
     events = [e for e in json.loads(Path(path).read_text())["traceEvents"] if e.get("ph") == "X"]
-    ranges = pd.DataFrame(
-        [(e["name"], e["ts"], e["ts"] + e["dur"], None if e["name"] in PHASES else e["tid"])
-         for e in events if e.get("cat") == "user_annotation"], columns=RANGE_COLUMNS)
+    ranges = pd.DataFrame([(e["name"], e["ts"], e["ts"] + e["dur"], e["tid"]) for e in events
+                           if e.get("cat") == "user_annotation"], columns=RANGE_COLUMNS)
     if gpu:
         launches = pd.DataFrame([(e["args"]["correlation"], e["ts"], e["tid"]) for e in events
                                  if e.get("cat") in LAUNCH_CATEGORIES and "correlation" in e.get("args", {})],
@@ -56,24 +54,30 @@ def read_chrome_trace(path: Path, gpu: bool) -> Trace:
         kernels = pd.DataFrame([(e["args"].get("correlation"), e["name"], e["ts"], e["ts"] + e["dur"])
                                 for e in events if e.get("cat") in DEVICE_CATEGORIES], columns=KERNEL_COLUMNS)
     else:
-        leaves = _leaf_ops([e for e in events if e.get("cat") == "cpu_op"])
-        launches = pd.DataFrame([(i, e["ts"], e["tid"]) for i, e in enumerate(leaves)],
+        ops = _self_times([e for e in events if e.get("cat") == "cpu_op"])
+        launches = pd.DataFrame([(i, e["ts"], e["tid"]) for i, (e, _) in enumerate(ops)],
                                 columns=LAUNCH_COLUMNS)
-        kernels = pd.DataFrame([(i, e["name"], e["ts"], e["ts"] + e["dur"]) for i, e in enumerate(leaves)],
+        kernels = pd.DataFrame([(i, e["name"], e["ts"], e["ts"] + own) for i, (e, own) in enumerate(ops)],
                                columns=KERNEL_COLUMNS)
     return Trace(ranges, launches, kernels)
 
 
-def _leaf_ops(ops: list[dict]) -> list[dict]:
-    """CPU ops that enclose no other op on their thread (so nested aten calls count once)."""
-    leaves = []
+def _self_times(ops: list[dict]) -> list[tuple[dict, float]]:
+    """Each CPU op with its self time (its duration less that of the ops it calls on its thread),
+    where that is above zero: so the op doing the work counts, not the small ops it calls."""
+    out = []
     by_thread: dict[object, list[dict]] = {}
     for e in ops:
         by_thread.setdefault(e["tid"], []).append(e)
     for thread_ops in by_thread.values():
         thread_ops.sort(key=lambda e: (e["ts"], -e["dur"]))
-        for i, e in enumerate(thread_ops):
-            nxt = thread_ops[i + 1] if i + 1 < len(thread_ops) else None
-            if nxt is None or nxt["ts"] >= e["ts"] + e["dur"]:
-                leaves.append(e)
-    return leaves
+        own = {id(e): float(e["dur"]) for e in thread_ops}
+        stack: list[dict] = []
+        for e in thread_ops:
+            while stack and e["ts"] >= stack[-1]["ts"] + stack[-1]["dur"]:
+                stack.pop()
+            if stack:
+                own[id(stack[-1])] -= e["dur"]  # a direct child's time is not its parent's own
+            stack.append(e)
+        out += [(e, own[id(e)]) for e in thread_ops if own[id(e)] > 0]
+    return out
