@@ -54,7 +54,7 @@ def test_profiles_print_no_tracer_lines(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "USDT" not in res.stderr + res.stdout
     assert "Profiler clears events" not in res.stderr
-    assert "leaf ops stand in for kernels" in res.stdout
+    assert "a CPU picture: each op self time stands in for kernels" in res.stdout
 
 
 def not_sqlite(path: Path) -> Path:
