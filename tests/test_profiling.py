@@ -41,6 +41,24 @@ def _tiny_trace(n_layers=3):
         return profile_steps(step, torch.device("cpu"))
 
 
+def test_the_backward_has_module_ranges_nested_like_the_forward_s():
+    trace = _tiny_trace(n_layers=3)
+    r = trace.ranges
+    counts = r.groupby("name").size()
+    assert counts["bwd.layer"] == counts["bwd.layer.attn"] == counts["bwd.layer.mlp.down_proj"] == 3
+
+    def inside(child, parent):
+        c, ps = r[r.name == child], r[r.name == parent]
+        return all(((ps.start <= s) & (ps.end >= e)).sum() == 1 for s, e in zip(c.start, c.end, strict=True))
+
+    assert inside("bwd.layer.attn.qkv_proj", "bwd.layer.attn") and inside("bwd.layer.attn", "bwd.layer")
+    assert inside("bwd.layer", "bwd") and not inside("bwd.layer.mlp.prenorm", "bwd.layer.attn")
+    t = breakdown(trace).ranges.set_index("range")
+    assert t.loc["bwd.layer.mlp.down_proj", "kernels"] > 0  # its matmuls for dX and dW
+    parts = t.loc["bwd.layer.attn", "kernel_ms"] + t.loc["bwd.layer.mlp", "kernel_ms"]
+    assert t.loc["bwd.layer", "kernel_ms"] >= parts
+
+
 def test_range_tree_on_a_tiny_model():
     trace = _tiny_trace(n_layers=3)
     r = trace.ranges

@@ -1,13 +1,16 @@
 """Hierarchical NVTX + profiler ranges: one per module call, plus phase ranges (fwd, bwd, …).
 
 Module paths become range names by dropping list indices and calling any list of blocks a
-`layer`: `layers.3.attn.qkv_proj` → `fwd.layer.attn.qkv_proj`. Each range is both an NVTX range
+`layer`: `layers.3.attn.qkv_proj` → `fwd.layer.attn.qkv_proj` in the forward, and
+`bwd.layer.attn.qkv_proj` around its backward. Each range is both an NVTX range
 (for Nsight Systems) and a `record_function` range (for torch.profiler).
 """
 
 from __future__ import annotations
 
 import re
+import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -57,35 +60,54 @@ def phase_range(phase: str) -> Iterator[None]:
 
 @contextmanager
 def module_ranges(model: nn.Module, root: str = "fwd") -> Iterator[list[str]]:
-    """Open a range around every submodule call of `model`; yields the range names in use.
+    """Open a range around every submodule call of `model`, and around its backward
+    (`bwd.layer.attn`, opened by backward hooks on the thread where autograd runs it); yields the
+    forward range names in use.
 
-    The model itself gets no range: the forward phase range (`fwd`) already encloses it. Nor do
+    The model itself gets no range: the phase ranges (`fwd`, `bwd`) already enclose it. Nor do
     modules compiled in place (`module.compile()`) and their children: a hook added there is traced
     into the compiled graph (recompiles, graph breaks), and Inductor's fused kernels cross
     submodule borders anyway; their kernels count in the enclosing range.
     """
-    stack: list[_Range] = []
+    local = threading.local()  # ranges nest per thread: the backward's run on autograd's thread
+
+    def stack() -> list[tuple[nn.Module, _Range]]:
+        if not hasattr(local, "open"):
+            local.open = []
+        return local.open
+
+    def push(module: nn.Module, name: str) -> None:
+        stack().append((module, _Range(name)))
+
+    def pop(module: nn.Module) -> None:
+        """Close `module`'s range, and any opened after it that never closed (a backward hook
+        that did not fire), so ranges stay nested."""
+        opened = stack()
+        if any(m is module for m, _ in opened):
+            while opened:
+                m, r = opened.pop()
+                r.close()
+                if m is module:
+                    return
+
     handles = []
     names = []
     compiled = [p for p, m in model.named_modules() if getattr(m, "_compiled_call_impl", None) is not None]
     for path, module in model.named_modules():
         if not path or any(path == c or path.startswith(c + ".") for c in compiled):
             continue
-        name = range_name(path, root)
+        name, back = range_name(path, root), range_name(path, "bwd")
         names.append(name)
-
-        def pre(_m, _args, name=name):  # noqa: ANN001, ANN202
-            stack.append(_Range(name))
-
-        def post(_m, _args, _out):  # noqa: ANN001, ANN202
-            stack.pop().close()
-
-        handles.append(module.register_forward_pre_hook(pre))
-        handles.append(module.register_forward_hook(post))
+        handles += [module.register_forward_pre_hook(lambda m, _a, name=name: push(m, name)),
+                    module.register_forward_hook(lambda m, _a, _o: pop(m)),
+                    module.register_full_backward_pre_hook(lambda m, _g, back=back: push(m, back)),
+                    module.register_full_backward_hook(lambda m, _gi, _go: pop(m))]
     try:
-        yield sorted(set(names))
+        with warnings.catch_warnings():  # a module whose inputs take no gradient: its range is empty
+            warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients")
+            yield sorted(set(names))
     finally:
         for h in handles:
             h.remove()
-        while stack:
-            stack.pop().close()
+        while stack():
+            stack().pop()[1].close()
