@@ -11,6 +11,7 @@ from trainperf.cli import app
 from trainperf.core.store import Store
 from trainperf.distributed.launch import LaunchError, launch
 from trainperf.models.lm import TransformerLM, lm_loss
+from trainperf.workloads import comm
 from trainperf.workloads.comm import BUS_FACTOR, parse_size
 from trainperf.workloads.ddp import OPTIMIZERS, DataParallelStep, DDPSpec, global_batch
 
@@ -106,15 +107,25 @@ def test_collectives_are_correct_and_bandwidth_follows_nccl_tests(db, tmp_path, 
     assert (tmp_path / "comm_busbw_gloo.png").exists()
 
 
-def test_bare_all_reduce_loop_is_timed_per_iteration(db, tmp_path):
-    res = runner.invoke(app, ["comm", "--dist-backend", "gloo", "--world-size", "2", "--bytes", "64KB",
-                              "--op", "all_reduce_loop", "--iters", "4", "--db", str(db),
-                              "--out", str(tmp_path), "--quiet"])
+def test_loop_and_per_call_timing_in_and_out_of_place(db, tmp_path):
+    res = runner.invoke(app, ["comm", "--dist-backend", "gloo", "--world-size", "2", "--bytes", "64K",
+                              "--op", "all_reduce,all_gather,reduce_scatter", "--timing", "loop,per-call",
+                              "--in-place", "on,off", "--iters", "4", "--db", str(db), "--out", str(tmp_path),
+                              "--quiet"])
     assert res.exit_code == 0, res.output
-    (rec,) = Store(db).records(workload="comm")
-    assert rec.status == "ok", rec.reason
-    assert rec.metrics["time_ms_n"] == 1 and rec.metrics["time_ms_median"] > 0
-    assert rec.metrics["busbw_gbps"] == pytest.approx(rec.metrics["algbw_gbps"])  # 2(n-1)/n = 1 for n = 2
+    recs = {(r.spec["op"], r.spec["timing"], r.spec["in_place"]): r
+            for r in Store(db).records(workload="comm")}
+    assert len(recs) == 12
+    for (op, timing, in_place), rec in recs.items():
+        if op == "all_reduce" and not in_place:  # torch.distributed has no out-of-place all-reduce
+            assert rec.status == "unsupported" and "works in place only" in rec.reason
+            continue
+        assert rec.status == "ok", rec.reason
+        assert rec.metrics["correct"] is True and rec.spec["bytes"] == 65536
+        assert rec.metrics["time_ms_n"] == (comm.LOOP_ROUNDS if timing == "loop" else 4)
+        assert rec.metrics["time_us"] == pytest.approx(rec.metrics["time_ms_median"] * 1e3)
+    loop = recs[("all_reduce", "loop", True)].metrics
+    assert loop["busbw_gbps"] == pytest.approx(loop["algbw_gbps"])  # 2(n-1)/n = 1 for n = 2
 
 
 def test_bus_factors_and_sizes():
@@ -122,6 +133,9 @@ def test_bus_factors_and_sizes():
     assert BUS_FACTOR["all_gather"](4) == pytest.approx(0.75)
     assert BUS_FACTOR["broadcast"](8) == 1.0
     assert parse_size("1MB") == 10**6 and parse_size("1GiB") == 2**30 and parse_size("512") == 512
+    assert parse_size("1M") == 2**20 and parse_size("4G") == 4 * 2**30 and parse_size("64k") == 65536
+    assert comm.parse_sizes("8:64,1G") == [8, 16, 32, 64, 2**30]  # nccl-tests' -b 8 -e 64 -f 2
+    assert comm.binary_size(2**20) == "1 MiB" and comm.binary_size(1536) == "1.5 KiB"
     with pytest.raises(ValueError):
         parse_size("-3MB")
 

@@ -129,6 +129,9 @@ def old_form(workload: str, spec: dict) -> dict:
         inverse = {new: o for o, new in values.items()}
         old_key = back.get(key, key)
         old[old_key] = inverse.get(old[old_key], old[old_key])
+    if workload == "comm":  # no timing or in-place variants yet: loop timing was its own op
+        old["op"] = "all_reduce_loop" if old.pop("timing") == "loop" else old["op"]
+        del old["in_place"]
     if workload == "llama":  # one model field, and no library or float8 yet
         old.update(preset=old.pop("model"), config=None, model=None)
         del old["library"], old["float8"]

@@ -32,6 +32,7 @@ from trainperf.core.spec import on_off, parse_list, parse_one, positive_int, swe
 from trainperf.core.store import Store, to_frame
 from trainperf.distributed.launch import LaunchError, existing_launch, launch, rank_device, world_size_problem
 from trainperf.distributed.ranked_sweep import run_ranked_cases
+from trainperf.workloads.comm import binary_size
 
 
 def _rank_worker(rank: int, world: int, workload: str, specs: list, db: str, env: dict, quiet: bool,
@@ -72,10 +73,10 @@ def _run_distributed(workload: str, specs: list, backend: str, db: Path, rerun: 
 
 
 COMM_COLUMNS: list[report.Column] = [
-    ("op", report.spec("op")), ("MB", lambda r: report.fmt(r.spec["bytes"] / 1e6)),
+    ("op", report.spec("op")), ("size", lambda r: binary_size(r.spec["bytes"])),
     ("n", report.spec("world_size")), ("backend", report.spec("dist_backend")),
-    ("dtype", report.spec("dtype")),
-    ("time ms", report.timing("time")), ("algbw GB/s", report.metric("algbw_gbps")),
+    ("dtype", report.spec("dtype")), ("timing", report.spec("timing")), ("in place", report.spec("in_place")),
+    ("time us", report.metric("time_us")), ("algbw GB/s", report.metric("algbw_gbps")),
     ("busbw GB/s", report.metric("busbw_gbps")), ("rank spread", report.metric("rank_spread", 2)),
     ("status", report.status), ("notes", report.notes),
 ]
@@ -89,8 +90,10 @@ def _dist_backend(given: str | None) -> str:
 @cli_errors
 def comm(
     op: str = option("--op", "all_reduce,all_gather,reduce_scatter,broadcast", "Comma-separated."),
-    nbytes: str = option("--bytes", None, "Comma-separated (default 1MB..1GB with nccl, 64KB..8MB "
-                                          "with gloo)."),
+    nbytes: str = option("--bytes", None, "Comma-separated (default 1M:1G with nccl, 64K,1M,8M with "
+                                          "gloo)."),
+    timing: str = option("--timing", "loop", "Comma list ok."),
+    in_place: str = option("--in-place", "on", "Comma list ok."),
     world_size: str = option("--world-size", "2", "Comma-separated."),
     dist_backend: str = option("--dist-backend", None),
     dtype: str = option("--dtype", "fp32", "Of the message."),
@@ -99,12 +102,20 @@ def comm(
     as_json: bool = JsonOpt,
 ) -> None:
     """Time collectives through torch.distributed; algbw/busbw as nccl-tests define them."""
-    from trainperf.workloads.comm import OPS, CommSpec, parse_size, validate
+    from trainperf.workloads.comm import OPS, TIMINGS, CommSpec, parse_sizes, validate
 
     backend = _dist_backend(dist_backend)
-    sizes = nbytes if nbytes is not None else ("1MB,10MB,100MB,1GB" if backend == "nccl" else "64KB,1MB,8MB")
+    text = nbytes if nbytes is not None else ("1M:1G" if backend == "nccl" else "64K,1M,8M")
+    sizes = []
+    for item in parse_list(text, str, "--bytes"):  # empty and repeated items are refused here
+        try:
+            sizes += parse_sizes(item)
+        except ValueError:
+            raise SpecError(f"--bytes: cannot read {item!r}") from None
     axes = sweep(world_size=parse_list(world_size, positive_int, "--world-size"),
-                 op=parse_list(op, str, "--op", OPS), bytes=parse_list(sizes, parse_size, "--bytes"))
+                 op=parse_list(op, str, "--op", OPS), bytes=sizes,
+                 timing=parse_list(timing, str, "--timing", TIMINGS),
+                 in_place=parse_list(in_place, on_off, "--in-place"))
     dtype = parse_one(dtype, str, "--dtype", DTYPE_CHOICES, DTYPE_ALIASES)
     specs = [CommSpec(dist_backend=backend, dtype=dtype, warmup=warmup, iters=iters, **a) for a in axes]
     for s in specs:
@@ -117,9 +128,11 @@ def comm(
     if not ok.empty and plots_available(quiet or as_json):
         from trainperf.core.plots import line_grid
 
-        ok = ok.assign(mb=ok.bytes / 1e6, series=ok.op + " n=" + ok.world_size.astype(str))
+        series = (ok.op + " n=" + ok.world_size.astype(str) + " " + ok.timing
+                  + ok.in_place.map({True: "", False: " out-of-place"}))
+        ok = ok.assign(**{"message MiB": ok.bytes / 2**20}, series=series)
         path = out / f"comm_busbw_{backend}.png"
-        line_grid(ok, "mb", [("busbw_gbps", "bus bandwidth (GB/s)")], "series", path,
+        line_grid(ok, "message MiB", [("busbw_gbps", "bus bandwidth (GB/s)")], "series", path,
                   title=f"collectives, {backend}", logx=True, logy=False)
         if not (quiet or as_json):
             err_console.print(f"wrote {path}")

@@ -53,7 +53,11 @@ GLOSSARY: dict[str, str] = {
     "--library": "Kernel library patched into the model: none, liger (Liger Kernel).",
     "--float8": "Float8 training of the decoder's linear layers: off, torchao.",
     "--op": "Collectives.",
-    "--bytes": "Message sizes: 4096, 64KB, 1MB, 1GiB ...",
+    "--bytes": "Message sizes: 4096, 64K, 1M, 1G (binary, as nccl-tests reads them; KB, MB, GB are "
+               "decimal); MIN:MAX doubles from MIN to MAX.",
+    "--timing": "How calls are timed: loop (back to back between two timestamps, as nccl-tests does), "
+                "per-call (each alone behind a barrier: latency).",
+    "--in-place": "Whether the collective writes its result into its input buffer: on, off.",
     "--world-size": "Processes, one per GPU (or CPU process under gloo).",
     "--dist-backend": "torch.distributed backend: nccl, gloo (default: nccl with GPUs, else gloo).",
     "--variant": "Gradient-sync variants.",

@@ -32,6 +32,10 @@ def upgrade_spec(workload: str, spec: dict[str, Any]) -> dict[str, Any]:
             out[key] = values.get(out[key], out[key])
     for key, value in ADDED_FIELDS.get(workload, {}).items():
         out.setdefault(key, value)
+    if workload == "comm" and "timing" not in out:  # before loop timing and in-place variants
+        loop = out.get("op") == "all_reduce_loop"
+        out.update(op="all_reduce" if loop else out["op"], timing="loop" if loop else "per-call")
+        out.setdefault("in_place", out["op"] in ("all_reduce", "broadcast"))
     if workload == "llama" and "preset" in out:  # preset, config and hub id became one --model
         preset, config, hub = out.pop("preset"), out.pop("config", None), out.pop("model", None)
         out["model"] = hub or config or preset

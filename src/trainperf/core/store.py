@@ -22,7 +22,7 @@ from trainperf.core.record import Record
 
 DEFAULT_DB = "trainperf.db"
 RESUMABLE_STATUSES = ("ok", "oom", "unsupported")  # 'error' cases are retried on a rerun
-SCHEMA_VERSION = 2  # 1: spec keys in the one vocabulary; 2: llama's library and float8 (core/legacy.py)
+SCHEMA_VERSION = 3  # 1: the one vocabulary; 2: llama's library, float8; 3: comm's timing (core/legacy.py)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (

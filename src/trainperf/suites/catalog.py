@@ -134,9 +134,9 @@ def comm_headline(parts: dict[str, Path]) -> pd.DataFrame:
     df = _read(parts["comm"], "comm.csv")
     if df.empty:
         return df
-    df["MB"] = df["bytes"] / 1e6
+    df["MiB"] = df["bytes"] / 2**20
     df["busbw GB/s"] = _cell(df, "busbw_gbps")
-    return df.pivot_table(index=["op", "world_size"], columns="MB", values="busbw GB/s",
+    return df.pivot_table(index=["op", "world_size", "in_place"], columns="MiB", values="busbw GB/s",
                           aggfunc="first").reset_index()
 
 
@@ -224,9 +224,10 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("comm",
           "Collectives over every GPU of the machine (NCCL): bus bandwidth by message size.",
           (Part("comm", ("comm",),
-                gpu={"--world-size": GPUS, "--bytes": "1MB,16MB,256MB,1GB"},
-                cpu={"--world-size": "2", "--bytes": "64KB", **_TINY}, min_gpus=2),),
-          comm_headline, "Bus bandwidth in GB/s (nccl-tests' definition) by message size in MB.",
+                gpu={"--world-size": GPUS, "--bytes": "1M:4G", "--in-place": "off,on"},
+                cpu={"--world-size": "2", "--bytes": "64K", **_TINY}, min_gpus=2),),
+          comm_headline, "Bus bandwidth in GB/s (nccl-tests' definition and timing: back-to-back calls) by "
+          "message size in MiB.",
           multi_gpu=True),
     Suite("ddp",
           "A data-parallel training step of the small GPT LM over every GPU of the machine, per "

@@ -4,8 +4,10 @@ size = the bytes of the op as nccl-tests counts them (all-reduce / broadcast: th
 all-gather: the gathered output; reduce-scatter: the input before scattering).
 algbw = size / time; busbw = algbw × factor, factor = 2(n−1)/n for all-reduce, (n−1)/n for
 all-gather and reduce-scatter, 1 for broadcast: the rate each link must sustain.
-Time per iteration is the slowest rank's (ranks start together after a barrier);
-`all_reduce_loop` times back-to-back all-reduces without per-iteration barriers, like a bare loop.
+Time per call is the slowest rank's. By default, as nccl-tests times it: each rank times `iters`
+calls back to back (ranks start together after a barrier) and divides; `--timing per-call` times
+each call on its own behind a barrier instead, for latency studies. Both check the result on every
+rank before timing.
 """
 
 from __future__ import annotations
@@ -25,22 +27,53 @@ from trainperf.core.timing import synchronize
 from trainperf.distributed.timing import per_rank_times, slowest
 from trainperf.workloads.precision import DTYPES
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_reduce_loop")
-BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_reduce_loop": lambda n: 2 * (n - 1) / n,
-              "all_gather": lambda n: (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
-              "broadcast": lambda n: 1.0}
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+              "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
+# loop: `iters` calls back to back between two timestamps, per rank, as nccl-tests times them (the
+# bandwidth a link delivers); per-call: each call on its own behind a barrier (latency studies).
+TIMINGS = ("loop", "per-call")
+LOOP_ROUNDS = 5  # timed loops per case: the spread between them is the record's std
+IN_PLACE_ONLY = ("all_reduce", "broadcast")  # torch.distributed has no out-of-place form of these
+# K, M, G (as nccl-tests reads them) and KiB, MiB, GiB are binary; KB, MB, GB decimal.
+_UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30,
+          "KB": 10**3, "MB": 10**6, "GB": 10**9}
 
 
 def parse_size(text: str) -> int:
-    """'1MB' → 1_000_000, '1GiB' → 2**30, '4096' → 4096."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]i?B|B)?\s*", text, flags=re.IGNORECASE)
+    """'1M' and '1MiB' → 2**20, '1MB' → 10**6, '4096' → 4096."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG](?:i?B)?|B)?\s*", text, flags=re.IGNORECASE)
     if not m:
         raise ValueError(text)
     value = float(m.group(1)) * _UNITS[(m.group(2) or "").upper()]
     if value <= 0:
         raise ValueError(text)
     return int(value)
+
+
+def parse_sizes(text: str) -> list[int]:
+    """Comma-separated sizes; 'MIN:MAX' doubles from MIN to MAX, like nccl-tests' -b MIN -e MAX -f 2."""
+    sizes: list[int] = []
+    for item in text.split(","):
+        low, colon, high = item.partition(":")
+        if not colon:
+            sizes.append(parse_size(low))
+            continue
+        size, end = parse_size(low), parse_size(high)
+        if end < size:
+            raise ValueError(item)
+        while size <= end:
+            sizes.append(size)
+            size *= 2
+    return sizes
+
+
+def binary_size(nbytes: float) -> str:
+    """4096 → '4 KiB', the way nccl-tests' sizes read."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g} {unit}"
+    return f"{nbytes:g} B"
 
 
 @dataclass(frozen=True)
@@ -50,15 +83,20 @@ class CommSpec:
     world_size: int
     dist_backend: str
     dtype: str = "fp32"
+    timing: str = "loop"  # one of TIMINGS
+    in_place: bool = True
     warmup: int = 5
     iters: int = 20
 
     def label(self) -> str:
-        return f"{self.op} {self.bytes / 1e6:g} MB n={self.world_size} {self.dist_backend}"
+        place = "in-place" if self.in_place else "out-of-place"
+        return (f"{self.op} {binary_size(self.bytes)} n={self.world_size} {self.dist_backend} {self.timing} "
+                f"{place}")
 
 
 def validate(spec: CommSpec) -> None:
     check_choice("op", spec.op, OPS)
+    check_choice("timing", spec.timing, TIMINGS)
     check_choice("dtype", spec.dtype, DTYPES)
     check_choice("dist_backend", spec.dist_backend, ("nccl", "gloo"))
     check_positive(spec, "iters")
@@ -67,24 +105,32 @@ def validate(spec: CommSpec) -> None:
         raise SpecError(f"--world-size must be at least 2, got {spec.world_size}")
 
 
-def _operation(op: str, numel: int, rank: int, n: int, device: torch.device, dtype: torch.dtype):
-    """(run, check): `run()` does the collective on fresh buffers; `check()` says if it was right."""
+def _operation(op: str, numel: int, rank: int, n: int, device: torch.device, dtype: torch.dtype,
+               in_place: bool = True):
+    """(run, check): `run()` does the collective on fresh buffers; `check()` says if it was right.
+    In place, all-gather's input is its rank's slice of the output and reduce-scatter's output its
+    rank's slice of the input, as nccl-tests' in-place variants have them."""
     chunk = max(numel // n, 1)
     total = n * (n + 1) / 2  # sum of (rank + 1) over ranks
-    if op in ("all_reduce", "all_reduce_loop"):
+    if op in IN_PLACE_ONLY and not in_place:
+        raise Unsupported(f"{op} out of place: torch.distributed's {op} works in place only")
+    if op == "all_reduce":
         x = torch.full((numel,), rank + 1.0, device=device, dtype=dtype)
         return (lambda: dist.all_reduce(x)), (lambda: bool((x == total).all()))
     if op == "broadcast":
         x = torch.full((numel,), rank + 1.0, device=device, dtype=dtype)
         return (lambda: dist.broadcast(x, src=0)), (lambda: bool((x == 1).all()))
     if op == "all_gather":
-        inp = torch.full((chunk,), rank + 1.0, device=device, dtype=dtype)
         out = torch.empty(chunk * n, device=device, dtype=dtype)
+        mine = slice(rank * chunk, (rank + 1) * chunk)
+        inp = out[mine] if in_place else torch.empty(chunk, device=device, dtype=dtype)
+        inp.fill_(rank + 1.0)
         expected = torch.arange(1, n + 1, device=device, dtype=dtype).repeat_interleave(chunk)
         return (lambda: dist.all_gather_into_tensor(out, inp)), (lambda: bool(torch.equal(out, expected)))
     if op == "reduce_scatter":
         inp = torch.full((chunk * n,), rank + 1.0, device=device, dtype=dtype)
-        out = torch.empty(chunk, device=device, dtype=dtype)
+        mine = slice(rank * chunk, (rank + 1) * chunk)
+        out = inp[mine] if in_place else torch.empty(chunk, device=device, dtype=dtype)
         return (lambda: dist.reduce_scatter_tensor(out, inp)), (lambda: bool((out == total).all()))
     raise ValueError(op)
 
@@ -94,7 +140,7 @@ def measure_comm(spec: CommSpec, rank: int, world: int, device: torch.device) ->
     dtype = DTYPES[spec.dtype]
     numel = max(spec.bytes // dtype.itemsize, world)
     try:
-        run, check = _operation(spec.op, numel, rank, world, device, dtype)
+        run, check = _operation(spec.op, numel, rank, world, device, dtype, spec.in_place)
         run()
     except RuntimeError as exc:
         if "not supported" in str(exc).lower() or "unsupported" in str(exc).lower():
@@ -109,16 +155,17 @@ def measure_comm(spec: CommSpec, rank: int, world: int, device: torch.device) ->
         run()
     synchronize(device)
     with GpuMonitor(device) as monitor:
-        if spec.op == "all_reduce_loop":  # one timed call: the whole back-to-back loop
-            whole_loop = per_rank_times(lambda: [run() for _ in range(spec.iters)], device, 1)
-            per_rank = [[ms / spec.iters for ms in rank_times] for rank_times in whole_loop]
+        if spec.timing == "loop":  # each timed call is a whole back-to-back loop
+            loops = per_rank_times(lambda: [run() for _ in range(spec.iters)], device, LOOP_ROUNDS)
+            per_rank = [[ms / spec.iters for ms in rank_times] for rank_times in loops]
         else:
             per_rank = per_rank_times(run, device, spec.iters)
     s = summarize(slowest(per_rank))
     rank_medians = [summarize(t)["median"] for t in per_rank]
     seconds = s["median"] / 1e3
     algbw = numel * dtype.itemsize / seconds / 1e9
-    metrics = {f"time_ms_{k}": s[k] for k in ("median", "mean", "std", "min", "n")}
+    metrics: dict[str, Any] = {f"time_ms_{k}": s[k] for k in ("median", "mean", "std", "min", "n")}
+    metrics["time_us"] = s["median"] * 1e3  # latency, the unit small messages read in
     metrics.update(algbw_gbps=algbw, busbw_gbps=algbw * BUS_FACTOR[spec.op](world),
                    rank_spread=(max(rank_medians) - min(rank_medians)) / s["median"],
                    bytes=numel * dtype.itemsize, correct=True)
