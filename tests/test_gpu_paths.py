@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from trainperf.core.runner import measure_case
-from trainperf.core.timing import PhaseTimer, start_measured_window
+from trainperf.core.timing import PhaseTimer, start_measured_window, time_op
 from trainperf.workloads.step import StepCase, StepSpec, phase_metrics
 
 pytestmark = pytest.mark.gpu
@@ -22,12 +22,7 @@ ENV = {"device": "cuda"}
 
 
 def timed(fn, reps: int = 5) -> list[float]:
-    timer = PhaseTimer(DEVICE)
-    start_measured_window(DEVICE)
-    for _ in range(reps):
-        with timer.phase("p"):
-            fn()
-    return timer.samples()["p"]
+    return time_op(fn, DEVICE, warmup=1, reps=reps)
 
 
 def test_cuda_event_times_follow_a_known_sleep_kernel():
