@@ -26,6 +26,14 @@ def per_rank_times(fn: Callable[[], object], device: Any, iters: int) -> list[li
     return everyone
 
 
+def per_rank_loop_times(fn: Callable[[], object], device: Any, calls: int, rounds: int) -> list[list[float]]:
+    """Every rank's milliseconds per call of `fn`, timed as nccl-tests does: `calls` calls back to
+    back between two timestamps (ranks start each round together), divided by `calls`; one value
+    per round."""
+    loops = per_rank_times(lambda: [fn() for _ in range(calls)], device, rounds)
+    return [[ms / calls for ms in rank_times] for rank_times in loops]
+
+
 def slowest(per_rank: list[list[float]]) -> list[float]:
     """Per call, the time of the slowest rank (a collective is as fast as its last rank)."""
     return [max(col) for col in zip(*per_rank, strict=True)]

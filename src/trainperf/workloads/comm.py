@@ -24,7 +24,7 @@ from trainperf.core.gpu_monitor import GpuMonitor
 from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
 from trainperf.core.timing import synchronize
-from trainperf.distributed.timing import per_rank_times, slowest
+from trainperf.distributed.timing import per_rank_loop_times, per_rank_times, slowest
 from trainperf.workloads.precision import DTYPES
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
@@ -155,9 +155,8 @@ def measure_comm(spec: CommSpec, rank: int, world: int, device: torch.device) ->
         run()
     synchronize(device)
     with GpuMonitor(device) as monitor:
-        if spec.timing == "loop":  # each timed call is a whole back-to-back loop
-            loops = per_rank_times(lambda: [run() for _ in range(spec.iters)], device, LOOP_ROUNDS)
-            per_rank = [[ms / spec.iters for ms in rank_times] for rank_times in loops]
+        if spec.timing == "loop":
+            per_rank = per_rank_loop_times(run, device, spec.iters, LOOP_ROUNDS)
         else:
             per_rank = per_rank_times(run, device, spec.iters)
     s = summarize(slowest(per_rank))

@@ -32,7 +32,7 @@ from trainperf.distributed.grad_sync import (
     bucket_sizes_bytes,
 )
 from trainperf.distributed.sharded_optim import ShardedOptimizer, optimizer_state_bytes
-from trainperf.distributed.timing import per_rank_times, slowest
+from trainperf.distributed.timing import per_rank_loop_times, per_rank_times, slowest
 from trainperf.models.lm import LMConfig, TransformerLM, lm_loss
 from trainperf.models.presets import PRESETS, get_preset
 from trainperf.workloads.precision import autocast
@@ -169,7 +169,8 @@ def _comm_sizes(spec: DDPSpec, model: nn.Module) -> list[int]:
 
 
 def _comm_alone_ms(spec: DDPSpec, sizes: list[int], device: torch.device) -> float:
-    """The variant's collectives on gradient-sized buffers, with no compute around them."""
+    """The variant's collectives on gradient-sized buffers, with no compute around them, timed as
+    `trainperf comm` times them (back-to-back calls, the slowest rank's)."""
     bufs = [torch.ones(n // 4, device=device) for n in sizes]
     world = dist.get_world_size()
 
@@ -183,7 +184,9 @@ def _comm_alone_ms(spec: DDPSpec, sizes: list[int], device: torch.device) -> flo
             else:
                 dist.all_reduce(b)
 
-    return _slowest(run, device, 2, 5)["median"]
+    for _ in range(2):
+        run()
+    return summarize(slowest(per_rank_loop_times(run, device, calls=5, rounds=3)))["median"]
 
 
 def _release(device: torch.device) -> float:
