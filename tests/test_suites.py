@@ -102,3 +102,18 @@ def test_suite_list_names_every_suite_and_its_commands():
     for suite in SUITES.values():
         assert suite.name in res.output
         assert all(f"trainperf {' '.join(p.command)}" in res.output for p in suite.parts)
+
+
+def test_ctrl_c_inside_a_part_stops_the_suite_with_exit_130(tmp_path, monkeypatch):
+    monkeypatch.setattr("trainperf.suites.runner.invoke", lambda argv: 130)
+    res = runner.invoke(app, ["suite", "run", "step-sizes", "--results", str(tmp_path / "r"),
+                              "--db", str(tmp_path / "r.db")])
+    assert res.exit_code == 130 and "run the same command again to resume" in res.output
+    assert not list((tmp_path / "r").glob("*/*/suite.json"))  # no report of a run that did not finish
+
+
+def test_a_part_that_fails_stops_the_suite_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setattr("trainperf.suites.runner.invoke", lambda argv: 1)
+    res = runner.invoke(app, ["suite", "run", "step-sizes", "--results", str(tmp_path / "r"),
+                              "--db", str(tmp_path / "r.db")])
+    assert res.exit_code == 2 and "suite step-sizes, part step" in res.output and "exit code 1" in res.output

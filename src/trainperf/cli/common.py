@@ -95,7 +95,7 @@ def cli_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             fail(f"{exc.filename}: {exc.strerror or exc}")
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/yellow]: every finished case is in the store; "
-                              "run the same command again to resume.")
+                              "run the same command again to resume.", soft_wrap=True)
             raise typer.Exit(130) from None
     return wrapper
 

@@ -15,6 +15,8 @@ from trainperf.core import env as envmod
 from trainperf.core.errors import SpecError
 from trainperf.suites.catalog import SUITES, Suite
 
+INTERRUPTED = 130  # the exit code of a command stopped with Ctrl-C
+
 
 class SuiteError(SpecError):
     """A part of a suite did not run (bad input or a command that stopped)."""
@@ -83,6 +85,8 @@ def run_suite(suite: Suite, results: Path, db: Path, rerun: bool = False, quiet:
         flags = ["--out", str(folder / part.name), "--db", str(db), *(["--rerun"] if rerun else []),
                  *(["--quiet"] if quiet else [])]
         code = invoke([*argv, *flags])
+        if code == INTERRUPTED:  # Ctrl-C inside a part: the suite stops the same way
+            raise KeyboardInterrupt
         if code:
             raise SuiteError(f"suite {suite.name}, part {part.name}: `{line}` stopped with exit code {code}")
         parts.append({"name": part.name, "command": line})
