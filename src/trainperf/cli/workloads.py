@@ -239,7 +239,14 @@ def kernels(
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Time each fused kernel against its PyTorch reference, the compiled reference and the stock op."""
-    from trainperf.workloads.kernels import KERNELS, MODES, KernelSpec, measure_kernel, validate
+    from trainperf.workloads.kernels import (
+        KERNELS,
+        MODES,
+        KernelSpec,
+        measure_kernel,
+        parts_and_impls,
+        validate,
+    )
 
     dev = device_or_fail(device)
     gpu = dev.type == "cuda"
@@ -266,7 +273,8 @@ def kernels(
         return
     from trainperf.core.plots import grouped_bars
 
-    df = df.assign(part=df.kernel.str.split("-").str[0], impl=df.kernel.str.split("-", n=1).str[1])
+    part, impl = parts_and_impls(df.kernel)
+    df = df.assign(part=part, impl=impl)
     for (mode, dt), group in df.groupby(["mode", "dtype"]):
         path = out / f"kernels_{mode}_{dt}.png"
         grouped_bars(group, "part", "impl", "time_ms_median", path, "median ms per call (lower is better)",
@@ -412,17 +420,16 @@ def parity(
         parity_table,
         validate,
     )
+    from trainperf.workloads.llama_sdpa import RECIPES
 
     dev = device_or_fail(device)
     gpu = dev.type == "cuda"
-    defaults = ({"recipe": "stock,compile,liger,liger-compile,fast,fp8", "model": "llama-3.2-1b", "layers": 4,
+    defaults = ({"recipe": ",".join(RECIPES), "model": "llama-3.2-1b", "layers": 4,
                  "batch": 8, "seq": 1024, "train_steps": 200, "lr": 3e-4, "sdpa_backend": "CUDNN_ATTENTION"}
                 if gpu else {"recipe": "stock,fast", "model": "tiny", "batch": 4, "seq": 64,
                              "train_steps": 30, "lr": 3e-3, "sdpa_backend": "MATH"})
     opts = with_defaults(defaults, recipe=recipe, model=model, layers=layers, batch=batch, seq=seq,
                          train_steps=train_steps, lr=lr, sdpa_backend=sdpa_backend)
-    from trainperf.workloads.llama_sdpa import RECIPES
-
     recipes = parse_list(opts.pop("recipe"), str, "--recipe", RECIPES)
     recipes = ["stock", *[r for r in recipes if r != "stock"]]
     dtype = parse_one(dtype, str, "--dtype", DTYPE_CHOICES, DTYPE_ALIASES)

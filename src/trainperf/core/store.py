@@ -18,7 +18,7 @@ import pandas as pd
 
 from trainperf.core.errors import SpecError
 from trainperf.core.legacy import upgrade_spec
-from trainperf.core.record import Record
+from trainperf.core.record import Record, case_key_for
 
 DEFAULT_DB = "trainperf.db"
 RESUMABLE_STATUSES = ("ok", "oom", "unsupported")  # 'error' cases are retried on a rerun
@@ -181,9 +181,9 @@ def _upgrade_records(con: sqlite3.Connection) -> None:
         old = json.loads(spec)
         new = upgrade_spec(workload, old)
         if new != old:
-            record = Record(workload=workload, spec=new, status="ok", env=json.loads(env))
             con.execute("UPDATE records SET spec=?, case_key=? WHERE id=?",
-                        (json.dumps(new, sort_keys=True, default=str), record.key, row_id))
+                        (json.dumps(new, sort_keys=True, default=str),
+                         case_key_for(workload, new, json.loads(env)), row_id))
     con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
 

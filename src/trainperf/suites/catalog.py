@@ -104,7 +104,7 @@ def peers_headline(parts: dict[str, Path]) -> pd.DataFrame:
     table["cell"] = _cell(table, "mean_s") + table.peak_mem_gb.map(
         lambda g: f" ({g:.1f} GB)" if pd.notna(g) else "")
     out = table.pivot_table(index="recipe", columns="case", values="cell", aggfunc="first", sort=False)
-    losses = _read(parts.get("parity", Path("-")), "parity_losses.csv")
+    losses = _read(parts["parity"], "parity_losses.csv") if "parity" in parts else pd.DataFrame()
     if not losses.empty:
         from trainperf.workloads.parity import parity_table
 
@@ -122,7 +122,9 @@ def kernels_headline(parts: dict[str, Path]) -> pd.DataFrame:
     df = _read(parts["kernels"], "kernels.csv")
     if df.empty:
         return df
-    df["part"], df["impl"] = df.kernel.str.split("-").str[0], df.kernel.str.split("-", n=1).str[1]
+    from trainperf.workloads.kernels import parts_and_impls
+
+    df["part"], df["impl"] = parts_and_impls(df.kernel)
     ref = df[df.impl == "torch"].set_index("part")["time_ms_median"]
     speedup = df.part.map(ref) / df.time_ms_median
     df["cell"] = _cell(df, "time_ms_median") + speedup.map(lambda x: f" ({x:.2f}x)" if pd.notna(x) else "")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +89,7 @@ def latest_folders(results: Path) -> list[Path]:
     latest: dict[tuple[str, str], Path] = {}
     for folder in sorted(results.glob("*/*/suite.json")):
         folder = folder.parent
-        kind = folder.name[:-11] if len(folder.name) > 11 else folder.name
-        key = (folder.parent.name, kind)
+        key = (folder.parent.name, re.sub(r"-\d{4}-\d{2}-\d{2}$", "", folder.name))
         if key not in latest or folder.name > latest[key].name:
             latest[key] = folder
     order = {name: i for i, name in enumerate(SUITES)}

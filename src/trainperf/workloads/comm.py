@@ -24,7 +24,7 @@ from trainperf.core.gpu_monitor import GpuMonitor
 from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
 from trainperf.core.timing import synchronize
-from trainperf.distributed.timing import per_rank_loop_times, per_rank_times, slowest
+from trainperf.distributed.timing import per_rank_loop_times, slowest
 from trainperf.workloads.precision import DTYPES
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
@@ -155,10 +155,8 @@ def measure_comm(spec: CommSpec, rank: int, world: int, device: torch.device) ->
         run()
     synchronize(device)
     with GpuMonitor(device) as monitor:
-        if spec.timing == "loop":
-            per_rank = per_rank_loop_times(run, device, spec.iters, LOOP_ROUNDS)
-        else:
-            per_rank = per_rank_times(run, device, spec.iters)
+        calls, rounds = (spec.iters, LOOP_ROUNDS) if spec.timing == "loop" else (1, spec.iters)
+        per_rank = per_rank_loop_times(run, device, calls, rounds)
     s = summarize(slowest(per_rank))
     rank_medians = [summarize(t)["median"] for t in per_rank]
     seconds = s["median"] / 1e3

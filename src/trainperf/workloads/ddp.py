@@ -32,7 +32,7 @@ from trainperf.distributed.grad_sync import (
     bucket_sizes_bytes,
 )
 from trainperf.distributed.sharded_optim import ShardedOptimizer, optimizer_state_bytes
-from trainperf.distributed.timing import per_rank_loop_times, per_rank_times, slowest
+from trainperf.distributed.timing import per_rank_loop_times, slowest
 from trainperf.models.lm import LMConfig, TransformerLM, lm_loss
 from trainperf.models.presets import PRESETS, get_preset
 from trainperf.workloads.precision import autocast
@@ -151,11 +151,12 @@ class DataParallelStep:
         return optimizer_state_bytes(self.opt)
 
 
-def _slowest(fn, device: torch.device, warmup: int, steps: int) -> dict[str, float]:
-    """Statistics over steps of the slowest rank's time in ms (ranks start each step together)."""
+def _slowest(fn, device: torch.device, warmup: int, steps: int, calls: int = 1) -> dict[str, float]:
+    """Statistics over steps of the slowest rank's time in ms per call (ranks start each step
+    together; a step is `calls` calls back to back)."""
     for _ in range(warmup):
         fn()
-    return summarize(slowest(per_rank_times(fn, device, steps)))
+    return summarize(slowest(per_rank_loop_times(fn, device, calls, steps)))
 
 
 def _comm_sizes(spec: DDPSpec, model: nn.Module) -> list[int]:
@@ -184,9 +185,7 @@ def _comm_alone_ms(spec: DDPSpec, sizes: list[int], device: torch.device) -> flo
             else:
                 dist.all_reduce(b)
 
-    for _ in range(2):
-        run()
-    return summarize(slowest(per_rank_loop_times(run, device, calls=5, rounds=3)))["median"]
+    return _slowest(run, device, warmup=2, steps=3, calls=5)["median"]
 
 
 def _release(device: torch.device) -> float:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
 
@@ -32,6 +33,12 @@ HEAD_DIM = 64  # rope rotates heads of this size; d_model / HEAD_DIM heads
 # Elements of one [tokens, d_model] tensor each pass must read or write at least, per part:
 # forward, then forward + backward (the backward reads the inputs again and the output's gradient).
 TRAFFIC = {"norm": (2, 5), "rope": (2, 4), "swiglu": (3, 8)}
+
+
+def parts_and_impls(kernels: pd.Series) -> tuple[pd.Series, pd.Series]:
+    """'norm-triton' -> ('norm', 'triton'), for a column of kernel names."""
+    split = kernels.str.split("-", n=1)
+    return split.str[0], split.str[1]
 
 
 @dataclass(frozen=True)
