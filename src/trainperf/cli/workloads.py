@@ -412,6 +412,7 @@ def parity(
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Loss curves of training recipes from the same weights and batches, beside stock's."""
+    from trainperf.workloads.llama_sdpa import RECIPES
     from trainperf.workloads.parity import (
         TOLERANCE,
         ParitySpec,
@@ -420,7 +421,6 @@ def parity(
         parity_table,
         validate,
     )
-    from trainperf.workloads.llama_sdpa import RECIPES
 
     dev = device_or_fail(device)
     gpu = dev.type == "cuda"
