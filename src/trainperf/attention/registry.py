@@ -66,6 +66,11 @@ def _triton_fa2(atomic_dq: bool = False) -> AttentionFn:
     return partial(flash_attention_triton, atomic_dq=True) if atomic_dq else flash_attention_triton
 
 
+def _cudnn_fe() -> AttentionFn:
+    from trainperf.attention.cudnn_fe import cudnn_attention
+    return cudnn_attention
+
+
 _FACTORIES: dict[str, Callable[[], AttentionFn]] = {
     "naive": lambda: naive_attention,
     "naive-compiled": _compiled_naive,
@@ -74,6 +79,7 @@ _FACTORIES: dict[str, Callable[[], AttentionFn]] = {
     "torch-fa2": _torch_fa2,
     "triton-fa2": _triton_fa2,
     "triton-fa2-atomic": lambda: _triton_fa2(atomic_dq=True),
+    "cudnn-fe": _cudnn_fe,
 }
 
 NAMES = tuple(_FACTORIES)
@@ -86,6 +92,9 @@ def get_attention(name: str, device: torch.device | None = None) -> AttentionFn:
         raise ValueError(f"unknown attention {name!r}; valid choices: {', '.join(NAMES)}")
     if device is not None and device.type != "cuda" and name in GPU_ONLY:
         raise Unsupported(f"{name} needs a CUDA GPU")
+    if name == "cudnn-fe" and device is not None:
+        from trainperf.kernels.cudnn_graphs import require_cudnn
+        require_cudnn(device, name)
     if name.startswith("triton-") and device is not None:
         from trainperf.kernels import require_triton
         require_triton(device, name)

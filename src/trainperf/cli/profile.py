@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -142,38 +143,53 @@ def profile_step(
                       as_json)
 
 
+def _llama_spec(dev, batch_seq: str | None, sdpa_backend: str | None, model: str | None, dtype: str,
+                swaps: dict[str, str], **kw: Any):
+    """A validated Llama spec for one profile: llama-3.2-1b 1x4096 cuDNN on a GPU, tiny on the CPU."""
+    from trainperf.workloads.llama_sdpa import LlamaSpec, validate
+
+    gpu = dev.type == "cuda"
+    b, n = parse_one(("1x4096" if gpu else "1x64") if batch_seq is None else batch_seq, batch_seq_pair,
+                     "--batch-seq")
+    opts = with_defaults({"sdpa_backend": "CUDNN_ATTENTION", "model": "llama-3.2-1b"} if gpu else
+                         {"sdpa_backend": "MATH", "model": "tiny"}, sdpa_backend=sdpa_backend, model=model)
+    spec = LlamaSpec(batch=b, seq=n, dtype=parse_one(dtype, str, "--dtype", DTYPE_CHOICES, DTYPE_ALIASES),
+                     device=dev.type, **opts, **swaps, **kw)
+    validate(spec)
+    return spec
+
+
+LlamaBatchSeqOpt = option("--batch-seq", None, "One pair; default 1x4096 on a GPU, 1x64 on the CPU.")
+LlamaBackendOpt = option("--sdpa-backend", None, "One; default CUDNN_ATTENTION on a GPU, MATH on the CPU.")
+LlamaModelOpt = option("--model", None, "Here a Llama preset (llama-3.2-1b, llama-3.1-8b, tiny), a "
+                                        "config.json or model folder, or a hub id (default llama-3.2-1b "
+                                        "on a GPU, tiny on the CPU).")
+WeightsDtypeOpt = option("--dtype", "bf16", "The weights' own (no autocast).")
+
+
 @profile_app.command("llama", cls=RenamedFlags)
 @cli_errors
 def profile_llama(
-    batch_seq: str = option("--batch-seq", None, "One pair; default 1x4096 on a GPU, 1x64 on the CPU."),
-    sdpa_backend: str = option("--sdpa-backend", None, "One; default CUDNN_ATTENTION on a GPU, MATH "
-                                                       "on the CPU."),
-    dtype: str = option("--dtype", "bf16", "The weights' own (no autocast)."),
-    layers: int = option("--layers", None),
-    model: str = option("--model", None, "Here a Llama preset, a config.json or model folder, or a hub "
-                                         "id (default llama-3.2-1b on a GPU, tiny on the CPU)."),
+    batch_seq: str = LlamaBatchSeqOpt, sdpa_backend: str = LlamaBackendOpt, dtype: str = WeightsDtypeOpt,
+    layers: int = option("--layers", None), model: str = LlamaModelOpt,
     norm: str = NormOpt, swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt,
     kv_heads: str = KvHeadsOpt,
     compile: str = option("--compile", "off"),
     fast: bool = option("--fast", False, "Every setting of `trainperf llama --fast`."),
+    optimizer: str = option("--optimizer", "sgd", "none profiles forward and backward only."),
+    forward_only: bool = option("--forward-only", False),
     iters: int = ProfItersOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
     ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
 ) -> None:
-    """Breakdown of a Hugging Face Llama training iteration by module range."""
-    from trainperf.workloads.llama_sdpa import FAST, LlamaSpec, LlamaStep, choose_kv_mode, validate
+    """Breakdown of a Hugging Face Llama training iteration (or its forward pass) by module range."""
+    from trainperf.workloads.llama_sdpa import FAST, LlamaStep, choose_kv_mode
 
     dev = device_or_fail(device)
-    gpu = dev.type == "cuda"
-    b, n = parse_one(("1x4096" if gpu else "1x64") if batch_seq is None else batch_seq, batch_seq_pair,
-                     "--batch-seq")
     swaps = {**(FAST if fast else {"norm": norm, "swiglu": swiglu, "rope": rope, "loss": loss,
                                    "compile": compile}), "kv_heads": kv_heads}
-    opts = with_defaults({"sdpa_backend": "CUDNN_ATTENTION", "model": "llama-3.2-1b"} if gpu else
-                         {"sdpa_backend": "MATH", "model": "tiny"}, sdpa_backend=sdpa_backend, model=model)
-    spec = LlamaSpec(batch=b, seq=n, dtype=parse_one(dtype, str, "--dtype", DTYPE_CHOICES, DTYPE_ALIASES),
-                     layers=layers, device=dev.type, **opts, **swaps)
-    validate(spec)
-    name = f"llama_{spec.sdpa_backend.lower()}_{b}x{n}{_swap_suffix(swaps)}"
+    spec = _llama_spec(dev, batch_seq, sdpa_backend, model, dtype, swaps, layers=layers, optimizer=optimizer)
+    name = (f"llama_{spec.sdpa_backend.lower()}_{spec.batch}x{spec.seq}{_swap_suffix(swaps)}"
+            f"{'_forward' if forward_only else ''}")
     if nsys:
         return _nsys_line(_argv_without("--nsys"), name)
     step = LlamaStep(spec, dev)
@@ -181,7 +197,59 @@ def profile_llama(
     # a whole-model compile traces every module: range hooks there would be compiled in (and
     # recompile it), so that profile has phase ranges only; per-layer compile keeps the rest
     ranged = None if spec.compile == "on" else step.model
-    _profile_and_show(name, step, ranged, dev, iters, ranges_only, out, {"spec": spec.__dict__}, as_json)
+    run = step.forward_pass if forward_only else step
+    _profile_and_show(name, run, ranged, dev, iters, ranges_only, out, {"spec": spec.__dict__}, as_json)
+
+
+@app.command("cudnn-study", cls=RenamedFlags)
+@cli_errors
+def cudnn_study(
+    model: str = option("--model", None, "Here a Llama preset, config.json or folder, or hub id (default "
+                                         "llama-3.1-8b on a GPU, tiny on the CPU)."),
+    batch_seq: str = option("--batch-seq", None, "One pair; default 1x1024 on a GPU, 1x64 on the CPU."),
+    layers: int = option("--layers", None), dtype: str = WeightsDtypeOpt,
+    phase: str = option("--phase", "forward,step", "Comma list: forward (the study's), step (forward, "
+                                                   "backward, SGD)."),
+    iters: int = ProfItersOpt, out: Path = ProfOut, device: str = DeviceOpt,
+) -> None:
+    """NVIDIA's PyTorch-vs-cuDNN Llama study here: PyTorch modules vs cuDNN-frontend graphs (RMSNorm,
+    attention), profiled by module range and compared."""
+    from rich.markup import escape
+
+    from trainperf.core.errors import Unsupported
+    from trainperf.core.spec import parse_list
+    from trainperf.profiling.cudnn_study import profile_side, side_spec, study_table
+    from trainperf.profiling.session import save_breakdown
+
+    dev = device_or_fail(device)
+    gpu = dev.type == "cuda"
+    phases = parse_list(phase, str, "--phase", ("forward", "step"))
+    if iters < 1:
+        raise SpecError(f"--iters must be positive, got {iters}")
+    base = _llama_spec(dev, batch_seq or ("1x1024" if gpu else None), None,
+                       model or ("llama-3.1-8b" if gpu else None), dtype, {}, layers=layers)
+    check_out_dir(out)
+    meta = {"env": envmod.capture(dev)}
+    for ph in phases:
+        sides = {}
+        for side in ("pytorch", "cudnn"):
+            spec = side_spec(base, side)
+            if side == "pytorch" and not gpu:
+                spec = replace(spec, sdpa_backend="MATH")  # PyTorch's cuDNN SDPA needs a GPU
+            try:
+                sides[side] = profile_side(spec, dev, forward_only=ph == "forward", iters=iters)
+            except Unsupported as exc:
+                err_console.print(f"[yellow]{side} side unsupported:[/yellow] {escape(str(exc))}")
+                continue
+            save_breakdown(sides[side], out / f"cudnn_study_{ph}_{side}", {**meta, "spec": spec.__dict__})
+        if len(sides) < 2:
+            continue
+        table = study_table(sides["pytorch"], sides["cudnn"], study_rows_only=ph == "forward")
+        title = f"{base.model} {base.batch}x{base.seq} {ph}: PyTorch modules vs cuDNN graphs"
+        console.print(frame_table(table, title=title))
+        csv = out / f"cudnn_study_{ph}.csv"
+        study_table(sides["pytorch"], sides["cudnn"], study_rows_only=False).to_csv(csv, index=False)
+        err_console.print(f"wrote {csv} and the breakdowns of both sides")
 
 
 @profile_app.command("attention", cls=RenamedFlags)
@@ -298,7 +366,34 @@ def memory_step(
     case = StepCase(spec)
     name = f"step_{spec.model}_seq{spec.seq}_{spec.dtype}_{phase}"
     until = "forward" if phase == "forward" else None
-    rep = memory_profile(case.run, case.model, dev, out, name, until=until)
+    _show_memory(memory_profile(case.run, case.model, dev, out, name, until=until), name)
+
+
+
+@memory_app.command("llama", cls=RenamedFlags)
+@cli_errors
+def memory_llama(
+    batch_seq: str = LlamaBatchSeqOpt, sdpa_backend: str = LlamaBackendOpt, dtype: str = WeightsDtypeOpt,
+    layers: int = option("--layers", None), model: str = LlamaModelOpt,
+    norm: str = NormOpt, swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt,
+    optimizer: str = option("--optimizer", "sgd"), out: Path = ProfOut, device: str = DeviceOpt,
+) -> None:
+    """Memory profile of a Hugging Face Llama training iteration: peaks per phase, allocations."""
+    from trainperf.profiling.memory import memory_profile
+    from trainperf.workloads.llama_sdpa import LlamaStep, choose_kv_mode
+
+    dev = device_or_fail(device)
+    spec = _llama_spec(dev, batch_seq, sdpa_backend, model, dtype,
+                       {"norm": norm, "swiglu": swiglu, "rope": rope, "loss": loss}, layers=layers,
+                       optimizer=optimizer)
+    check_out_dir(out)
+    step = LlamaStep(spec, dev)
+    choose_kv_mode(step, spec.sdpa_backend, spec.kv_heads)
+    name = f"llama_{spec.model}_{spec.batch}x{spec.seq}_{spec.dtype}"
+    _show_memory(memory_profile(step, step.model, dev, out, name), name)
+
+
+def _show_memory(rep, name: str) -> None:  # noqa: ANN001
     console.print(frame_table(rep.phases, title=f"memory per phase: {name}"))
     console.print(frame_table(rep.largest, title="largest allocations (innermost module range)"))
     for note in rep.notes:

@@ -42,7 +42,7 @@ GLOSSARY: dict[str, str] = {
     "--causal": "Causal masking: on, off.",
     "--peak-tflops": "Peak TFLOP/s that MFU divides by (default: the known-GPU table).",
     "--sdpa-backend": "PyTorch SDPA backend(s): CUDNN_ATTENTION, EFFICIENT_ATTENTION, "
-                      "FLASH_ATTENTION, MATH.",
+                      "FLASH_ATTENTION, MATH; or CUDNN_FE, cuDNN-frontend graphs without PyTorch's SDPA.",
     "--baseline": "The SDPA backend that speed-ups are relative to.",
     "--optimizer": "Optimizer: adamw, sgd, none.",
     "--inputs": "What the model is fed: embeds (random input embeddings), ids (token ids).",
@@ -64,6 +64,7 @@ GLOSSARY: dict[str, str] = {
     "--bucket-mb": "Gradient bucket sizes in MB (bucketed and ddp variants).",
     "--shard-optimizer": "ZeRO-1 sharded optimizer state: off, on.",
     "--phase": "How far a step runs: forward (activations only), step (forward, backward, optimizer).",
+    "--forward-only": "Profile the forward pass and the loss alone (no backward, no optimizer).",
     "--nsys": "Print the nsys command line for this profile and exit.",
     "--ranges-only": "Run with NVTX ranges and no profiler (for running under nsys).",
     "--out": "Folder for plots, CSV and JSON files.",

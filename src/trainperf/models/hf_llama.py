@@ -1,7 +1,8 @@
 """Random-init Hugging Face Llama models from a local config, with SDPA pinned to one backend.
 
-No token and no network: configs ship with trainperf (`llama-3.2-1b`, `tiny`); `--model` also takes
-a local config.json or model folder, and a hub id is only used when the user names one.
+No token and no network: configs ship with trainperf (`llama-3.2-1b`, `llama-3.1-8b`, `tiny`);
+`--model` also takes a local config.json or model folder, and a hub id is only used when the user
+names one.
 
 Attention goes through trainperf's own entry in transformers' AttentionInterface: it calls
 transformers' SDPA path inside `sdpa_kernel(backend)`, so the chosen backend runs or raises —
@@ -20,16 +21,22 @@ import torch
 
 from trainperf.models.lm import IMPLS
 from trainperf.models.norms import NORMS
+from trainperf.profiling.ranges import in_sub_range
 
 CONFIG_DIR = Path(__file__).parent / "configs"
-PRESETS = {"llama-3.2-1b": CONFIG_DIR / "llama-3.2-1b.json", "tiny": CONFIG_DIR / "llama-tiny.json"}
-BACKENDS = ("CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "FLASH_ATTENTION", "MATH")
+PRESETS = {"llama-3.2-1b": CONFIG_DIR / "llama-3.2-1b.json", "llama-3.1-8b": CONFIG_DIR / "llama-3.1-8b.json",
+           "tiny": CONFIG_DIR / "llama-tiny.json"}
+BACKENDS = ("CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "FLASH_ATTENTION", "MATH", "CUDNN_FE")
+# Beside PyTorch's SDPA backends, trainperf's own attention called directly: CUDNN_FE is the
+# cuDNN frontend's SDPA graphs without PyTorch's dispatch (attention/cudnn_fe.py).
+OWN_BACKENDS = {"CUDNN_FE": "cudnn-fe"}
 # The aten op that each backend dispatches to; what the profiler shows when it really ran.
 BACKEND_OPS = {
     "CUDNN_ATTENTION": "aten::_scaled_dot_product_cudnn_attention",
     "EFFICIENT_ATTENTION": "aten::_scaled_dot_product_efficient_attention",
     "FLASH_ATTENTION": "aten::_scaled_dot_product_flash_attention",
     "MATH": "aten::_scaled_dot_product_attention_math",
+    "CUDNN_FE": "trainperf::cudnn_sdpa",
 }
 
 
@@ -77,24 +84,45 @@ def attention_name(backend: str, expand_kv: bool) -> str:
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
     name = f"trainperf_{backend.lower()}_{'expanded' if expand_kv else 'native'}"
-    sdp_backend = getattr(SDPBackend, backend)
 
-    def attention(module, query, key, value, attention_mask, **kwargs):  # noqa: ANN001, ANN202
+    def pinned(module, query, key, value, attention_mask, **kwargs):  # noqa: ANN001, ANN202
         groups = getattr(module, "num_key_value_groups", 1)
         if expand_kv and groups > 1:
             key, value = repeat_kv(key, groups), repeat_kv(value, groups)
-        with sdpa_kernel(sdp_backend):
+        if backend in OWN_BACKENDS:
+            return _own_attention(OWN_BACKENDS[backend], query, key, value, attention_mask, **kwargs)
+        with sdpa_kernel(getattr(SDPBackend, backend)):
             return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    def attention(module, *args, **kwargs):  # noqa: ANN001, ANN202
+        # its profiling range: the study's name for grouped-query attention, else trainperf LM's
+        leaf = "gqa" if getattr(module, "num_key_value_groups", 1) > 1 else "sdpa"
+        return in_sub_range(leaf, pinned, module, *args, **kwargs)
 
     AttentionInterface.register(name, attention)
     AttentionMaskInterface.register(name, sdpa_mask)
     return name
 
 
+def _own_attention(impl: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                   attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
+                   **_: object) -> tuple[torch.Tensor, None]:
+    """transformers' attention contract (output [batch, seq, heads, dim]) over one of trainperf's
+    causal attention implementations, which take no padding mask and no dropout."""
+    from trainperf.attention.registry import get_attention
+    from trainperf.core.errors import Unsupported
+
+    if attention_mask is not None or dropout:
+        raise Unsupported(f"{impl} takes causal attention without a padding mask or dropout")
+    out = get_attention(impl, query.device)(query, key, value, causal=query.shape[2] > 1, scale=scaling)
+    return out.transpose(1, 2).contiguous(), None
+
+
 def build_model(cfg, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
     """A randomly initialised causal LM for `cfg` on `device`, in `dtype`, in train mode."""
     from transformers import AutoModelForCausalLM
 
+    _install_rope_dispatch()  # RoPE gets its own profiling range (fwd.layer.attn.attn.rope)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(cfg)
     return model.to(dtype).train()
@@ -157,7 +185,8 @@ def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torc
 
 # transformers' Llama calls the module-level apply_rotary_pos_emb; it is replaced once by a
 # dispatcher that takes the Triton path only while a model swapped with rope=triton runs forward
-# (the flag below), so other models in the process keep the stock function.
+# (the flag below), so other models in the process keep the stock function. Either path runs in
+# its own profiling range.
 _TRITON_ROPE: contextvars.ContextVar[bool] = contextvars.ContextVar("trainperf_triton_rope", default=False)
 
 
@@ -168,14 +197,17 @@ def _install_rope_dispatch() -> None:
     if getattr(stock, "trainperf_dispatch", False):
         return
 
-    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):  # noqa: ANN001, ANN202
-        if not (_TRITON_ROPE.get() and unsqueeze_dim == 1):
-            return stock(q, k, cos, sin, unsqueeze_dim)
+    def triton(q, k, cos, sin):  # noqa: ANN001, ANN202
         from trainperf.kernels import require_triton
 
         require_triton(q.device, "--rope triton")
         from trainperf.kernels.rope import rope_triton_hf
         return rope_triton_hf(q, cos, sin), rope_triton_hf(k, cos, sin)
+
+    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):  # noqa: ANN001, ANN202
+        if _TRITON_ROPE.get() and unsqueeze_dim == 1:
+            return in_sub_range("rope", triton, q, k, cos, sin)
+        return in_sub_range("rope", stock, q, k, cos, sin, unsqueeze_dim)
 
     apply_rotary_pos_emb.trainperf_dispatch = True
     modeling_llama.apply_rotary_pos_emb = apply_rotary_pos_emb

@@ -43,18 +43,15 @@ class TritonRMSNorm(RMSNorm):
 
 
 class CudnnRMSNorm(RMSNorm):
-    """RMSNorm through the cuDNN frontend: reported as unsupported until it is measured."""
+    """RMSNorm as cuDNN-frontend graphs (one kernel forward, one backward), the study's swap."""
 
-    def __init__(self, dim: int, eps: float = 1e-6) -> None:
-        super().__init__(dim, eps)
-        from importlib.util import find_spec
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from trainperf.kernels.cudnn_graphs import require_cudnn
 
-        from trainperf.core.errors import Unsupported
+        require_cudnn(x.device, "--norm cudnn")
+        from trainperf.kernels.cudnn_rmsnorm import rmsnorm_cudnn
 
-        if find_spec("cudnn") is None:
-            raise Unsupported("--norm cudnn needs the optional package nvidia-cudnn-frontend "
-                              "(pip install nvidia-cudnn-frontend)")
-        raise Unsupported("--norm cudnn: trainperf's cuDNN-frontend RMSNorm graph is not implemented yet")
+        return rmsnorm_cudnn(x, self.weight, self.eps)
 
 
 NORMS: dict[str, Callable[[int], nn.Module]] = {"torch": RMSNorm, "fused": FusedRMSNorm,

@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -21,14 +22,21 @@ from torch import nn
 # whichever thread launched them (autograd launches backward kernels from its own thread).
 PHASE_RANGES = {"forward": "fwd", "backward": "bwd", "optimizer": "optimizer", "step": "step",
                 "forward-backward": "fwd+bwd"}
+T = TypeVar("T")
 _BLOCK_LISTS = {"layers", "h", "blocks", "layer"}
+# A Hugging Face Llama's modules under the names of trainperf's LM and of NVIDIA's cuDNN study
+# (model.layers.N.input_layernorm → fwd.layer.attn.prenorm), so their profiles line up.
+HF_NAMES = {"self_attn": "attn.attn", "input_layernorm": "attn.prenorm",
+            "post_attention_layernorm": "mlp.prenorm", "mlp": "mlp.mlp", "norm": "output_norm",
+            "embed_tokens": "embed"}
 
 
 def range_name(module_path: str, root: str = "fwd") -> str:
-    """'layers.3.attn.qkv_proj' → 'fwd.layer.attn.qkv_proj' (HF's leading 'model.' is dropped)."""
+    """'layers.3.attn.qkv_proj' → 'fwd.layer.attn.qkv_proj'; a Hugging Face model's 'model.' is
+    dropped and its module names become HF_NAMES' ('model.layers.3.self_attn' → 'fwd.layer.attn.attn')."""
     parts = [p for p in module_path.split(".") if p and not re.fullmatch(r"\d+", p)]
     if parts[:1] == ["model"]:
-        parts = parts[1:]
+        parts = [HF_NAMES.get(p, p) for p in parts[1:]]
     return ".".join([root] + ["layer" if p in _BLOCK_LISTS else p for p in parts])
 
 
@@ -36,6 +44,7 @@ class _Range:
     """One open range: the NVTX push and the profiler's record_function, closed together."""
 
     def __init__(self, name: str) -> None:
+        self.name = name
         self.nvtx = torch.cuda.is_available()
         self.rf = torch.autograd.profiler.record_function(name)
         if self.nvtx:
@@ -58,6 +67,29 @@ def phase_range(phase: str) -> Iterator[None]:
         r.close()
 
 
+# Each thread's open module ranges, innermost last: the backward's run on autograd's thread.
+_OPEN = threading.local()
+
+
+def _open_ranges() -> list[tuple[nn.Module, _Range]]:
+    if not hasattr(_OPEN, "ranges"):
+        _OPEN.ranges = []
+    return _OPEN.ranges
+
+
+def in_sub_range(leaf: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`fn(*args, **kwargs)` inside a range `<innermost open module range>.<leaf>`, for work inside
+    a module that is not a module itself (a functional attention or RoPE call). Just the call when
+    no module range is open on this thread, or while torch.compile traces it (no graph break)."""
+    if torch.compiler.is_compiling() or not _open_ranges():
+        return fn(*args, **kwargs)
+    r = _Range(f"{_open_ranges()[-1][1].name}.{leaf}")
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        r.close()
+
+
 @contextmanager
 def module_ranges(model: nn.Module, root: str = "fwd") -> Iterator[list[str]]:
     """Open a range around every submodule call of `model`, and around its backward
@@ -69,12 +101,7 @@ def module_ranges(model: nn.Module, root: str = "fwd") -> Iterator[list[str]]:
     into the compiled graph (recompiles, graph breaks), and Inductor's fused kernels cross
     submodule borders anyway; their kernels count in the enclosing range.
     """
-    local = threading.local()  # ranges nest per thread: the backward's run on autograd's thread
-
-    def stack() -> list[tuple[nn.Module, _Range]]:
-        if not hasattr(local, "open"):
-            local.open = []
-        return local.open
+    stack = _open_ranges
 
     def push(module: nn.Module, name: str) -> None:
         stack().append((module, _Range(name)))
@@ -97,6 +124,8 @@ def module_ranges(model: nn.Module, root: str = "fwd") -> Iterator[list[str]]:
         if not path or any(path == c or path.startswith(c + ".") for c in compiled):
             continue
         name, back = range_name(path, root), range_name(path, "bwd")
+        if name == root:  # a Hugging Face model's body (`model`): the phase range already holds it
+            continue
         names.append(name)
         handles += [module.register_forward_pre_hook(lambda m, _a, name=name: push(m, name)),
                     module.register_forward_hook(lambda m, _a, _o: pop(m)),

@@ -166,6 +166,17 @@ class LlamaStep:
 
     def __call__(self, phase: Phase = no_phase) -> torch.Tensor:
         """One iteration; `phase(name)` wraps forward, backward and optimizer."""
+        loss = self.forward_pass(phase)
+        self.model.zero_grad(set_to_none=True)
+        with phase("backward"):
+            loss.backward()
+        if self.opt is not None:
+            with phase("optimizer"):
+                self.opt.step()
+        return loss
+
+    def forward_pass(self, phase: Phase = no_phase) -> torch.Tensor:
+        """The training forward pass and the loss, without the backward."""
         with phase("forward"):
             if self.hidden_loss:
                 hidden = self.forward(**self.inputs).last_hidden_state
@@ -174,12 +185,6 @@ class LlamaStep:
             else:
                 logits = self.forward(**self.inputs).logits
                 loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), self.targets.reshape(-1))
-        self.model.zero_grad(set_to_none=True)
-        with phase("backward"):
-            loss.backward()
-        if self.opt is not None:
-            with phase("optimizer"):
-                self.opt.step()
         return loss
 
     def close(self) -> None:
@@ -218,7 +223,8 @@ def attention_ops_seen(step: LlamaStep) -> list[str]:
         step()
     return sorted({e.key for e in prof.key_averages() if e.key.startswith("aten::_scaled_dot_product")
                    or e.key.startswith("aten::_flash_attention") or e.key.startswith("aten::_efficient")
-                   or e.key.startswith("aten::_cudnn_attention")})
+                   or e.key.startswith("aten::_cudnn_attention")
+                   or e.key in hf_llama.BACKEND_OPS.values()})
 
 
 def measure_llama(spec: LlamaSpec) -> dict[str, Any]:
