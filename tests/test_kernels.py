@@ -119,12 +119,6 @@ def test_model_with_every_swap_matches_the_stock_model():
         assert rel_err(b, a) < 1e-4, name
 
 
-def test_cudnn_norm_is_an_unsupported_case_naming_the_package(monkeypatch):
-    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
-    with pytest.raises(Unsupported, match="nvidia-cudnn-frontend"):
-        make_norm("cudnn", 8)
-
-
 def test_triton_swaps_are_unsupported_on_a_cpu_without_the_interpreter(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     norm = make_norm("triton", 8)

@@ -127,7 +127,7 @@ def test_iteration_plot_has_one_series_per_backend(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--sdpa-backend", "TURBO"], "valid choices: CUDNN_ATTENTION"),
     (["--batch-seq", "1x0"], "cannot read '1x0'"),
-    (["--model", "llama-99b"], "not a preset (llama-3.2-1b, tiny)"),
+    (["--model", "llama-99b"], "not a preset (llama-3.2-1b, llama-3.1-8b, tiny)"),
     (["--model", "/nonexistent/config.json"], "an existing config.json or model folder"),
 ])
 def test_bad_llama_input(db, args, message):

@@ -22,7 +22,12 @@ EXPECTED = ["fwd.embed", "fwd.layer", "fwd.layer.attn", "fwd.layer.attn.prenorm"
 
 def test_range_names():
     assert range_name("layers.3.attn.qkv_proj") == "fwd.layer.attn.qkv_proj"
-    assert range_name("model.layers.11.self_attn.q_proj") == "fwd.layer.self_attn.q_proj"
+    # a Hugging Face Llama's modules under the names of trainperf's LM and NVIDIA's cuDNN study
+    assert range_name("model.layers.11.self_attn.q_proj") == "fwd.layer.attn.attn.q_proj"
+    assert range_name("model.layers.0.input_layernorm", "bwd") == "bwd.layer.attn.prenorm"
+    assert range_name("model.layers.0.post_attention_layernorm") == "fwd.layer.mlp.prenorm"
+    assert range_name("model.norm") == "fwd.output_norm"
+    assert range_name("layers.0.mlp") == "fwd.layer.mlp"  # trainperf's own LM keeps its names
     assert range_name("output_norm") == "fwd.output_norm"
 
 

@@ -226,8 +226,10 @@ def cudnn_study(
     phases = parse_list(phase, str, "--phase", ("forward", "step"))
     if iters < 1:
         raise SpecError(f"--iters must be positive, got {iters}")
-    base = _llama_spec(dev, batch_seq or ("1x1024" if gpu else None), None,
-                       model or ("llama-3.1-8b" if gpu else None), dtype, {}, layers=layers)
+    with_gpu_default = with_defaults({"batch_seq": "1x1024", "model": "llama-3.1-8b"} if gpu else {},
+                                     batch_seq=batch_seq, model=model)
+    base = _llama_spec(dev, with_gpu_default.get("batch_seq"), None, with_gpu_default.get("model"), dtype, {},
+                       layers=layers)
     check_out_dir(out)
     meta = {"env": envmod.capture(dev)}
     for ph in phases:

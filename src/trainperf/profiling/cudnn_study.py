@@ -50,9 +50,9 @@ def side_spec(base, side: str):  # noqa: ANN001, ANN201
 
 def study_table(pytorch: Breakdown, cudnn: Breakdown, study_rows_only: bool) -> pd.DataFrame:
     """range | calls | PyTorch kernels | PyTorch ms | cuDNN kernels | cuDNN ms | speed-up."""
-    table = compare_breakdowns(pytorch, cudnn).rename(columns={"A kernels": "PyTorch kernels",
-                                                               "A ms": "PyTorch ms", "B kernels": "cuDNN kernels",
-                                                               "B ms": "cuDNN ms"})
+    names = {"A kernels": "PyTorch kernels", "A ms": "PyTorch ms", "B kernels": "cuDNN kernels",
+             "B ms": "cuDNN ms"}
+    table = compare_breakdowns(pytorch, cudnn).rename(columns=names)
     if study_rows_only:
         table = table[table["range"].isin(STUDY_RANGES)]
     return table.reset_index(drop=True)
