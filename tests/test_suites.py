@@ -41,7 +41,14 @@ def test_every_suite_runs_in_its_tiny_form(ran, name):
     for part in meta["parts"]:
         csvs = list((folder / part["name"]).glob("*.csv"))
         assert csvs and all(len(pd.read_csv(c)) > 0 for c in csvs), part
-        assert set(pd.read_csv(csvs[0]).status) == {"ok"}, part
+        table = pd.read_csv(csvs[0])
+        if "status" not in table:  # a profile's tables (ranges, kernels) hold no records
+            continue
+        assert "ok" in set(table.status), part
+        # on the CPU only the optional cuDNN frontend's cases may be left unsupported, and say why
+        left = table[table.status != "ok"]
+        assert (left.status == "unsupported").all(), part
+        assert left.reason.astype(str).str.contains("cudnn").all(), part
     report = (folder / "report.md").read_text()
     assert "| " in report and f"trainperf suite run {name}" in report  # a headline table
 

@@ -238,6 +238,8 @@ def cudnn_study(
             spec = side_spec(base, side)
             if side == "pytorch" and not gpu:
                 spec = replace(spec, sdpa_backend="MATH")  # PyTorch's cuDNN SDPA needs a GPU
+            err_console.print(f"profiling the {side} side: {spec.model} {spec.batch}x{spec.seq} {ph}, "
+                              f"--sdpa-backend {spec.sdpa_backend} --norm {spec.norm}")
             try:
                 sides[side] = profile_side(spec, dev, forward_only=ph == "forward", iters=iters)
             except Unsupported as exc:

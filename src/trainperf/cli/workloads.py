@@ -13,7 +13,6 @@ from trainperf.cli.common import (
     JsonOpt,
     KvHeadsOpt,
     LossOpt,
-    NormOpt,
     OutOpt,
     QuietOpt,
     RerunOpt,
@@ -309,7 +308,8 @@ def llama(
     model: str = option("--model", None, "Here a Llama preset, a config.json or model folder, or a hub "
                                          "id (default llama-3.2-1b on a GPU, tiny on the CPU)."),
     baseline: str = option("--baseline", None),
-    norm: str = NormOpt, swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt,
+    norm: str = option("--norm", "torch", "Comma list ok."), swiglu: str = SwigluOpt, rope: str = RopeOpt,
+    loss: str = LossOpt,
     kv_heads: str = KvHeadsOpt,
     fast: bool = option("--fast", False, "Run with the first backend, beside the other rows."),
     recipe: str = option("--recipe", None, "Comma-separated; instead of --compile, the swaps, --library "
@@ -319,7 +319,7 @@ def llama(
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Time a random-init Llama training iteration across SDPA backends and batch x seq pairs."""
-    from trainperf.models.hf_llama import BACKENDS
+    from trainperf.models.hf_llama import BACKENDS, NORM_SWAPS
     from trainperf.workloads.llama_sdpa import (
         COMPILE_MODES,
         CPU_GRID,
@@ -360,9 +360,10 @@ def llama(
             raise SpecError(f"--recipe sets {', '.join(clash)} itself; give one or the other")
         setups = [RECIPES[r] for r in parse_list(recipe, str, "--recipe", RECIPES)]
     else:
-        parts = {"norm": norm, "swiglu": swiglu, "rope": rope, "loss": loss, "library": library,
-                 "float8": float8}
-        setups = [{"compile": c, **parts} for c in parse_list(compile, str, "--compile", COMPILE_MODES)]
+        parts = {"swiglu": swiglu, "rope": rope, "loss": loss, "library": library, "float8": float8}
+        setups = [{"compile": c, "norm": nm, **parts}
+                  for c in parse_list(compile, str, "--compile", COMPILE_MODES)
+                  for nm in parse_list(norm, str, "--norm", NORM_SWAPS)]
     kv_modes = parse_list(kv_heads, str, "--kv-heads", KV_HEADS)
     specs = [LlamaSpec(sdpa_backend=be, batch=b, seq=n, kv_heads=kv, **setup, **common)
              for setup in setups for kv in kv_modes for (b, n) in grid for be in backends]

@@ -8,7 +8,6 @@ when a graph is built, so importing trainperf never needs it; without it every c
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from importlib.util import find_spec
 from typing import Any
@@ -20,10 +19,12 @@ from trainperf.core.errors import Unsupported
 INSTALL_CUDNN = "pip install 'trainperf[cudnn]' (the nvidia-cudnn-frontend package)"
 
 
-@functools.cache
+_INSTALLED = find_spec("cudnn") is not None  # looked up once: torch.compile cannot trace find_spec
+
+
 def cudnn_installed() -> bool:
     """Whether the cuDNN frontend's Python package is importable."""
-    return find_spec("cudnn") is not None
+    return _INSTALLED
 
 
 def require_cudnn(device: torch.device, what: str) -> None:

@@ -21,6 +21,7 @@ class Part:
     gpu: dict[str, str | bool]
     cpu: dict[str, str | bool]
     min_gpus: int = 1  # on a GPU machine with fewer, the part is left out (and said so)
+    stored: bool = True  # a workload command (results store, --rerun, --quiet); False for a profile
 
     def argv(self, on_gpu: bool, gpus: int | str) -> list[str]:
         """The command line of this part on a machine with `gpus` GPUs."""
@@ -132,6 +133,59 @@ def kernels_headline(parts: dict[str, Path]) -> pd.DataFrame:
     return table.reset_index()
 
 
+def cudnn_headline(parts: dict[str, Path]) -> pd.DataFrame:
+    """Each PyTorch choice beside its cuDNN counterpart: the study's ranges (8B forward) and the
+    training iteration's phases, the norm and the attention in the Llama step, the attention op."""
+    from trainperf.profiling.cudnn_study import STUDY_RANGES
+
+    rows = []
+    for phase, wanted in (("forward", STUDY_RANGES), ("step", ("fwd", "bwd", "step"))):
+        study = _read(parts["study"], f"cudnn_study_{phase}.csv")
+        for r in study[study["range"].isin(wanted)].to_dict("records") if not study.empty else ():
+            rows.append((f"8B {phase}, range", r["range"],
+                         f"{r['PyTorch ms']:.3g} ({r['PyTorch kernels']:.0f})",
+                         f"{r['cuDNN ms']:.3g} ({r['cuDNN kernels']:.0f})", r["PyTorch ms"] / r["cuDNN ms"]))
+    llama = _read(parts["llama"], "training_timing.csv")
+    fast = _read(parts["fast"], "training_timing.csv")
+    rows += _pair_rows(llama, "norm (step s)", (False, "none"), (False, "norm=cudnn"))
+    rows += _pair_rows(llama, "attention (step s)", (False, "none"), (True, "none"))
+    rows += _pair_rows(fast, "fast step (s)", (False, "loss=chunked"), (True, "loss=chunked"),
+                       compile="layers")
+    attention = _read(parts["attention"], "attention.csv")
+    if not attention.empty:
+        attention["case"] = [f"B{r.batch} H{r.heads} N{r.seq} D{r.head_dim}" for r in attention.itertuples()]
+        for case, df in attention.groupby("case", sort=False):
+            ms = df.set_index("attention")["time_ms_median"]
+            if {"sdpa-cudnn", "cudnn-fe"} <= set(ms.index):
+                rows.append(("attention op (ms)", case, f"{ms['sdpa-cudnn']:.3g}", f"{ms['cudnn-fe']:.3g}",
+                             ms["sdpa-cudnn"] / ms["cudnn-fe"]))
+    out = pd.DataFrame(rows, columns=["comparison", "case", "PyTorch", "cuDNN", "speed-up"])
+    out["speed-up"] = out["speed-up"].map(lambda x: f"{x:.2f}x" if pd.notna(x) else "")
+    return out
+
+
+def _pair_rows(llama: pd.DataFrame, label: str, stock: tuple[bool, str], cudnn: tuple[bool, str],
+               compile: str = "off") -> list[tuple]:
+    """Per shape, the row of a llama table (compiled as `compile`) keyed `stock` beside the one keyed
+    `cudnn`; a key is (whether the attention is CUDNN_FE, the swaps)."""
+    if llama.empty:
+        return []
+    llama = llama.assign(swaps=llama.swaps.fillna("none"),
+                         case=llama.batch_size.astype(str) + "x" + llama.seq_len.astype(str))
+    rows = []
+    for case, df in llama.groupby("case", sort=False):
+        cells = {(r.backend == "CUDNN_FE", r.swaps): r for r in df.itertuples() if r.compile == compile}
+        a, b = cells.get(stock), cells.get(cudnn)
+        if a is not None and b is not None:
+            speed = a.mean_s / b.mean_s if a.status == b.status == "ok" else None
+            rows.append((label, case, _one(a), _one(b), speed))
+    return rows
+
+
+def _one(r) -> str:  # noqa: ANN001
+    return f"{r.mean_s:.3g}" if r.status == "ok" else r.status
+
+
 def comm_headline(parts: dict[str, Path]) -> pd.DataFrame:
     df = _read(parts["comm"], "comm.csv")
     if df.empty:
@@ -223,6 +277,31 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           kernels_headline,
           "Milliseconds per forward + backward call (median of 20 after 5 warm-up); in brackets the "
           "speed-up over the PyTorch reference (torch) of the same part."),
+    Suite("cudnn",
+          "NVIDIA's PyTorch-vs-cuDNN study of the Llama 3.1 8B forward pass (and the training iteration it "
+          "did not time), profiled by module range; then the cuDNN-frontend RMSNorm and attention inside "
+          "the Llama-3.2-1B step beside PyTorch's choices, and the attention op beside PyTorch's cuDNN SDPA.",
+          (Part("study", ("cudnn-study",), gpu={}, cpu={"--phase": "forward,step"}, stored=False),
+           Part("llama", ("llama",),
+                gpu={"--norm": "torch,fused,triton,cudnn", "--sdpa-backend": "CUDNN_ATTENTION,CUDNN_FE",
+                     "--batch-seq": "1x16384,12x1024", "--fast": True, "--warmup": "5", "--iters": "20"},
+                cpu={"--norm": "torch,cudnn", "--sdpa-backend": "MATH,CUDNN_FE", "--batch-seq": "1x32",
+                     **_TINY}),
+           Part("fast", ("llama",),
+                gpu={"--recipe": "fast", "--sdpa-backend": "CUDNN_ATTENTION,CUDNN_FE",
+                     "--batch-seq": "1x16384,12x1024", "--warmup": "5", "--iters": "20"},
+                cpu={"--recipe": "fast", "--sdpa-backend": "MATH,CUDNN_FE", "--batch-seq": "1x32", **_TINY}),
+           Part("attention", ("attention",),
+                gpu={"--attention": "sdpa-cudnn,cudnn-fe,triton-fa2", "--batch": "1", "--heads": "16",
+                     "--seq": "16384", "--head-dim": "64,128", "--dtype": "bf16",
+                     "--mode": "forward-backward"},
+                cpu={"--attention": "naive,cudnn-fe", "--batch": "1", "--heads": "2", "--seq": "64",
+                     "--head-dim": "16", **_TINY})),
+          cudnn_headline,
+          "PyTorch's choice against cuDNN's. Study rows: kernel milliseconds (kernels) per range, summed "
+          "over the 32 layers, one profiled iteration at 1 x 1024 tokens. Step rows: seconds per "
+          "Llama-3.2-1B iteration (mean of 20 after 5 warm-up). Attention op: milliseconds per forward + "
+          "backward call."),
     Suite("comm",
           "Collectives over every GPU of the machine (NCCL): bus bandwidth by message size.",
           (Part("comm", ("comm",),

@@ -82,8 +82,9 @@ def run_suite(suite: Suite, results: Path, db: Path, rerun: bool = False, quiet:
             say(f"{suite.name}/{part.name}: left out (needs {part.min_gpus} GPUs, {gpus} here)")
             continue
         say(f"{suite.name}/{part.name}: {line}")
-        flags = ["--out", str(folder / part.name), "--db", str(db), *(["--rerun"] if rerun else []),
-                 *(["--quiet"] if quiet else [])]
+        flags = ["--out", str(folder / part.name)]
+        if part.stored:
+            flags += ["--db", str(db), *(["--rerun"] if rerun else []), *(["--quiet"] if quiet else [])]
         code = invoke([*argv, *flags])
         if code == INTERRUPTED:  # Ctrl-C inside a part: the suite stops the same way
             raise KeyboardInterrupt
