@@ -443,52 +443,85 @@ def _launch(kernel: triton.runtime.Autotuner, grid_block: str, n: int, bh: int, 
     return kernel, lambda meta: (triton.cdiv(n, meta[grid_block]), bh), key, args, constexprs
 
 
-class FlashAttentionTriton(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, causal: bool, scale: float, atomic_dq: bool):  # noqa: ANN001, ANN205
-        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        b, h, n, _ = q.shape
-        out = torch.empty_like(q)
-        lse = torch.empty((b * h, n), dtype=torch.float32, device=q.device)
-        args = _launch_args(q)
-        tuned_launch(*_launch(_fwd_kernel, "BLOCK_M", n, b * h, q, k, v, out, lse, scale * LOG2E, n,
-                              CAUSAL=causal, **args))
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.scale, ctx.atomic_dq, ctx.args = causal, scale, atomic_dq, args
-        return out
+# The kernels run inside PyTorch custom ops, so torch.compile and CUDA graphs treat them as one
+# opaque call each (no graph break, no re-typing of their scalars by Inductor).
+@torch.library.custom_op("trainperf::flash_attention_triton", mutates_args=())
+def flash_forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+                     atomic_dq: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Output and log-sum-exp (base 2, float32, [batch·heads, seq]); `atomic_dq` is for the backward."""
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    b, h, n, _ = q.shape
+    out = torch.empty_like(q)
+    lse = torch.empty((b * h, n), dtype=torch.float32, device=q.device)
+    tuned_launch(*_launch(_fwd_kernel, "BLOCK_M", n, b * h, q, k, v, out, lse, float(scale) * LOG2E, n,
+                          CAUSAL=causal, **_launch_args(q)))
+    return out, lse
 
-    @staticmethod
-    def backward(ctx, dout):  # noqa: ANN001, ANN205
-        q, k, v, out, lse = ctx.saved_tensors
-        b, h, n, _ = q.shape
-        dout = dout.contiguous()
-        args = ctx.args
-        delta = torch.empty_like(lse)
-        dk, dv = torch.empty_like(k), torch.empty_like(v)
-        common = (lse, delta)
-        scales = (ctx.scale * LOG2E, ctx.scale, n)
-        tma = _use_tma(q)
-        if ctx.atomic_dq:  # D first; the dK/dV kernel accumulates dQ (unscaled) in float32
-            rows, block_r = b * h * n, 64
-            _bwd_delta_kernel[(triton.cdiv(rows, block_r),)](out, dout, delta, rows, args["HEAD_DIM"],
-                                                            args["BLOCK_D"], block_r)
-            dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-            launches = [_launch(_bwd_dkdv_kernel, "BLOCK_N", n, b * h, q, k, v, dout, *common, dk, dv, dq,
-                                *scales, CAUSAL=ctx.causal, ATOMIC_DQ=True, TMA=tma, **args)]
-        else:  # the dQ kernel writes D, which the dK/dV kernel then reads
-            dq = torch.empty_like(q)
-            # the dK/dV kernel leaves its DQ alone here, but its autotuner zeroes it before each
-            # timing run: give it dK, which the kernel then overwrites
-            launches = [_launch(_bwd_dq_kernel, "BLOCK_M", n, b * h, q, k, v, out, dout, *common, dq, *scales,
-                                CAUSAL=ctx.causal, TMA=tma, **args),
-                        _launch(_bwd_dkdv_kernel, "BLOCK_N", n, b * h, q, k, v, dout, *common, dk, dv, dk,
-                                *scales, CAUSAL=ctx.causal, ATOMIC_DQ=False, TMA=tma, **args)]
-        compile_untuned(*launches)
-        for launch in launches:
-            tuned_launch(*launch)
-        if ctx.atomic_dq:
-            dq = (dq * ctx.scale).to(q.dtype)
-        return dq, dk, dv, None, None, None
+
+@flash_forward_op.register_fake
+def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+      atomic_dq: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    b, h, n, _ = q.shape
+    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((b * h, n),
+                                                                                   dtype=torch.float32)
+
+
+@torch.library.custom_op("trainperf::flash_attention_triton_backward", mutates_args=())
+def flash_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      out: torch.Tensor, lse: torch.Tensor, causal: bool, scale: float,
+                      atomic_dq: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk, dv: the two-kernel backward (dQ by float32 atomics) or the three-kernel one."""
+    q, k, v, out, dout = (t.contiguous() for t in (q, k, v, out, dout))
+    b, h, n, _ = q.shape
+    args = _launch_args(q)
+    delta = torch.empty_like(lse)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    common = (lse, delta)
+    scales = (float(scale) * LOG2E, float(scale), n)
+    tma = _use_tma(q)
+    if atomic_dq:  # D first; the dK/dV kernel accumulates dQ (unscaled) in float32
+        rows, block_r = b * h * n, 64
+        _bwd_delta_kernel[(triton.cdiv(rows, block_r),)](out, dout, delta, rows, args["HEAD_DIM"],
+                                                        args["BLOCK_D"], block_r)
+        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        launches = [_launch(_bwd_dkdv_kernel, "BLOCK_N", n, b * h, q, k, v, dout, *common, dk, dv, dq,
+                            *scales, CAUSAL=causal, ATOMIC_DQ=True, TMA=tma, **args)]
+    else:  # the dQ kernel writes D, which the dK/dV kernel then reads
+        dq = torch.empty_like(q)
+        # the dK/dV kernel leaves its DQ alone here, but its autotuner zeroes it before each
+        # timing run: give it dK, which the kernel then overwrites
+        launches = [_launch(_bwd_dq_kernel, "BLOCK_M", n, b * h, q, k, v, out, dout, *common, dq, *scales,
+                            CAUSAL=causal, TMA=tma, **args),
+                    _launch(_bwd_dkdv_kernel, "BLOCK_N", n, b * h, q, k, v, dout, *common, dk, dv, dk,
+                            *scales, CAUSAL=causal, ATOMIC_DQ=False, TMA=tma, **args)]
+    compile_untuned(*launches)
+    for launch in launches:
+        tuned_launch(*launch)
+    if atomic_dq:
+        dq = (dq * scale).to(q.dtype)
+    return dq, dk, dv
+
+
+@flash_backward_op.register_fake
+def _(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+      lse: torch.Tensor, causal: bool, scale: float,
+      atomic_dq: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return tuple(torch.empty_like(t, memory_format=torch.contiguous_format) for t in (q, k, v))
+
+
+def _setup(ctx, inputs, output) -> None:  # noqa: ANN001
+    q, k, v, ctx.causal, ctx.scale, ctx.atomic_dq = inputs
+    ctx.save_for_backward(q, k, v, *output)
+    ctx.mark_non_differentiable(output[1])
+
+
+def _backward(ctx, dout, _d_lse):  # noqa: ANN001, ANN202
+    q, k, v, out, lse = ctx.saved_tensors
+    grads = flash_backward_op(dout, q, k, v, out, lse, ctx.causal, ctx.scale, ctx.atomic_dq)
+    return (*grads, None, None, None)
+
+
+flash_forward_op.register_autograd(_backward, setup_context=_setup)
 
 
 def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
@@ -502,5 +535,5 @@ def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ca
         raise ValueError(f"triton-fa2 supports head dims up to {MAX_HEAD_DIM}, got {q.shape[-1]}")
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"triton-fa2 supports fp16, bf16 and fp32, got {q.dtype}")
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    return FlashAttentionTriton.apply(q, k, v, causal, scale, atomic_dq)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    return flash_forward_op(q, k, v, causal, scale, atomic_dq)[0]

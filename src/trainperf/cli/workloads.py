@@ -144,7 +144,8 @@ ATTENTION_COLUMNS: list[report.Column] = [
     ("attention", report.spec("attention")), ("mode", report.spec("mode")), ("b", report.spec("batch")),
     ("h", report.spec("heads")), ("seq", report.spec("seq")), ("d", report.spec("head_dim")),
     ("dtype", report.spec("dtype")), ("causal", report.spec("causal")),
-    ("time ms", report.timing("time")), ("TFLOP/s", report.metric("tflops")),
+    ("compiled", report.spec("compile")), ("time ms", report.timing("time")),
+    ("TFLOP/s", report.metric("tflops")),
     ("peak MB", report.metric("peak_mem_mb", 4)), *report.GPU_STATE, ("status", report.status),
     ("notes", report.notes),
 ]
@@ -162,6 +163,9 @@ def attention(
     mode: str = option("--mode", "forward-backward", "Here: forward, backward, forward-backward "
                                                       "(comma list ok)."),
     causal: str = option("--causal", "on", "Comma list ok."),
+    compile: str = option("--compile", "off", "Here: off, on (the CS336 leaderboard's protocol: the "
+                                              "call compiled, o.sum().backward(), timed by do_bench); "
+                                              "comma list ok."),
     warmup: int = option("--warmup", 5),
     iters: int = option("--iters", 20),
     out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
@@ -170,6 +174,7 @@ def attention(
     """Time attention implementations (forward, backward) and their peak memory."""
     from trainperf.attention.registry import NAMES
     from trainperf.workloads.attention import MODES, AttentionSpec, measure_attention, validate
+    from trainperf.workloads.precision import check_compiler
 
     dev = device_or_fail(device)
     gpu = dev.type == "cuda"
@@ -187,7 +192,10 @@ def attention(
         dtype=dtypes(opts["dtype"]),
         mode=parse_list(mode, str, "--mode", MODES, aliases=MODE_ALIASES),
         causal=parse_list(causal, on_off, "--causal"),
+        compile=parse_list(compile, on_off, "--compile"),
     )
+    if any(a["compile"] for a in axes):
+        check_compiler(dev)
     specs = [AttentionSpec(batch=opts["batch"], heads=heads, device=dev.type,
                            warmup=warmup, iters=iters, **a) for a in axes]
     for s in specs:
@@ -205,6 +213,8 @@ def _attention_plots(records: list[Record], out: Path, quiet: bool) -> None:
     if df.empty or not plots_available(quiet):
         return
     from trainperf.core.plots import line_grid
+
+    df["attention"] = df["attention"] + df["compile"].map({True: " compiled", False: ""})
 
     panels = [("time_ms_median", "median time (ms)")]
     if "peak_mem_mb" in df:

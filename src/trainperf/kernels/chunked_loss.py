@@ -30,36 +30,57 @@ def cross_entropy_grad_reference(logits: torch.Tensor, targets: torch.Tensor, sc
     return loss, grad * scale
 
 
-class ChunkedLinearCrossEntropy(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, hidden, weight, targets, chunk, fused):  # noqa: ANN001, ANN205
-        n = hidden.shape[0]
-        # the dtype of the logits' gradient: the inputs' own when fused, else fp32 (fp64 for fp64)
-        acc = hidden.dtype if fused else torch.promote_types(hidden.dtype, torch.float32)
-        grad_hidden = torch.empty_like(hidden)
-        grad_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device)
-        total = torch.zeros((), dtype=acc, device=hidden.device)
-        w = weight.to(hidden.dtype)
-        if fused:
-            from trainperf.kernels.cross_entropy import cross_entropy_grad_
-        for i in range(0, n, chunk):
-            h, t = hidden[i:i + chunk], targets[i:i + chunk]
-            logits = h @ w.t()
-            if fused:  # the logits block becomes its own gradient, in place
-                total += cross_entropy_grad_(logits, t, 1.0 / n).sum()
-                g = logits
-            else:
-                loss, g = cross_entropy_grad_reference(logits, t, 1.0 / n)
-                total += loss.sum()
-            grad_hidden[i:i + chunk] = g.to(h.dtype) @ w
-            grad_weight.addmm_(g.t(), h.to(acc))
-        ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
-        return total / n
+def _acc_dtype(hidden: torch.Tensor, fused: bool) -> torch.dtype:
+    """The dtype of the logits' gradient: the inputs' own when fused, else fp32 (fp64 for fp64)."""
+    return hidden.dtype if fused else torch.promote_types(hidden.dtype, torch.float32)
 
-    @staticmethod
-    def backward(ctx, grad_out):  # noqa: ANN001, ANN205
-        grad_hidden, grad_weight = ctx.saved_tensors
-        return grad_hidden * grad_out, grad_weight * grad_out, None, None, None
+
+# The whole chunked forward is one PyTorch custom op (autograd and a fake implementation
+# registered), so torch.compile and CUDA graphs take it whole, its Triton kernel included.
+@torch.library.custom_op("trainperf::chunked_lm_loss", mutates_args=())
+def chunked_loss_op(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int,
+                    fused: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The mean loss, and the gradients of the hidden states and of the head weight."""
+    n = hidden.shape[0]
+    acc = _acc_dtype(hidden, fused)
+    grad_hidden = torch.empty_like(hidden)
+    grad_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device)
+    total = torch.zeros((), dtype=acc, device=hidden.device)
+    w = weight.to(hidden.dtype)
+    if fused:
+        from trainperf.kernels.cross_entropy import cross_entropy_grad_
+    for i in range(0, n, chunk):
+        h, t = hidden[i:i + chunk], targets[i:i + chunk]
+        logits = h @ w.t()
+        if fused:  # the logits block becomes its own gradient, in place
+            total += cross_entropy_grad_(logits, t, 1.0 / n).sum()
+            g = logits
+        else:
+            loss, g = cross_entropy_grad_reference(logits, t, 1.0 / n)
+            total += loss.sum()
+        grad_hidden[i:i + chunk] = g.to(h.dtype) @ w
+        grad_weight.addmm_(g.t(), h.to(acc))
+    return total / n, grad_hidden, grad_weight.to(weight.dtype)
+
+
+@chunked_loss_op.register_fake
+def _(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int,
+      fused: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return (hidden.new_empty((), dtype=_acc_dtype(hidden, fused)),
+            torch.empty_like(hidden, memory_format=torch.contiguous_format), torch.empty_like(weight))
+
+
+def _setup(ctx, inputs, output) -> None:  # noqa: ANN001
+    ctx.save_for_backward(output[1], output[2])
+    ctx.mark_non_differentiable(output[1], output[2])
+
+
+def _backward(ctx, grad_out, _g_hidden, _g_weight):  # noqa: ANN001, ANN202
+    grad_hidden, grad_weight = ctx.saved_tensors
+    return grad_hidden * grad_out, grad_weight * grad_out, None, None, None
+
+
+chunked_loss_op.register_autograd(_backward, setup_context=_setup)
 
 
 def chunked_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
@@ -69,4 +90,4 @@ def chunked_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
     d = hidden.shape[-1]
     if fused is None:
         fused = triton_runs(hidden.device) and hidden.dtype != torch.float64
-    return ChunkedLinearCrossEntropy.apply(hidden.reshape(-1, d), weight, targets.reshape(-1), chunk, fused)
+    return chunked_loss_op(hidden.reshape(-1, d), weight, targets.reshape(-1), chunk, fused)[0]

@@ -53,31 +53,55 @@ def _rmsnorm_bwd(X, W, DY, RSTD, DX, DW_PARTIAL, N_ROWS, N_COLS, ROWS_PER_PROG, 
     tl.store(DW_PARTIAL + pid * N_COLS + cols, dw, mask=mask)
 
 
-class TritonRMSNorm(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, eps):  # noqa: ANN001, ANN205
-        shape = x.shape
-        x2 = x.reshape(-1, shape[-1]).contiguous()
-        rows, cols = x2.shape
-        y = torch.empty_like(x2)
-        rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
-        block = triton.next_power_of_2(cols)
-        _rmsnorm_fwd[(rows,)](x2, weight, y, rstd, cols, eps, BLOCK=block)
-        ctx.save_for_backward(x2, weight, rstd)
-        ctx.shape, ctx.block = shape, block
-        return y.view(shape)
+# Each kernel runs inside a PyTorch custom op (autograd and a fake implementation registered), so
+# torch.compile and CUDA graphs take it whole.
+@torch.library.custom_op("trainperf::triton_rms_norm", mutates_args=())
+def rmsnorm_op(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """y and 1/rms (float32, one per row of the flattened leading dimensions)."""
+    x2 = x.reshape(-1, x.shape[-1]).contiguous()
+    rows, cols = x2.shape
+    y = torch.empty_like(x2)
+    rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+    _rmsnorm_fwd[(rows,)](x2, weight, y, rstd, cols, float(eps), BLOCK=triton.next_power_of_2(cols))
+    return y.view(x.shape), rstd
 
-    @staticmethod
-    def backward(ctx, dy):  # noqa: ANN001, ANN205
-        x2, weight, rstd = ctx.saved_tensors
-        rows, cols = x2.shape
-        programs = min(rows, 4 * _sm_count(x2.device))
-        per_prog = triton.cdiv(rows, programs)
-        dx = torch.empty_like(x2)
-        partial = torch.empty(programs, cols, dtype=torch.float32, device=x2.device)
-        _rmsnorm_bwd[(programs,)](x2, weight, dy.reshape(-1, cols).contiguous(), rstd, dx, partial, rows,
-                                  cols, per_prog, BLOCK=ctx.block)
-        return dx.view(ctx.shape), partial.sum(0).to(weight.dtype), None
+
+@rmsnorm_op.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return (torch.empty_like(x, memory_format=torch.contiguous_format),
+            x.new_empty(x.numel() // x.shape[-1], dtype=torch.float32))
+
+
+@torch.library.custom_op("trainperf::triton_rms_norm_backward", mutates_args=())
+def rmsnorm_backward_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                        rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """dx, and dweight summed from per-program float32 partials."""
+    x2 = x.reshape(-1, x.shape[-1]).contiguous()
+    rows, cols = x2.shape
+    programs = min(rows, 4 * _sm_count(x2.device))
+    dx = torch.empty_like(x2)
+    partial = torch.empty(programs, cols, dtype=torch.float32, device=x2.device)
+    _rmsnorm_bwd[(programs,)](x2, weight, dy.reshape(-1, cols).contiguous(), rstd, dx, partial, rows,
+                              cols, triton.cdiv(rows, programs), BLOCK=triton.next_power_of_2(cols))
+    return dx.view(x.shape), partial.sum(0).to(weight.dtype)
+
+
+@rmsnorm_backward_op.register_fake
+def _(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+      rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(x, memory_format=torch.contiguous_format), torch.empty_like(weight)
+
+
+def _setup(ctx, inputs, output) -> None:  # noqa: ANN001
+    ctx.save_for_backward(inputs[0], inputs[1], output[1])
+    ctx.mark_non_differentiable(output[1])
+
+
+def _backward(ctx, dy, _d_rstd):  # noqa: ANN001, ANN202
+    return (*rmsnorm_backward_op(dy, *ctx.saved_tensors), None)
+
+
+rmsnorm_op.register_autograd(_backward, setup_context=_setup)
 
 
 def _sm_count(device: torch.device) -> int:
@@ -86,4 +110,4 @@ def _sm_count(device: torch.device) -> int:
 
 def rmsnorm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """RMSNorm over the last dimension (any leading shape), fused forward and backward."""
-    return TritonRMSNorm.apply(x, weight, eps)
+    return rmsnorm_op(x, weight, float(eps))[0]

@@ -55,27 +55,41 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float) 
     return y
 
 
-class TritonRope(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, cos, sin):  # noqa: ANN001, ANN205
-        ctx.save_for_backward(cos, sin)
-        return _rotate(x, cos, sin, 1.0)
+# The kernel runs inside a PyTorch custom op, so torch.compile and CUDA graphs take it whole; the
+# backward is the same op rotating the other way.
+@torch.library.custom_op("trainperf::triton_rope", mutates_args=())
+def rope_op(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float) -> torch.Tensor:
+    """x [b, h, seq, d] rotated by sign·θ (1.0 forward, -1.0 its backward)."""
+    return _rotate(x, cos, sin, float(sign))
 
-    @staticmethod
-    def backward(ctx, dy):  # noqa: ANN001, ANN205
-        cos, sin = ctx.saved_tensors
-        return _rotate(dy, cos, sin, -1.0), None, None
+
+@rope_op.register_fake
+def _(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float) -> torch.Tensor:
+    return x.new_empty(x.shape)
+
+
+def _setup(ctx, inputs, output) -> None:  # noqa: ANN001
+    _x, cos, sin, ctx.sign = inputs
+    ctx.save_for_backward(cos, sin)
+
+
+def _backward(ctx, dy):  # noqa: ANN001, ANN202
+    cos, sin = ctx.saved_tensors
+    return rope_op(dy, cos, sin, -ctx.sign), None, None, None
+
+
+rope_op.register_autograd(_backward, setup_context=_setup)
 
 
 def rope_triton(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate x [..., seq, head_dim] by the per-position angles (cos, sin: [seq, head_dim/2])."""
     seq, d = x.shape[-2:]
     x4 = x.reshape(-1, 1, seq, d)
-    y = TritonRope.apply(x4, cos[None, :seq].contiguous(), sin[None, :seq].contiguous())
+    y = rope_op(x4, cos[None, :seq].contiguous(), sin[None, :seq].contiguous(), 1.0)
     return y.reshape(x.shape)
 
 
 def rope_triton_hf(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Hugging Face's apply_rotary_pos_emb for one tensor: x [b, h, seq, d] (any strides with a
     unit last one), cos, sin [b or 1, seq, d] with repeated halves, as Llama's rotary module makes."""
-    return TritonRope.apply(x, cos, sin)
+    return rope_op(x, cos, sin, 1.0)

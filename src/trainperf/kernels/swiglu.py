@@ -39,22 +39,45 @@ def _swiglu_bwd(A, B, DH, DA, DB, N, BLOCK: tl.constexpr):
     tl.store(DB + offs, (dh * a * sig).to(DB.dtype.element_ty), mask=mask)
 
 
-class TritonSwiGLU(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a, b):  # noqa: ANN001, ANN205
-        a, b = a.contiguous(), b.contiguous()
-        h = torch.empty_like(a)
-        _swiglu_fwd[(triton.cdiv(a.numel(), BLOCK),)](a, b, h, a.numel(), BLOCK=BLOCK)
-        ctx.save_for_backward(a, b)
-        return h
+# Each kernel runs inside a PyTorch custom op, so torch.compile and CUDA graphs take it whole.
+@torch.library.custom_op("trainperf::triton_swiglu", mutates_args=())
+def swiglu_op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    a, b = a.contiguous(), b.contiguous()
+    h = torch.empty_like(a)
+    _swiglu_fwd[(triton.cdiv(a.numel(), BLOCK),)](a, b, h, a.numel(), BLOCK=BLOCK)
+    return h
 
-    @staticmethod
-    def backward(ctx, dh):  # noqa: ANN001, ANN205
-        a, b = ctx.saved_tensors
-        da, db = torch.empty_like(a), torch.empty_like(b)
-        _swiglu_bwd[(triton.cdiv(a.numel(), BLOCK),)](a, b, dh.contiguous(), da, db, a.numel(), BLOCK=BLOCK)
-        return da, db
+
+@swiglu_op.register_fake
+def _(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(a, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("trainperf::triton_swiglu_backward", mutates_args=())
+def swiglu_backward_op(a: torch.Tensor, b: torch.Tensor,
+                       dh: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    a, b = a.contiguous(), b.contiguous()
+    da, db = torch.empty_like(a), torch.empty_like(b)
+    _swiglu_bwd[(triton.cdiv(a.numel(), BLOCK),)](a, b, dh.contiguous(), da, db, a.numel(), BLOCK=BLOCK)
+    return da, db
+
+
+@swiglu_backward_op.register_fake
+def _(a: torch.Tensor, b: torch.Tensor, dh: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return (torch.empty_like(a, memory_format=torch.contiguous_format),
+            torch.empty_like(b, memory_format=torch.contiguous_format))
+
+
+def _setup(ctx, inputs, output) -> None:  # noqa: ANN001
+    ctx.save_for_backward(*inputs)
+
+
+def _backward(ctx, dh):  # noqa: ANN001, ANN202
+    return swiglu_backward_op(*ctx.saved_tensors, dh)
+
+
+swiglu_op.register_autograd(_backward, setup_context=_setup)
 
 
 def swiglu_triton(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return TritonSwiGLU.apply(a, b)
+    return swiglu_op(a, b)

@@ -236,6 +236,23 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           attention_headline,
           "Milliseconds per forward + backward call (median of 20 after 5 warm-up), TFLOP/s in "
           "brackets; oom or unsupported where a case could not run."),
+    Suite("attention-compiled",
+          "Attention forward + backward under the CS336 FlashAttention leaderboard's protocol (the call "
+          "compiled, o.sum().backward(), triton.testing.do_bench), causal bf16: the leaderboard's shape "
+          "(q, k, v of 16 x 16384 x 64), the reference shape B1 H16 N16384 at head dims 64 and 128, and "
+          "B8 N2048 D64.",
+          tuple(Part(name, ("attention",),
+                     gpu={"--attention": "triton-fa2,triton-fa2-atomic,sdpa-cudnn,cudnn-fe", "--batch": b,
+                          "--heads": h, "--seq": n, "--head-dim": d, "--dtype": "bf16",
+                          "--mode": "forward-backward", "--compile": "on"},
+                     cpu={"--attention": "naive,sdpa-math", "--batch": "1", "--heads": "2", "--seq": "32",
+                          "--head-dim": "16", "--compile": "on", **_TINY})
+                for name, b, h, n, d in (("leaderboard", "16", "1", "16384", "64"),
+                                         ("reference", "1", "16", "16384", "64,128"),
+                                         ("b8-n2048", "8", "16", "2048", "64"))),
+          attention_headline,
+          "Milliseconds per compiled forward + backward call (median of do_bench's repetitions), "
+          "TFLOP/s in brackets."),
     Suite("step-sizes",
           "The GPT-style LM's training step at sizes small to 2.7B, three context lengths, fp32 and "
           "bf16, eager and compiled.",

@@ -2,6 +2,10 @@
 
 FLOPs (the convention of the FlashAttention papers): forward = 4·B·H·N²·D, halved when causal;
 backward = 2.5 × forward (five matmuls to the forward's two; recomputation not counted).
+
+With `compile`, a case follows the CS336 FlashAttention leaderboard's protocol: the attention call
+under torch.compile, `o.sum().backward()` as the backward, timed by `triton.testing.do_bench`
+(which flushes the L2 cache between calls and picks its own repetitions).
 """
 
 from __future__ import annotations
@@ -39,10 +43,12 @@ class AttentionSpec:
     device: str
     warmup: int = 5
     iters: int = 20
+    compile: bool = False  # the leaderboard protocol (module docstring)
 
     def label(self) -> str:
         return (f"{self.attention} {self.mode} b={self.batch} h={self.heads} n={self.seq} "
-                f"d={self.head_dim} {self.dtype}{' causal' if self.causal else ''}")
+                f"d={self.head_dim} {self.dtype}{' causal' if self.causal else ''}"
+                f"{' compiled' if self.compile else ''}")
 
 
 def validate(spec: AttentionSpec) -> None:
@@ -69,9 +75,16 @@ def operation(spec: AttentionSpec, device: torch.device):
     q, k, v = (torch.randn(shape, dtype=DTYPES[spec.dtype], device=device, requires_grad=grad)
                for _ in range(3))
 
-    def forward() -> torch.Tensor:
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return fn(q, k, v, causal=spec.causal)
 
+    call = torch.compile(attend, fullgraph=True) if spec.compile else attend
+
+    def forward() -> torch.Tensor:
+        return call(q, k, v)
+
+    if spec.compile and spec.mode == "forward-backward":
+        return lambda: forward().sum().backward()
     if spec.mode == "forward":
         def op() -> object:
             with torch.no_grad():
@@ -98,7 +111,12 @@ def measure_attention(spec: AttentionSpec) -> dict[str, Any]:
     except (ValueError, NotImplementedError) as exc:
         raise Unsupported(str(exc)[:300]) from None
     with GpuMonitor(device) as monitor:
-        samples = time_op(op, device, warmup=spec.warmup, reps=spec.iters)
+        if spec.compile and device.type == "cuda":
+            from triton.testing import do_bench
+
+            samples = do_bench(op, return_mode="all")
+        else:
+            samples = time_op(op, device, warmup=spec.warmup, reps=spec.iters)
     metrics: dict[str, Any] = {}
     if device.type == "cuda":
         base = torch.cuda.memory_allocated(device)
