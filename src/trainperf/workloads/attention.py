@@ -78,6 +78,8 @@ def operation(spec: AttentionSpec, device: torch.device):
     def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return fn(q, k, v, causal=spec.causal)
 
+    if spec.compile:
+        torch._dynamo.reset()  # each case compiles afresh: `attend` is one code object for all cases
     call = torch.compile(attend, fullgraph=True) if spec.compile else attend
 
     def forward() -> torch.Tensor:
