@@ -1,4 +1,5 @@
-"""Multi-process commands: comm (collectives) and ddp (data-parallel training step variants)."""
+"""Multi-process commands: comm (collectives), ddp (data-parallel training step variants) and shard
+(the training step of a model sharded across ranks)."""
 
 from __future__ import annotations
 
@@ -44,8 +45,9 @@ def _rank_worker(rank: int, world: int, workload: str, specs: list, db: str, env
     warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
     from trainperf.workloads.comm import measure_comm
     from trainperf.workloads.ddp import measure_ddp
+    from trainperf.workloads.sharded import measure_sharded
 
-    measure = {"comm": measure_comm, "ddp": measure_ddp}[workload]
+    measure = {"comm": measure_comm, "ddp": measure_ddp, "shard": measure_sharded}[workload]
     run_ranked_cases(rank, world, workload, specs, measure, rank_device(backend, rank), db, env, quiet)
 
 
@@ -194,3 +196,73 @@ def ddp(
     records = _run_distributed("ddp", specs, backend, db, rerun, quiet or as_json)
     show_records(records, DDP_COLUMNS, "trainperf ddp", as_json)
     write_records_csv(records, out, "ddp")
+
+
+SHARD_COLUMNS: list[report.Column] = [
+    ("model", report.spec("model")), ("n", report.spec("world_size")), ("shard", report.spec("shard")),
+    ("ckpt", report.spec("checkpoint")), ("batch x seq", lambda r: f"{r.spec['batch']}x{r.spec['seq']}"),
+    ("dtype", report.spec("dtype")), ("optimizer", report.spec("optimizer")),
+    ("step ms", report.metric("step_ms_median")), ("fwd ms", report.metric("forward_ms")),
+    ("bwd ms", report.metric("backward_ms")), ("opt ms", report.metric("optimizer_ms")),
+    ("tokens/s", report.metric("tokens_per_s")), ("MFU", report.metric("mfu", 3)),
+    ("recompute TFLOP", report.metric("recompute_tflop", 3)), ("peak GB", report.metric("peak_mem_gb")),
+    ("status", report.status), ("notes", report.notes),
+]
+
+
+@app.command(cls=RenamedFlags)
+@cli_errors
+def shard(
+    model: str = option("--model", None, "Here GPT LM presets, comma-separated (cs336-8b: the CS336 "
+                                         "leaderboard's 8B model); default cs336-8b with nccl, tiny with "
+                                         "gloo."),
+    world_size: str = option("--world-size", "2", "Comma-separated."),
+    shard_mode: str = option("--shard", "full", "Comma list ok."),
+    checkpoint: str = option("--checkpoint", "none", "Comma list ok."),
+    seq: int = option("--seq", None, "Default 32768 with nccl, 16 with gloo."),
+    batch: int = option("--batch", None, "Here the global batch, split over the ranks (default 2 with "
+                                         "nccl, 4 with gloo)."),
+    dtype: str = option("--dtype", None, "Here bf16 (FSDP2 mixed precision) or fp32; default bf16 with "
+                                         "nccl, fp32 with gloo. Comma list ok."),
+    optimizer: str = option("--optimizer", "adamw", "Here adamw or adamw-fused; comma list ok."),
+    offload: str = option("--offload", "off", "Comma list ok."),
+    compile: str = option("--compile", "off", "Here: off, on (each decoder layer); comma list ok."),
+    attention: str = option("--attention", "sdpa", "Comma list ok."),
+    loss: str = option("--loss", "torch", "Comma list ok."),
+    vocab: int = option("--vocab", None, "Default: the preset's own (cs336-8b), else 10000."),
+    dist_backend: str = option("--dist-backend", None),
+    warmup: int = option("--warmup", 2), iters: int = option("--iters", 5),
+    out: Path = OutOpt, db: Path = DbOpt, rerun: bool = RerunOpt, quiet: bool = QuietOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Time the full training step (forward, loss, backward, AdamW) of a model sharded across ranks
+    (FSDP2 full or hybrid sharding, or plain data parallel), per sharding and checkpointing choice."""
+    from trainperf.attention.registry import NAMES
+    from trainperf.workloads.sharded import OPTIMIZERS, SHARDS, ShardSpec, validate
+    from trainperf.workloads.step import LOSSES
+
+    backend = _dist_backend(dist_backend)
+    gpu = backend == "nccl"
+    defaults = ({"model": "cs336-8b", "seq": 32768, "batch": 2, "dtype": "bf16"} if gpu else
+                {"model": "tiny", "seq": 16, "batch": 4, "dtype": "fp32"})
+    opts = with_defaults(defaults, model=model, seq=seq, batch=batch, dtype=dtype)
+    from trainperf.models.presets import PRESETS
+
+    axes = sweep(model=parse_list(opts["model"], str, "--model", PRESETS),
+                 world_size=parse_list(world_size, positive_int, "--world-size"),
+                 shard=parse_list(shard_mode, str, "--shard", SHARDS),
+                 checkpoint=parse_list(checkpoint, str, "--checkpoint"),
+                 dtype=parse_list(opts["dtype"], str, "--dtype", ("fp32", "bf16"), DTYPE_ALIASES),
+                 optimizer=parse_list(optimizer, str, "--optimizer", OPTIMIZERS),
+                 offload=parse_list(offload, on_off, "--offload"),
+                 compile=parse_list(compile, on_off, "--compile"),
+                 attention=parse_list(attention, str, "--attention", NAMES),
+                 loss=parse_list(loss, str, "--loss", LOSSES))
+    specs = [ShardSpec(seq=opts["seq"], batch=opts["batch"], vocab=vocab,
+                       dist_backend=backend, warmup=warmup, iters=iters, **a) for a in axes]
+    for s in specs:
+        validate(s)
+    check_out_dir(out)
+    records = _run_distributed("shard", specs, backend, db, rerun, quiet or as_json)
+    show_records(records, SHARD_COLUMNS, "trainperf shard", as_json)
+    write_records_csv(records, out, "shard")

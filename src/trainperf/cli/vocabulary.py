@@ -44,7 +44,7 @@ GLOSSARY: dict[str, str] = {
     "--sdpa-backend": "PyTorch SDPA backend(s): CUDNN_ATTENTION, EFFICIENT_ATTENTION, "
                       "FLASH_ATTENTION, MATH; or CUDNN_FE, cuDNN-frontend graphs without PyTorch's SDPA.",
     "--baseline": "The SDPA backend that speed-ups are relative to.",
-    "--optimizer": "Optimizer: adamw, sgd, none.",
+    "--optimizer": "Optimizer: adamw, adamw-fused, sgd, none.",
     "--inputs": "What the model is fed: embeds (random input embeddings), ids (token ids).",
     "--fast": "trainperf's fastest step: its best swaps and compile mode.",
     "--recipe": "Named setups, each a row of the same run: stock, compile, liger, liger-compile, fast, fp8.",
@@ -62,6 +62,11 @@ GLOSSARY: dict[str, str] = {
     "--dist-backend": "torch.distributed backend: nccl, gloo (default: nccl with GPUs, else gloo).",
     "--variant": "Gradient-sync variants.",
     "--bucket-mb": "Gradient bucket sizes in MB (bucketed and ddp variants).",
+    "--shard": "How the model is split over the ranks: full (FSDP2), hybrid (HSDP: sharded within a "
+               "host, replicated across hosts), none (plain data parallel).",
+    "--checkpoint": "Activation checkpointing: none, full (every decoder layer), every-K (every K-th "
+                    "layer), ops (selective: matrix products and attention kept, the rest recomputed).",
+    "--offload": "FSDP2 CPU offload of parameters, gradients and optimizer state: off, on.",
     "--shard-optimizer": "ZeRO-1 sharded optimizer state: off, on.",
     "--phase": "How far a step runs: forward (activations only), step (forward, backward, optimizer).",
     "--forward-only": "Profile the forward pass and the loss alone (no backward, no optimizer).",

@@ -77,7 +77,7 @@ def step(
     tf32: str = option("--tf32", "on"),
     warmup: int = option("--warmup", None, "Default 5 on a GPU, 2 on the CPU."),
     iters: int = option("--iters", None, "Default 10 on a GPU, 5 on the CPU."),
-    vocab: int = option("--vocab", 10_000),
+    vocab: int = option("--vocab", None, "Default: the preset's own (cs336-8b), else 10000."),
     d_model: int = option("--d-model", None), d_ff: int = option("--d-ff", None),
     layers: int = option("--layers", None), heads: int = option("--heads", None, "Overrides the preset's."),
     peak_tflops: float = option("--peak-tflops", None),

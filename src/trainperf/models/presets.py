@@ -1,4 +1,5 @@
-"""Model size presets for the GPT-style LM (d_model, d_ff, layers, heads)."""
+"""Model size presets for the GPT-style LM (d_model, d_ff, layers, heads, and a vocabulary where the
+preset defines one)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ class SizePreset:
     d_ff: int
     n_layers: int
     n_heads: int
+    vocab: int | None = None  # the preset's own vocabulary; None: the command's --vocab
 
 
 PRESETS: dict[str, SizePreset] = {
@@ -20,6 +22,8 @@ PRESETS: dict[str, SizePreset] = {
     "large": SizePreset(1280, 5120, 36, 20),
     "xl": SizePreset(1600, 6400, 48, 25),
     "2.7B": SizePreset(2560, 10240, 32, 32),
+    # the 8B-class model of the CS336 (2026) two-GPU training-step leaderboard
+    "cs336-8b": SizePreset(4096, 11008, 34, 32, vocab=151_936),
 }
 
 

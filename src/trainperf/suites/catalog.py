@@ -29,8 +29,9 @@ class Part:
         for flag, value in (self.gpu if on_gpu else self.cpu).items():
             if value is True:
                 args.append(flag)
-            elif value is not False:
-                args += [flag, str(value).replace(GPUS, str(gpus))]
+            elif value is not False:  # "1,{gpus}" on one GPU is "1", not "1,1"
+                items = str(value).replace(GPUS, str(gpus)).split(",")
+                args += [flag, ",".join(dict.fromkeys(items))]
         return args
 
 
@@ -186,6 +187,19 @@ def _one(r) -> str:  # noqa: ANN001
     return f"{r.mean_s:.3g}" if r.status == "ok" else r.status
 
 
+def shard_headline(parts: dict[str, Path]) -> pd.DataFrame:
+    df = pd.concat([_read(folder, "shard.csv") for folder in parts.values()], ignore_index=True)
+    if df.empty:
+        return df
+    out = df[["model", "world_size", "shard", "checkpoint", "loss", "compile"]].copy()
+    out["tokens"] = df["batch"].astype(str) + " x " + df["seq"].astype(str)
+    out["step s"] = _cell(df.assign(step_s=df["step_ms_median"] / 1e3), "step_s")
+    for col, name in (("mfu", "MFU"), ("peak_mem_gb", "peak GB per rank")):
+        if col in df:
+            out[name] = df[col].map(lambda v: f"{v:.3g}" if pd.notna(v) else "")
+    return out
+
+
 def comm_headline(parts: dict[str, Path]) -> pd.DataFrame:
     df = _read(parts["comm"], "comm.csv")
     if df.empty:
@@ -319,6 +333,26 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "over the 32 layers, one profiled iteration at 1 x 1024 tokens. Step rows: seconds per "
           "Llama-3.2-1B iteration (mean of 20 after 5 warm-up). Attention op: milliseconds per forward + "
           "backward call."),
+    Suite("shard",
+          "The full training step (forward, loss, backward, AdamW) of a model sharded over every GPU of "
+          "the machine with FSDP2: the CS336 leaderboard's 8B model at 2 x 32,768 tokens per checkpointing "
+          "policy and compile, and the GPT LM's xl and 2.7B on one GPU and on all of them, sharded or "
+          "replicated.",
+          (Part("leaderboard", ("shard",),
+                gpu={"--model": "cs336-8b", "--world-size": GPUS, "--seq": "32768", "--batch": "2",
+                     "--checkpoint": "full,every-2,ops", "--loss": "chunked", "--optimizer": "adamw-fused",
+                     "--compile": "off,on", "--warmup": "2", "--iters": "5"},
+                cpu={"--model": "tiny", "--world-size": "2", "--checkpoint": "full,ops", "--loss": "chunked",
+                     "--warmup": "1", "--iters": "2"}, min_gpus=2),
+           Part("sizes", ("shard",),
+                gpu={"--model": "xl,2.7B", "--world-size": f"1,{GPUS}", "--shard": "full,none",
+                     "--seq": "2048", "--batch": "8", "--warmup": "2", "--iters": "5"},
+                cpu={"--model": "tiny", "--world-size": "1,2", "--shard": "full,none", "--warmup": "1",
+                     "--iters": "2"})),
+          shard_headline,
+          "Seconds per full training step (median over steps of the slowest rank), MFU against the GPUs' "
+          "dense bf16 peak (recomputed FLOPs not counted), peak memory of the fullest rank.",
+          multi_gpu=True),
     Suite("comm",
           "Collectives over every GPU of the machine (NCCL): bus bandwidth by message size.",
           (Part("comm", ("comm",),

@@ -91,7 +91,8 @@ def global_batch(spec: DDPSpec, world: int) -> torch.Tensor:
     return torch.randint(0, spec.vocab, (world * spec.batch, spec.seq + 1), generator=g)
 
 
-def _fully_shard():
+def fully_shard_fn():  # noqa: ANN201
+    """FSDP2's fully_shard, wherever this torch keeps it."""
     try:
         from torch.distributed.fsdp import fully_shard
     except ImportError:  # torch < 2.6
@@ -120,8 +121,8 @@ class DataParallelStep:
                 # FSDP2's default mesh is on the GPU whenever one is visible, even under gloo
                 mesh = init_device_mesh(device.type, (world,))
                 for layer in model.layers:
-                    _fully_shard()(layer, mesh=mesh)
-                _fully_shard()(model, mesh=mesh)
+                    fully_shard_fn()(layer, mesh=mesh)
+                fully_shard_fn()(model, mesh=mesh)
             except Exception as exc:  # noqa: BLE001 - FSDP2 support varies by backend and version
                 raise Unsupported(f"fsdp2 on {spec.dist_backend}: {str(exc).splitlines()[0]}") from None
             self.sync = GradSync(model)

@@ -63,6 +63,10 @@ class StepSpec:
     def from_preset(cls, model: str, **kw: Any) -> StepSpec:
         p = get_preset(model)
         dims = {"d_model": p.d_model, "d_ff": p.d_ff, "layers": p.n_layers, "heads": p.n_heads}
+        if kw.get("vocab") is None:  # the preset's vocabulary, else the spec's default
+            kw.pop("vocab", None)
+            if p.vocab is not None:
+                kw["vocab"] = p.vocab
         dims.update({k: v for k, v in kw.items() if k in dims and v is not None})
         rest = {k: v for k, v in kw.items() if k not in dims}
         return cls(model=model, **dims, **rest)

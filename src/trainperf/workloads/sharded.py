@@ -1,0 +1,305 @@
+"""The full training step of the GPT-style LM across ranks (`trainperf shard`): forward, loss,
+backward and AdamW, with the model sharded by PyTorch FSDP2 (`fully_shard`) or replicated.
+
+The choices a user tunes are the spec's fields:
+  shard       full (FSDP2 over every rank) | hybrid (HSDP: shards within a group of ranks, replicas
+              across groups: the GPUs of one host, or half the ranks on a single host) | none
+              (PyTorch DDP: every rank holds the whole model)
+  checkpoint  none | full (every decoder layer recomputed in the backward) | every-K (every K-th
+              layer) | ops (selective: matrix products and attention saved, the rest recomputed)
+  dtype       bf16 (FSDP2 gathers and computes in bf16 and reduces gradients in fp32 over fp32
+              master weights; DDP runs under autocast) | fp32
+  optimizer   adamw | adamw-fused;  offload (FSDP2 keeps parameters and optimizer state on the
+              CPU);  compile (each decoder layer compiled);  attention and loss by name
+`batch` is the global batch; each rank takes its slice. FLOPs: 6·N·tokens plus the attention
+term (core/flops.py) for the model; what checkpointing recomputes is counted apart and not in MFU.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from trainperf.core.errors import SpecError, Unsupported
+from trainperf.core.flops import peak_tflops, transformer_flops
+from trainperf.core.spec import check_choice, check_non_negative, check_positive
+from trainperf.core.stats import summarize
+from trainperf.core.timing import PhaseTimer
+from trainperf.distributed.timing import per_rank_times, slowest
+from trainperf.kernels.chunked_loss import chunked_lm_loss
+from trainperf.models.lm import LMConfig, TransformerLM, lm_loss
+from trainperf.models.presets import PRESETS, get_preset
+from trainperf.workloads.precision import autocast
+from trainperf.workloads.step import LOSSES, Phase, no_phase
+
+SHARDS = ("full", "hybrid", "none")
+OPTIMIZERS = ("adamw", "adamw-fused")
+CHECKPOINT_HELP = "none, full, every-K (K a positive integer), ops"
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    model: str
+    world_size: int
+    shard: str
+    checkpoint: str
+    seq: int
+    batch: int  # global: split evenly over the ranks
+    dtype: str = "bf16"
+    optimizer: str = "adamw"
+    offload: bool = False
+    compile: bool = False
+    attention: str = "sdpa"
+    loss: str = "torch"
+    dist_backend: str = "nccl"
+    vocab: int | None = None  # None: the preset's own, else 10000
+    warmup: int = 2
+    iters: int = 5
+    lr: float = 1e-4
+
+    def label(self) -> str:
+        extras = "".join(f" {x}" for x, on in (("offload", self.offload), ("compiled", self.compile)) if on)
+        return (f"{self.model} n={self.world_size} shard={self.shard} ckpt={self.checkpoint} "
+                f"{self.batch}x{self.seq} {self.dtype} {self.optimizer}{extras}")
+
+    def model_config(self) -> LMConfig:
+        p = get_preset(self.model)
+        vocab = self.vocab or p.vocab or 10_000
+        return LMConfig(vocab_size=vocab, context_length=self.seq, d_model=p.d_model, d_ff=p.d_ff,
+                        n_layers=p.n_layers, n_heads=p.n_heads, attention=self.attention)
+
+
+def checkpoint_every(checkpoint: str) -> int | None:
+    """Every how many layers a policy checkpoints (1 for full, K for every-K), None for none/ops."""
+    if checkpoint == "full":
+        return 1
+    match = re.fullmatch(r"every-(\d+)", checkpoint)
+    return int(match.group(1)) if match else None
+
+
+def validate(spec: ShardSpec) -> None:
+    check_choice("shard", spec.shard, SHARDS)
+    check_choice("model", spec.model, PRESETS)
+    check_choice("optimizer", spec.optimizer, OPTIMIZERS)
+    check_choice("dtype", spec.dtype, ("fp32", "bf16"))
+    check_choice("loss", spec.loss, LOSSES)
+    check_choice("dist_backend", spec.dist_backend, ("nccl", "gloo"))
+    given_vocab = ("vocab",) if spec.vocab is not None else ()
+    check_positive(spec, "seq", "batch", "iters", "world_size", *given_vocab)
+    check_non_negative(spec, "warmup")
+    every = checkpoint_every(spec.checkpoint)
+    if spec.checkpoint not in ("none", "ops") and not every:
+        raise SpecError(f"--checkpoint {spec.checkpoint!r}; valid choices: {CHECKPOINT_HELP}")
+    if spec.batch % spec.world_size:
+        raise SpecError(f"--batch {spec.batch} (the global batch) does not split over "
+                        f"--world-size {spec.world_size}")
+    if spec.shard == "none" and spec.offload:
+        raise SpecError("--offload on needs a sharded model (--shard full or hybrid)")
+    try:
+        spec.model_config()
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def _save_products_policy():  # noqa: ANN202
+    """Selective checkpointing's policy: keep matrix products and attention, recompute the rest."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    aten = torch.ops.aten
+    keep = {aten.mm.default, aten.addmm.default, aten.bmm.default}
+    for name in ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+                 "_scaled_dot_product_cudnn_attention"):
+        if hasattr(aten, name):
+            keep.add(getattr(aten, name).default)
+
+    def policy(ctx, op, *args, **kwargs):  # noqa: ANN001, ANN202
+        return CheckpointPolicy.MUST_SAVE if op in keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
+
+
+def apply_checkpointing(model: TransformerLM, checkpoint: str) -> int:
+    """Wrap the decoder layers the policy names in activation checkpointing; how many were."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    if checkpoint == "none":
+        return 0
+    if checkpoint == "ops":
+        from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+        wrap = partial(checkpoint_wrapper, context_fn=partial(create_selective_checkpoint_contexts,
+                                                              _save_products_policy()))
+        chosen = range(len(model.layers))
+    else:
+        wrap, chosen = checkpoint_wrapper, range(0, len(model.layers), checkpoint_every(checkpoint))
+    for i in chosen:
+        model.layers[i] = wrap(model.layers[i])
+    return len(chosen)
+
+
+class LMWithLoss(nn.Module):
+    """The LM and its loss as one module, so the sharded root gathers the LM head for the loss."""
+
+    def __init__(self, lm: TransformerLM, loss: str) -> None:
+        super().__init__()
+        self.lm, self.loss = lm, loss
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        hidden = self.lm.hidden(tokens)
+        if self.loss == "chunked":
+            return chunked_lm_loss(hidden.flatten(0, 1), self.lm.lm_head.weight, targets.flatten())
+        return lm_loss(self.lm.lm_head(hidden), targets)
+
+
+def hybrid_groups(world: int) -> tuple[int, int]:
+    """(replicas, ranks per shard group) of hybrid sharding: the ranks of one host shard
+    (LOCAL_WORLD_SIZE under torchrun), or half the ranks when all of them share one host."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    group = local if local < world else max(world // 2, 1)
+    if world % group:
+        raise Unsupported(f"hybrid sharding: {world} ranks do not split into groups of {group}")
+    return world // group, group
+
+
+def shard_model(model: LMWithLoss, spec: ShardSpec, world: int, device: torch.device) -> nn.Module:
+    """The model as the spec shards it: FSDP2 per decoder layer and at the root, or DDP."""
+    if spec.shard == "none":
+        ids = [device.index] if device.type == "cuda" else None
+        return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from trainperf.workloads.ddp import fully_shard_fn
+
+    try:
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
+    except ImportError:  # torch < 2.6
+        from torch.distributed._composable.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
+    if spec.shard == "hybrid":
+        mesh = init_device_mesh(device.type, hybrid_groups(world), mesh_dim_names=("replicate", "shard"))
+    else:
+        mesh = init_device_mesh(device.type, (world,))
+    kw: dict[str, Any] = {"mesh": mesh}
+    if spec.dtype == "bf16":
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    if spec.offload:
+        if device.type != "cuda":
+            raise Unsupported("--offload on moves parameters from a GPU to the CPU: it needs a GPU")
+        kw["offload_policy"] = CPUOffloadPolicy()
+    shard = fully_shard_fn()
+    for layer in model.lm.layers:
+        shard(layer, **kw)
+    shard(model, **kw)
+    return model
+
+
+class ShardedStep:
+    """One rank's sharded model, optimizer and slice of the global batch; one training step."""
+
+    def __init__(self, spec: ShardSpec, rank: int, world: int, device: torch.device) -> None:
+        self.spec, self.device = spec, device
+        torch.manual_seed(0)
+        with device:
+            lm = TransformerLM(spec.model_config())
+        lm.bind_attention(device)
+        self.checkpointed = apply_checkpointing(lm, spec.checkpoint)
+        if spec.compile:
+            for layer in lm.layers:
+                layer.compile()
+        self.matmul_params = lm.matmul_params()
+        self.model = shard_model(LMWithLoss(lm, spec.loss), spec, world, device)
+        try:
+            self.opt = torch.optim.AdamW(self.model.parameters(), lr=spec.lr,
+                                         fused=spec.optimizer == "adamw-fused")
+        except (RuntimeError, ValueError) as exc:
+            raise Unsupported(f"--optimizer {spec.optimizer}: {str(exc).splitlines()[0]}") from None
+        per = spec.batch // world
+        rows = global_batch_tokens(spec, world)[rank * per:(rank + 1) * per].to(device)
+        self.x, self.y = rows[:, :-1], rows[:, 1:]
+
+    def __call__(self, phase: Phase = no_phase) -> torch.Tensor:
+        # DDP trains fp32 weights under autocast; FSDP2's policy casts for itself
+        amp = self.spec.dtype if self.spec.shard == "none" else "fp32"
+        with phase("forward"), autocast(self.device, amp):
+            loss = self.model(self.x, self.y)
+        with phase("backward"):
+            loss.backward()
+        with phase("optimizer"):
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+        return loss
+
+
+def global_batch_tokens(spec: ShardSpec, world: int) -> torch.Tensor:
+    """The [batch, seq+1] global token batch, the same on every rank (and in a single process)."""
+    vocab = spec.model_config().vocab_size
+    g = torch.Generator().manual_seed(1234)
+    return torch.randint(0, vocab, (spec.batch, spec.seq + 1), generator=g)
+
+
+def flop_counts(spec: ShardSpec, matmul_params: int, checkpointed_layers: int) -> tuple[float, float]:
+    """(model FLOPs of one step, FLOPs that checkpointing recomputes: the checkpointed layers'
+    forward again; selective checkpointing recomputes no matrix product)."""
+    cfg = spec.model_config()
+    tokens = spec.batch * spec.seq
+    model = transformer_flops(matmul_params, cfg.n_layers, cfg.d_model, spec.seq, tokens)
+    if spec.checkpoint in ("none", "ops"):
+        return model, 0.0
+    layer_params = 4 * cfg.d_model**2 + 3 * cfg.d_model * cfg.d_ff
+    redo = transformer_flops(layer_params * checkpointed_layers, checkpointed_layers, cfg.d_model, spec.seq,
+                             tokens, mode="forward")
+    return model, redo
+
+
+def _release(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _time_steps(step: ShardedStep, spec: ShardSpec, device: torch.device) -> tuple[list, dict, float | None]:
+    """Every rank's step times, this rank's median phase times and its peak memory (GB)."""
+    for _ in range(spec.warmup):
+        step()
+    timer = PhaseTimer(device)
+    per_rank = per_rank_times(lambda: step(timer.phase), device, spec.iters)
+    phases = {name: summarize(ms)["median"] for name, ms in timer.samples().items()}
+    peak_gb = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+    return per_rank, phases, peak_gb
+
+
+def measure_sharded(spec: ShardSpec, rank: int, world: int, device: torch.device) -> dict[str, Any]:
+    _release(device)
+    step = ShardedStep(spec, rank, world, device)
+    per_rank, phases, peak_gb = _time_steps(step, spec, device)
+    model_flops, redo = flop_counts(spec, step.matmul_params, step.checkpointed)
+    del step
+    _release(device)
+    everyone: list[Any] = [None] * world
+    dist.all_gather_object(everyone, (phases, peak_gb))
+    s = summarize(slowest(per_rank))
+    skew = [max(col) - min(col) for col in zip(*per_rank, strict=True)]  # ranks apart, per step
+    tflops = model_flops / (s["median"] / 1e3) / 1e12
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    peak = peak_tflops(gpu, spec.dtype)
+    metrics: dict[str, Any] = {
+        "step_ms_median": s["median"], "step_ms_iqr": s["iqr"], "step_ms_n": s["n"],
+        "rank_skew_ms": summarize(skew)["median"],
+        **{f"{name}_ms": max(p[0][name] for p in everyone) for name in ("forward", "backward", "optimizer")},
+        "tokens_per_s": spec.batch * spec.seq / (s["median"] / 1e3),
+        "model_tflop": model_flops / 1e12, "recompute_tflop": redo / 1e12, "tflops": tflops,
+        "mfu": tflops / peak / world if peak else None,
+    }
+    if peak_gb is not None:
+        metrics["peak_mem_gb"] = max(p[1] for p in everyone)
+        metrics["peak_mem_gb_per_rank"] = ",".join(f"{p[1]:.2f}" for p in everyone)
+    return metrics

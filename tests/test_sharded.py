@@ -1,0 +1,135 @@
+"""The sharded training step on the CPU with gloo: every sharding and checkpointing choice trains
+exactly as one process does on the same global batch; the CLI records it; bad input is refused."""
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from trainperf.cli import app
+from trainperf.core.errors import SpecError
+from trainperf.core.store import Store
+from trainperf.distributed.launch import launch
+from trainperf.workloads.sharded import (
+    LMWithLoss,
+    ShardedStep,
+    ShardSpec,
+    apply_checkpointing,
+    flop_counts,
+    global_batch_tokens,
+    validate,
+)
+
+runner = CliRunner()
+STEPS = 2
+
+
+def spec(**kw):
+    base = dict(model="tiny", world_size=2, shard="full", checkpoint="none", seq=16, batch=4, dtype="fp32",
+                dist_backend="gloo", vocab=64, warmup=0, iters=1, lr=1e-2)
+    return ShardSpec(**{**base, **kw})
+
+
+def single_process(s: ShardSpec) -> tuple[list[float], torch.Tensor]:
+    """Losses and final parameters of AdamW on the whole global batch in one process."""
+    from trainperf.models.lm import TransformerLM
+
+    torch.manual_seed(0)
+    model = LMWithLoss(TransformerLM(s.model_config()), s.loss)
+    opt = torch.optim.AdamW(model.parameters(), lr=s.lr)
+    rows = global_batch_tokens(s, 1)
+    losses = []
+    for _ in range(STEPS):
+        loss = model(rows[:, :-1], rows[:, 1:])
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def _train(rank, world, cases, out_path):
+    import torch.distributed as dist
+
+    results = {}
+    for name, s in cases:
+        step = ShardedStep(s, rank, world, torch.device("cpu"))
+        losses = []
+        for _ in range(STEPS):
+            loss = step().detach()
+            dist.all_reduce(loss)  # each rank's loss is over its slice: their mean is the global one
+            losses.append(loss.item() / world)
+        full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in step.model.parameters()]
+        results[name] = (losses, torch.cat([p.detach().flatten() for p in full]))
+    if rank == 0:
+        torch.save(results, out_path)
+
+
+@pytest.mark.parametrize("world, cases", [
+    (2, [("full", "none"), ("full", "full"), ("full", "every-2"), ("full", "ops"), ("hybrid", "none"),
+         ("none", "none"), ("none", "full")]),
+    (4, [("hybrid", "every-2"), ("full", "ops")]),
+])
+def test_every_sharding_and_checkpointing_matches_one_process(tmp_path, world, cases):
+    specs = [(f"{sh}/{ck}", spec(shard=sh, checkpoint=ck, world_size=world)) for sh, ck in cases]
+    out = tmp_path / "r.pt"
+    launch(_train, world, "gloo", args=(specs, str(out)))
+    results = torch.load(out)
+    ref_losses, ref_params = single_process(specs[0][1])
+    for name, (losses, params) in results.items():
+        assert losses == pytest.approx(ref_losses, rel=1e-5), name
+        # AdamW divides by the gradients' RMS: float32 reduction order moves weights by < 1% of lr
+        torch.testing.assert_close(params, ref_params, rtol=1e-4, atol=1e-4, msg=name)
+
+
+def test_checkpointing_wraps_the_layers_its_policy_names():
+    from trainperf.models.lm import LMConfig, TransformerLM
+
+    for policy, wrapped in (("none", 0), ("full", 4), ("every-2", 2), ("every-3", 2), ("ops", 4)):
+        lm = TransformerLM(LMConfig(vocab_size=64, context_length=16, d_model=32, d_ff=64, n_layers=4,
+                                    n_heads=4))
+        assert apply_checkpointing(lm, policy) == wrapped
+        assert sum(type(m).__name__ == "CheckpointWrapper" for m in lm.layers) == wrapped
+
+
+def test_recomputed_flops_are_counted_apart_from_the_model_flops():
+    from trainperf.models.lm import TransformerLM
+
+    s = spec(model="small", seq=1024, batch=8)
+    with torch.device("meta"):
+        params = TransformerLM(s.model_config()).matmul_params()
+    model, redo = flop_counts(s, params, checkpointed_layers=0)
+    assert redo == 0 and model > 0
+    full_model, full_redo = flop_counts(spec(model="small", seq=1024, batch=8, checkpoint="full"), params, 12)
+    # the layers' forward once more: a third of the step's FLOPs, less the LM head's share
+    assert full_model == model and 0.3 * model < full_redo < model / 3
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(batch=3), "does not split"),
+    (dict(checkpoint="every-0"), "every-K"),
+    (dict(checkpoint="some"), "every-K"),
+    (dict(shard="zero3"), "shard"),
+    (dict(shard="none", offload=True), "sharded model"),
+])
+def test_bad_specs_are_refused_with_their_reason(kw, message):
+    with pytest.raises(SpecError, match=message):
+        validate(spec(**kw))
+
+
+def test_the_cli_records_a_sharded_step_on_gloo(db, tmp_path):
+    res = runner.invoke(app, ["shard", "--world-size", "2", "--shard", "full,none", "--checkpoint",
+                              "none,full", "--db", str(db), "--out", str(tmp_path), "--quiet"])
+    assert res.exit_code == 0, res.output
+    recs = Store(db).records()
+    assert len(recs) == 4 and all(r.status == "ok" for r in recs), [r.reason for r in recs]
+    for r in recs:
+        m = r.metrics
+        assert m["step_ms_median"] > 0 and m["forward_ms"] > 0 and m["tokens_per_s"] > 0
+        assert (m["recompute_tflop"] > 0) == (r.spec["checkpoint"] == "full")
+    assert (tmp_path / "shard.csv").exists()
+
+
+def test_the_cs336_preset_is_the_leaderboard_model():
+    cfg = spec(model="cs336-8b", vocab=None, seq=32768).model_config()
+    dims = (cfg.d_model, cfg.d_ff, cfg.n_layers, cfg.n_heads, cfg.vocab_size)
+    assert dims == (4096, 11008, 34, 32, 151_936)
