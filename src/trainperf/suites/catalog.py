@@ -193,10 +193,10 @@ def shard_headline(parts: dict[str, Path]) -> pd.DataFrame:
         return df
     out = df[["model", "world_size", "shard", "checkpoint", "loss", "compile"]].copy()
     out["tokens"] = df["batch"].astype(str) + " x " + df["seq"].astype(str)
-    out["step s"] = _cell(df.assign(step_s=df["step_ms_median"] / 1e3), "step_s")
+    step_s = df["step_ms_median"] / 1e3 if "step_ms_median" in df else pd.Series(float("nan"), df.index)
+    out["step s"] = _cell(df.assign(step_s=step_s), "step_s")
     for col, name in (("mfu", "MFU"), ("peak_mem_gb", "peak GB per rank")):
-        if col in df:
-            out[name] = df[col].map(lambda v: f"{v:.3g}" if pd.notna(v) else "")
+        out[name] = df[col].map(lambda v: f"{v:.3g}" if pd.notna(v) else "") if col in df else ""
     return out
 
 
@@ -336,8 +336,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("shard",
           "The full training step (forward, loss, backward, AdamW) of a model sharded over every GPU of "
           "the machine with FSDP2: the CS336 leaderboard's 8B model at 2 x 32,768 tokens per checkpointing "
-          "policy and compile, and the GPT LM's xl and 2.7B on one GPU and on all of them, sharded or "
-          "replicated.",
+          "policy and compile, and the GPT LM's xl and 2.7B (8 x 1024 tokens, every layer checkpointed) on "
+          "one GPU and on all of them, sharded or replicated.",
           (Part("leaderboard", ("shard",),
                 gpu={"--model": "cs336-8b", "--world-size": GPUS, "--seq": "32768", "--batch": "2",
                      "--checkpoint": "full,every-2,ops", "--loss": "chunked", "--optimizer": "adamw-fused",
@@ -346,7 +346,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "--warmup": "1", "--iters": "2"}, min_gpus=2),
            Part("sizes", ("shard",),
                 gpu={"--model": "xl,2.7B", "--world-size": f"1,{GPUS}", "--shard": "full,none",
-                     "--seq": "2048", "--batch": "8", "--warmup": "2", "--iters": "5"},
+                     "--checkpoint": "full", "--seq": "1024", "--batch": "8", "--warmup": "2", "--iters": "5"},
                 cpu={"--model": "tiny", "--world-size": "1,2", "--shard": "full,none", "--warmup": "1",
                      "--iters": "2"})),
           shard_headline,
