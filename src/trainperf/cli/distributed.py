@@ -201,8 +201,9 @@ def ddp(
 SHARD_COLUMNS: list[report.Column] = [
     ("model", report.spec("model")), ("n", report.spec("world_size")), ("shard", report.spec("shard")),
     ("ckpt", report.spec("checkpoint")), ("batch x seq", lambda r: f"{r.spec['batch']}x{r.spec['seq']}"),
-    ("dtype", report.spec("dtype")), ("optimizer", report.spec("optimizer")), ("loss", report.spec("loss")),
-    ("compiled", report.spec("compile")), ("step ms", report.metric("step_ms_median")), ("fwd ms", report.metric("forward_ms")),
+    ("dtype", report.spec("dtype")), ("optimizer", report.spec("optimizer")),
+    ("loss", report.spec("loss")), ("compiled", report.spec("compile")),
+    ("step ms", report.metric("step_ms_median")), ("fwd ms", report.metric("forward_ms")),
     ("bwd ms", report.metric("backward_ms")), ("opt ms", report.metric("optimizer_ms")),
     ("tokens/s", report.metric("tokens_per_s")), ("MFU", report.metric("mfu", 3)),
     ("recompute TFLOP", report.metric("recompute_tflop", 3)), ("peak GB", report.metric("peak_mem_gb")),
