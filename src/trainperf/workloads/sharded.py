@@ -30,6 +30,7 @@ from torch import nn
 
 from trainperf.core.errors import SpecError, Unsupported
 from trainperf.core.flops import peak_tflops, transformer_flops
+from trainperf.core.gpu_monitor import GpuMonitor
 from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
 from trainperf.core.timing import PhaseTimer
@@ -266,21 +267,24 @@ def _release(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
-def _time_steps(step: ShardedStep, spec: ShardSpec, device: torch.device) -> tuple[list, dict, float | None]:
-    """Every rank's step times, this rank's median phase times and its peak memory (GB)."""
+def _time_steps(step: ShardedStep, spec: ShardSpec, device: torch.device) -> tuple[list, dict, float | None,
+                                                                                   dict]:
+    """Every rank's step times, this rank's median phase times, its peak memory (GB) and its GPU's
+    clocks and power while timing."""
     for _ in range(spec.warmup):
         step()
     timer = PhaseTimer(device)
-    per_rank = per_rank_times(lambda: step(timer.phase), device, spec.iters)
+    with GpuMonitor(device) as monitor:
+        per_rank = per_rank_times(lambda: step(timer.phase), device, spec.iters)
     phases = {name: summarize(ms)["median"] for name, ms in timer.samples().items()}
     peak_gb = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
-    return per_rank, phases, peak_gb
+    return per_rank, phases, peak_gb, monitor.metrics()
 
 
 def measure_sharded(spec: ShardSpec, rank: int, world: int, device: torch.device) -> dict[str, Any]:
     _release(device)
     step = ShardedStep(spec, rank, world, device)
-    per_rank, phases, peak_gb = _time_steps(step, spec, device)
+    per_rank, phases, peak_gb, gpu_state = _time_steps(step, spec, device)
     model_flops, redo = flop_counts(spec, step.matmul_params, step.checkpointed)
     del step
     _release(device)
@@ -299,6 +303,7 @@ def measure_sharded(spec: ShardSpec, rank: int, world: int, device: torch.device
         "model_tflop": model_flops / 1e12, "recompute_tflop": redo / 1e12, "tflops": tflops,
         "mfu": tflops / peak / world if peak else None,
     }
+    metrics.update(gpu_state)  # this rank's (rank 0's in the record)
     if peak_gb is not None:
         metrics["peak_mem_gb"] = max(p[1] for p in everyone)
         metrics["peak_mem_gb_per_rank"] = ",".join(f"{p[1]:.2f}" for p in everyone)
