@@ -35,6 +35,21 @@ def test_forward_only_memory_profile_stops_after_forward(tmp_path):
     assert set(rep.phases.phase) == {"step", "fwd"}
 
 
+def test_memory_of_a_llama_iteration_names_its_modules_by_range(tmp_path):
+    pytest.importorskip("transformers")
+    from trainperf.workloads.llama_sdpa import LlamaSpec, LlamaStep
+
+    step = LlamaStep(LlamaSpec(sdpa_backend="MATH", batch=1, seq=32, dtype="fp32", model="tiny",
+                               device="cpu"), torch.device("cpu"))
+    rep = memory_profile(step, step.model, torch.device("cpu"), tmp_path, "l")
+    assert {"fwd", "bwd", "step"} <= set(rep.phases.phase)  # plain SGD allocates nothing
+    assert any(m.startswith("fwd.layer.") for m in rep.largest["module"])
+    res = runner.invoke(app, ["memory", "llama", "--device", "cpu", "--dtype", "fp32", "--out",
+                              str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "memory_llama_tiny_1x64_fp32_timeline.png").exists()
+
+
 def test_memory_cli_rejects_a_bad_phase():
     res = runner.invoke(app, ["memory", "step", "--device", "cpu", "--phase", "backward"])
     assert res.exit_code == 2 and "valid choices: forward, step" in res.output
