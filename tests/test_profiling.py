@@ -28,6 +28,9 @@ def test_range_names():
     assert range_name("model.layers.0.post_attention_layernorm") == "fwd.layer.mlp.prenorm"
     assert range_name("model.norm") == "fwd.output_norm"
     assert range_name("layers.0.mlp") == "fwd.layer.mlp"  # trainperf's own LM keeps its names
+    # wrappers that add no work of their own: checkpointing, DDP, the sharded step's loss module
+    assert range_name("lm.layers.3._checkpoint_wrapped_module.attn.qkv_proj") == "fwd.layer.attn.qkv_proj"
+    assert range_name("module.lm.output_norm", "bwd") == "bwd.output_norm"
     assert range_name("output_norm") == "fwd.output_norm"
 
 

@@ -1,6 +1,8 @@
 """The sharded training step on the CPU with gloo: every sharding and checkpointing choice trains
 exactly as one process does on the same global batch; the CLI records it; bad input is refused."""
 
+import json
+
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -133,3 +135,21 @@ def test_the_cs336_preset_is_the_leaderboard_model():
     cfg = spec(model="cs336-8b", vocab=None, seq=32768).model_config()
     dims = (cfg.d_model, cfg.d_ff, cfg.n_layers, cfg.n_heads, cfg.vocab_size)
     assert dims == (4096, 11008, 34, 32, 151_936)
+
+
+def test_one_rank_of_a_sharded_step_is_profiled_and_its_memory_shown(tmp_path):
+    res = runner.invoke(app, ["profile", "shard", "--rank", "1", "--checkpoint", "full", "--out",
+                              str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    profile = tmp_path / "profile_shard_tiny_n2_full_full_rank1.json"
+    ranges = {r["range"] for r in json.loads(profile.read_text())["ranges"]}
+    assert {"fwd", "bwd", "optimizer", "fwd.layer.attn.qkv_proj"} <= ranges  # wrappers named away
+    assert any(r.startswith("FSDP::all_gather") for r in ranges)  # FSDP2's own ranges, its collectives
+    res = runner.invoke(app, ["memory", "shard", "--rank", "0", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "memory_shard_tiny_n2_full_none_rank0_timeline.png").exists()
+
+
+def test_the_profiled_rank_must_be_one_of_the_run():
+    res = runner.invoke(app, ["profile", "shard", "--rank", "2", "--world-size", "2"])
+    assert res.exit_code == 2 and "--rank must be between 0 and" in res.output

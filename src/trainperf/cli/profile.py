@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import torch
 import typer
 
 from trainperf.cli.common import (
@@ -256,6 +257,68 @@ def cudnn_study(
         err_console.print(f"wrote {csv} and the breakdowns of both sides")
 
 
+ShardModelOpt = option("--model", None, "Here a GPT LM preset; default cs336-8b with nccl, tiny with gloo.")
+ShardWorldOpt = option("--world-size", 2)
+ShardModeOpt = option("--shard", "full")
+ShardCkptOpt = option("--checkpoint", "none")
+ShardSeqOpt = option("--seq", None, "Default 32768 with nccl, 16 with gloo.")
+ShardBatchOpt = option("--batch", None, "Here the global batch (default 2 with nccl, 4 with gloo).")
+ShardDtypeOpt = option("--dtype", None, "Here bf16 or fp32 (default bf16 with nccl, fp32 with gloo).")
+RankOpt = option("--rank", 0)
+DistBackendOpt = option("--dist-backend", None)
+
+
+def _sharded_run(kind: str, model: str | None, world_size: int, shard: str, checkpoint: str, seq: int | None,
+                 batch: int | None, dtype: str | None, loss: str, rank: int, iters: int,
+                 dist_backend: str | None, out: Path) -> str:
+    """Launch the ranks of one sharded step, rank `rank` profiled; the files' name."""
+    from trainperf.distributed.launch import LaunchError, launch, world_size_problem
+    from trainperf.profiling.sharded import profile_rank
+    from trainperf.workloads.sharded import ShardSpec, validate
+
+    backend = dist_backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    gpu = backend == "nccl"
+    opts = with_defaults({"model": "cs336-8b", "seq": 32768, "batch": 2, "dtype": "bf16"} if gpu else
+                         {"model": "tiny", "seq": 16, "batch": 4, "dtype": "fp32"},
+                         model=model, seq=seq, batch=batch, dtype=dtype)
+    spec = ShardSpec(world_size=world_size, shard=shard, checkpoint=checkpoint, loss=loss,
+                     dist_backend=backend, iters=iters, **opts)
+    validate(spec)
+    if not 0 <= rank < world_size:
+        raise SpecError(f"--rank must be between 0 and --world-size - 1 ({world_size - 1}), got {rank}")
+    problem = world_size_problem(world_size, backend)
+    if problem:
+        raise SpecError(problem)
+    check_out_dir(out)
+    name = f"shard_{spec.model}_n{world_size}_{shard}_{checkpoint}_rank{rank}"
+    device = torch.device("cuda" if gpu else "cpu")
+    try:
+        meta = {"spec": spec.__dict__, "env": envmod.capture(device)}
+        launch(profile_rank, world_size, backend, args=(spec, rank, kind, str(out), name, meta))
+    except LaunchError as exc:
+        raise SpecError(str(exc)) from None
+    return name
+
+
+@profile_app.command("shard", cls=RenamedFlags)
+@cli_errors
+def profile_shard(
+    model: str = ShardModelOpt, world_size: int = ShardWorldOpt, shard: str = ShardModeOpt,
+    checkpoint: str = ShardCkptOpt, seq: int = ShardSeqOpt, batch: int = ShardBatchOpt,
+    dtype: str = ShardDtypeOpt, loss: str = LossOpt, rank: int = RankOpt, iters: int = ProfItersOpt,
+    dist_backend: str = DistBackendOpt, out: Path = ProfOut,
+) -> None:
+    """Breakdown of one rank's sharded training step (FSDP2 or DDP) by module range."""
+    from trainperf.profiling.session import load_breakdown
+
+    if iters < 1:
+        raise SpecError(f"--iters must be positive, got {iters}")
+    name = _sharded_run("profile", model, world_size, shard, checkpoint, seq, batch, dtype, loss, rank, iters,
+                        dist_backend, out)
+    bd, meta = load_breakdown(out / f"profile_{name}.json")
+    _show_breakdown(bd, title=f"trainperf profile {name}", cpu=meta["spec"]["dist_backend"] == "gloo")
+
+
 @profile_app.command("attention", cls=RenamedFlags)
 @cli_errors
 def profile_attention(
@@ -395,6 +458,26 @@ def memory_llama(
     choose_kv_mode(step, spec.sdpa_backend, spec.kv_heads)
     name = f"llama_{spec.model}_{spec.batch}x{spec.seq}_{spec.dtype}"
     _show_memory(memory_profile(step, step.model, dev, out, name), name)
+
+
+@memory_app.command("shard", cls=RenamedFlags)
+@cli_errors
+def memory_shard(
+    model: str = ShardModelOpt, world_size: int = ShardWorldOpt, shard: str = ShardModeOpt,
+    checkpoint: str = ShardCkptOpt, seq: int = ShardSeqOpt, batch: int = ShardBatchOpt,
+    dtype: str = ShardDtypeOpt, loss: str = LossOpt, rank: int = RankOpt,
+    dist_backend: str = DistBackendOpt, out: Path = ProfOut,
+) -> None:
+    """Memory profile of one rank's sharded training step: peaks per phase, allocations, timeline."""
+    import pandas as pd
+
+    name = _sharded_run("memory", model, world_size, shard, checkpoint, seq, batch, dtype, loss, rank, 1,
+                        dist_backend, out)
+    console.print(frame_table(pd.read_csv(out / f"memory_{name}_phases.csv"),
+                              title=f"memory per phase: {name}"))
+    console.print(frame_table(pd.read_csv(out / f"memory_{name}_largest.csv"),
+                              title="largest allocations (innermost module range)"))
+    err_console.print(f"wrote {out / f'memory_{name}_timeline.png'}")
 
 
 def _show_memory(rep, name: str) -> None:  # noqa: ANN001

@@ -69,6 +69,7 @@ GLOSSARY: dict[str, str] = {
     "--offload": "FSDP2 CPU offload of parameters, gradients and optimizer state: off, on.",
     "--shard-optimizer": "ZeRO-1 sharded optimizer state: off, on.",
     "--phase": "How far a step runs: forward (activations only), step (forward, backward, optimizer).",
+    "--rank": "The rank whose step is profiled (the others train beside it).",
     "--forward-only": "Profile the forward pass and the loss alone (no backward, no optimizer).",
     "--nsys": "Print the nsys command line for this profile and exit.",
     "--ranges-only": "Run with NVTX ranges and no profiler (for running under nsys).",

@@ -23,6 +23,8 @@ from torch import nn
 PHASE_RANGES = {"forward": "fwd", "backward": "bwd", "optimizer": "optimizer", "step": "step",
                 "forward-backward": "fwd+bwd"}
 T = TypeVar("T")
+# Modules that wrap another without adding work: checkpointing, torch.compile, FSDP1.
+_WRAPPERS = {"_checkpoint_wrapped_module", "_orig_mod", "_fsdp_wrapped_module"}
 _BLOCK_LISTS = {"layers", "h", "blocks", "layer"}
 # A Hugging Face Llama's modules under the names of trainperf's LM and of NVIDIA's cuDNN study
 # (model.layers.N.input_layernorm → fwd.layer.attn.prenorm), so their profiles line up.
@@ -34,7 +36,9 @@ HF_NAMES = {"self_attn": "attn.attn", "input_layernorm": "attn.prenorm",
 def range_name(module_path: str, root: str = "fwd") -> str:
     """'layers.3.attn.qkv_proj' → 'fwd.layer.attn.qkv_proj'; a Hugging Face model's 'model.' is
     dropped and its module names become HF_NAMES' ('model.layers.3.self_attn' → 'fwd.layer.attn.attn')."""
-    parts = [p for p in module_path.split(".") if p and not re.fullmatch(r"\d+", p)]
+    parts = [p for p in module_path.split(".") if p and not re.fullmatch(r"\d+", p) and p not in _WRAPPERS]
+    while parts[:1] in (["module"], ["lm"]):  # DDP's wrapper; the sharded step's LM-and-loss module
+        parts = parts[1:]
     if parts[:1] == ["model"]:
         parts = [HF_NAMES.get(p, p) for p in parts[1:]]
     return ".".join([root] + ["layer" if p in _BLOCK_LISTS else p for p in parts])
