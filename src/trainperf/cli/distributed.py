@@ -74,6 +74,19 @@ def _run_distributed(workload: str, specs: list, backend: str, db: Path, rerun: 
     return [r for r in (store.find_case(k) for k in keys) if r is not None]
 
 
+def _validate_run_show(workload: str, specs: list, validate: Any, columns: list[report.Column],
+                       backend: str, out: Path, db: Path, rerun: bool, quiet: bool,
+                       as_json: bool) -> list[Record]:
+    """Refuse a bad case before any work, run the cases on their ranks, show and write the records."""
+    for s in specs:
+        validate(s)
+    check_out_dir(out)
+    records = _run_distributed(workload, specs, backend, db, rerun, quiet or as_json)
+    show_records(records, columns, f"trainperf {workload}", as_json)
+    write_records_csv(records, out, workload)
+    return records
+
+
 COMM_COLUMNS: list[report.Column] = [
     ("op", report.spec("op")), ("size", lambda r: binary_size(r.spec["bytes"])),
     ("n", report.spec("world_size")), ("backend", report.spec("dist_backend")),
@@ -120,12 +133,8 @@ def comm(
                  in_place=parse_list(in_place, on_off, "--in-place"))
     dtype = parse_one(dtype, str, "--dtype", DTYPE_CHOICES, DTYPE_ALIASES)
     specs = [CommSpec(dist_backend=backend, dtype=dtype, warmup=warmup, iters=iters, **a) for a in axes]
-    for s in specs:
-        validate(s)
-    check_out_dir(out)
-    records = _run_distributed("comm", specs, backend, db, rerun, quiet or as_json)
-    show_records(records, COMM_COLUMNS, "trainperf comm", as_json)
-    write_records_csv(records, out, "comm")
+    records = _validate_run_show("comm", specs, validate, COMM_COLUMNS, backend, out, db, rerun, quiet,
+                                 as_json)
     ok = to_frame(r for r in records if r.status == "ok")
     if not ok.empty and plots_available(quiet or as_json):
         from trainperf.core.plots import line_grid
@@ -190,12 +199,7 @@ def ddp(
             continue
         for b in (buckets if a["variant"] in ("bucketed", "ddp") else [None]):
             specs.append(DDPSpec(bucket_mb=b, **a, **common))
-    for s in specs:
-        validate(s)
-    check_out_dir(out)
-    records = _run_distributed("ddp", specs, backend, db, rerun, quiet or as_json)
-    show_records(records, DDP_COLUMNS, "trainperf ddp", as_json)
-    write_records_csv(records, out, "ddp")
+    _validate_run_show("ddp", specs, validate, DDP_COLUMNS, backend, out, db, rerun, quiet, as_json)
 
 
 SHARD_COLUMNS: list[report.Column] = [
@@ -261,9 +265,4 @@ def shard(
                  loss=parse_list(loss, str, "--loss", LOSSES))
     specs = [ShardSpec(seq=opts["seq"], batch=opts["batch"], vocab=vocab,
                        dist_backend=backend, warmup=warmup, iters=iters, **a) for a in axes]
-    for s in specs:
-        validate(s)
-    check_out_dir(out)
-    records = _run_distributed("shard", specs, backend, db, rerun, quiet or as_json)
-    show_records(records, SHARD_COLUMNS, "trainperf shard", as_json)
-    write_records_csv(records, out, "shard")
+    _validate_run_show("shard", specs, validate, SHARD_COLUMNS, backend, out, db, rerun, quiet, as_json)
