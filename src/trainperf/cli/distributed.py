@@ -97,7 +97,8 @@ COMM_COLUMNS: list[report.Column] = [
 ]
 
 
-def _dist_backend(given: str | None) -> str:
+def dist_backend_or_default(given: str | None) -> str:
+    """--dist-backend as given (validated with the spec), or nccl where GPUs are, else gloo."""
     return ("nccl" if torch.cuda.is_available() else "gloo") if given is None else given
 
 
@@ -119,7 +120,7 @@ def comm(
     """Time collectives through torch.distributed; algbw/busbw as nccl-tests define them."""
     from trainperf.workloads.comm import OPS, TIMINGS, CommSpec, parse_sizes, validate
 
-    backend = _dist_backend(dist_backend)
+    backend = dist_backend_or_default(dist_backend)
     text = nbytes if nbytes is not None else ("1M:1G" if backend == "nccl" else "64K,1M,8M")
     sizes = []
     for item in parse_list(text, str, "--bytes"):  # empty and repeated items are refused here
@@ -180,7 +181,7 @@ def ddp(
     """Time a data-parallel training step per gradient-sync variant (and PyTorch DDP / FSDP2)."""
     from trainperf.workloads.ddp import VARIANTS, DDPSpec, validate
 
-    backend = _dist_backend(dist_backend)
+    backend = dist_backend_or_default(dist_backend)
     gpu = backend == "nccl"
     variants = parse_list(variant, str, "--variant", VARIANTS)
     buckets = parse_list(bucket_mb, float, "--bucket-mb")
@@ -246,7 +247,7 @@ def shard(
     from trainperf.workloads.sharded import OPTIMIZERS, SHARDS, ShardSpec, validate
     from trainperf.workloads.step import LOSSES
 
-    backend = _dist_backend(dist_backend)
+    backend = dist_backend_or_default(dist_backend)
     gpu = backend == "nccl"
     defaults = ({"model": "cs336-8b", "seq": 32768, "batch": 2, "dtype": "bf16"} if gpu else
                 {"model": "tiny", "seq": 16, "batch": 4, "dtype": "fp32"})

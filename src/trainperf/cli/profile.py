@@ -272,11 +272,12 @@ def _sharded_run(kind: str, model: str | None, world_size: int, shard: str, chec
                  batch: int | None, dtype: str | None, loss: str, rank: int, iters: int,
                  dist_backend: str | None, out: Path) -> str:
     """Launch the ranks of one sharded step, rank `rank` profiled; the files' name."""
+    from trainperf.cli.distributed import dist_backend_or_default
     from trainperf.distributed.launch import LaunchError, launch, world_size_problem
     from trainperf.profiling.sharded import profile_rank
     from trainperf.workloads.sharded import ShardSpec, validate
 
-    backend = dist_backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    backend = dist_backend_or_default(dist_backend)
     gpu = backend == "nccl"
     opts = with_defaults({"model": "cs336-8b", "seq": 32768, "batch": 2, "dtype": "bf16"} if gpu else
                          {"model": "tiny", "seq": 16, "batch": 4, "dtype": "fp32"},
