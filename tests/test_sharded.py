@@ -153,3 +153,17 @@ def test_one_rank_of_a_sharded_step_is_profiled_and_its_memory_shown(tmp_path):
 def test_the_profiled_rank_must_be_one_of_the_run():
     res = runner.invoke(app, ["profile", "shard", "--rank", "2", "--world-size", "2"])
     assert res.exit_code == 2 and "--rank must be between 0 and" in res.output
+
+
+def test_exposed_communication_is_the_nccl_time_no_computation_overlaps():
+    import pandas as pd
+
+    from trainperf.profiling.overlap import communication_overlap
+
+    kernels = pd.DataFrame({"name": ["ampere_gemm", "ncclDevKernel_AllGather", "ncclKernel_ReduceScatter",
+                                     "vectorized_elementwise", "ncclDevKernel_AllGather"],
+                            "start": [0.0, 5.0, 12.0, 14.0, 30.0], "end": [10.0, 15.0, 20.0, 16.0, 31.0]})
+    got = communication_overlap(kernels)
+    # comm runs over [5, 20] and [30, 31]: 16; computation covers [5, 10] and [14, 16] of it: 7 hidden
+    assert got["comm"] == 16 and got["exposed"] == 9 and got["hidden_share"] == pytest.approx(7 / 16)
+    assert communication_overlap(kernels[~kernels.name.str.contains("nccl")])["comm"] == 0

@@ -210,6 +210,7 @@ SHARD_COLUMNS: list[report.Column] = [
     ("loss", report.spec("loss")), ("compiled", report.spec("compile")),
     ("step ms", report.metric("step_ms_median")), ("fwd ms", report.metric("forward_ms")),
     ("bwd ms", report.metric("backward_ms")), ("opt ms", report.metric("optimizer_ms")),
+    ("exposed comm ms", report.metric("exposed_comm_ms")),
     ("tokens/s", report.metric("tokens_per_s")), ("MFU", report.metric("mfu", 3)),
     ("recompute TFLOP", report.metric("recompute_tflop", 3)), ("peak GB", report.metric("peak_mem_gb")),
     ("status", report.status), ("notes", report.notes),

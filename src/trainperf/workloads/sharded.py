@@ -13,6 +13,8 @@ The choices a user tunes are the spec's fields:
               CPU);  compile (each decoder layer compiled);  attention and loss by name
 `batch` is the global batch; each rank takes its slice. FLOPs: 6·N·tokens plus the attention
 term (core/flops.py) for the model; what checkpointing recomputes is counted apart and not in MFU.
+On GPUs one more step runs under the profiler: `comm_ms` is the time NCCL kernels run and
+`exposed_comm_ms` the part of it that no computation kernel overlaps (the slowest rank's).
 """
 
 from __future__ import annotations
@@ -278,6 +280,12 @@ def _time_steps(step: ShardedStep, spec: ShardSpec, device: torch.device) -> tup
         per_rank = per_rank_times(lambda: step(timer.phase), device, spec.iters)
     phases = {name: summarize(ms)["median"] for name, ms in timer.samples().items()}
     peak_gb = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+    if device.type == "cuda":  # one more step, profiled: how much communication the compute hides
+        from trainperf.profiling.overlap import communication_overlap
+        from trainperf.profiling.torch_prof import profile_steps
+
+        overlap = communication_overlap(profile_steps(step, device).kernels)
+        phases.update(comm=overlap["comm"] / 1e3, exposed_comm=overlap["exposed"] / 1e3)
     return per_rank, phases, peak_gb, monitor.metrics()
 
 
@@ -298,7 +306,8 @@ def measure_sharded(spec: ShardSpec, rank: int, world: int, device: torch.device
     metrics: dict[str, Any] = {
         "step_ms_median": s["median"], "step_ms_iqr": s["iqr"], "step_ms_n": s["n"],
         "rank_skew_ms": summarize(skew)["median"],
-        **{f"{name}_ms": max(p[0][name] for p in everyone) for name in ("forward", "backward", "optimizer")},
+        **{f"{name}_ms": max(p[0][name] for p in everyone) for name in ("forward", "backward", "optimizer")
+           + (("comm", "exposed_comm") if device.type == "cuda" else ())},
         "tokens_per_s": spec.batch * spec.seq / (s["median"] / 1e3),
         "model_tflop": model_flops / 1e12, "recompute_tflop": redo / 1e12, "tflops": tflops,
         "mfu": tflops / peak / world if peak else None,
