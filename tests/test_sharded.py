@@ -38,7 +38,7 @@ def single_process(s: ShardSpec) -> tuple[list[float], torch.Tensor]:
     torch.manual_seed(0)
     model = LMWithLoss(TransformerLM(s.model_config()), s.loss)
     opt = torch.optim.AdamW(model.parameters(), lr=s.lr)
-    rows = global_batch_tokens(s, 1)
+    rows = global_batch_tokens(s)
     losses = []
     for _ in range(STEPS):
         loss = model(rows[:, :-1], rows[:, 1:])

@@ -536,4 +536,6 @@ def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ca
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise ValueError(f"triton-fa2 supports fp16, bf16 and fp32, got {q.dtype}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    # contiguous here, once: the op saves its inputs for the backward, which then copies none again
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     return flash_forward_op(q, k, v, causal, scale, atomic_dq)[0]

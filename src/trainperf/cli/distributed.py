@@ -245,14 +245,12 @@ def shard(
     """Time the full training step (forward, loss, backward, AdamW) of a model sharded across ranks
     (FSDP2 full or hybrid sharding, or plain data parallel), per sharding and checkpointing choice."""
     from trainperf.attention.registry import NAMES
-    from trainperf.workloads.sharded import OPTIMIZERS, SHARDS, ShardSpec, validate
+    from trainperf.workloads.sharded import DEFAULTS, OPTIMIZERS, SHARDS, ShardSpec, validate
     from trainperf.workloads.step import LOSSES
 
     backend = dist_backend_or_default(dist_backend)
-    gpu = backend == "nccl"
-    defaults = ({"model": "cs336-8b", "seq": 32768, "batch": 2, "dtype": "bf16"} if gpu else
-                {"model": "tiny", "seq": 16, "batch": 4, "dtype": "fp32"})
-    opts = with_defaults(defaults, model=model, seq=seq, batch=batch, dtype=dtype)
+    opts = with_defaults(DEFAULTS.get(backend, DEFAULTS["gloo"]), model=model, seq=seq, batch=batch,
+                         dtype=dtype)  # an unknown backend is refused with the spec
     from trainperf.models.presets import PRESETS
 
     axes = sweep(model=parse_list(opts["model"], str, "--model", PRESETS),

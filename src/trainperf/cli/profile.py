@@ -275,13 +275,11 @@ def _sharded_run(kind: str, model: str | None, world_size: int, shard: str, chec
     from trainperf.cli.distributed import dist_backend_or_default
     from trainperf.distributed.launch import LaunchError, launch, world_size_problem
     from trainperf.profiling.sharded import profile_rank
-    from trainperf.workloads.sharded import ShardSpec, validate
+    from trainperf.workloads.sharded import DEFAULTS, ShardSpec, validate
 
     backend = dist_backend_or_default(dist_backend)
-    gpu = backend == "nccl"
-    opts = with_defaults({"model": "cs336-8b", "seq": 32768, "batch": 2, "dtype": "bf16"} if gpu else
-                         {"model": "tiny", "seq": 16, "batch": 4, "dtype": "fp32"},
-                         model=model, seq=seq, batch=batch, dtype=dtype)
+    opts = with_defaults(DEFAULTS.get(backend, DEFAULTS["gloo"]), model=model, seq=seq, batch=batch,
+                         dtype=dtype)
     spec = ShardSpec(world_size=world_size, shard=shard, checkpoint=checkpoint, loss=loss,
                      dist_backend=backend, iters=iters, **opts)
     validate(spec)
@@ -292,7 +290,7 @@ def _sharded_run(kind: str, model: str | None, world_size: int, shard: str, chec
         raise SpecError(problem)
     check_out_dir(out)
     name = f"shard_{spec.model}_n{world_size}_{shard}_{checkpoint}_rank{rank}"
-    device = torch.device("cuda" if gpu else "cpu")
+    device = torch.device("cuda" if backend == "nccl" else "cpu")
     try:
         meta = {"spec": spec.__dict__, "env": envmod.capture(device)}
         launch(profile_rank, world_size, backend, args=(spec, rank, kind, str(out), name, meta))
@@ -434,7 +432,7 @@ def memory_step(
     case = StepCase(spec)
     name = f"step_{spec.model}_seq{spec.seq}_{spec.dtype}_{phase}"
     until = "forward" if phase == "forward" else None
-    _show_memory(memory_profile(case.run, case.model, dev, out, name, until=until), name)
+    _show_report(memory_profile(case.run, case.model, dev, out, name, until=until), name)
 
 
 
@@ -458,7 +456,7 @@ def memory_llama(
     step = LlamaStep(spec, dev)
     choose_kv_mode(step, spec.sdpa_backend, spec.kv_heads)
     name = f"llama_{spec.model}_{spec.batch}x{spec.seq}_{spec.dtype}"
-    _show_memory(memory_profile(step, step.model, dev, out, name), name)
+    _show_report(memory_profile(step, step.model, dev, out, name), name)
 
 
 @memory_app.command("shard", cls=RenamedFlags)
@@ -474,17 +472,19 @@ def memory_shard(
 
     name = _sharded_run("memory", model, world_size, shard, checkpoint, seq, batch, dtype, loss, rank, 1,
                         dist_backend, out)
-    console.print(frame_table(pd.read_csv(out / f"memory_{name}_phases.csv"),
-                              title=f"memory per phase: {name}"))
-    console.print(frame_table(pd.read_csv(out / f"memory_{name}_largest.csv"),
-                              title="largest allocations (innermost module range)"))
-    err_console.print(f"wrote {out / f'memory_{name}_timeline.png'}")
+    _show_memory(name, pd.read_csv(out / f"memory_{name}_phases.csv"),
+                 pd.read_csv(out / f"memory_{name}_largest.csv"), files=[out / f"memory_{name}_timeline.png"])
 
 
-def _show_memory(rep, name: str) -> None:  # noqa: ANN001
-    console.print(frame_table(rep.phases, title=f"memory per phase: {name}"))
-    console.print(frame_table(rep.largest, title="largest allocations (innermost module range)"))
-    for note in rep.notes:
+def _show_report(rep, name: str) -> None:  # noqa: ANN001
+    _show_memory(name, rep.phases, rep.largest, rep.notes, rep.files)
+
+
+def _show_memory(name: str, phases: Any, largest: Any, notes: Any = (), files: Any = ()) -> None:
+    """The memory tables of a profile (frames), its notes and the files it wrote."""
+    console.print(frame_table(phases, title=f"memory per phase: {name}"))
+    console.print(frame_table(largest, title="largest allocations (innermost module range)"))
+    for note in notes:
         console.print(f"[dim]{note}[/dim]")
-    for p in rep.files:
+    for p in files:
         err_console.print(f"wrote {p}")

@@ -13,6 +13,7 @@ never a silent fallback. Backends that reject grouped-query attention get K/V he
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import re
 from pathlib import Path
@@ -109,13 +110,20 @@ def _own_attention(impl: str, query: torch.Tensor, key: torch.Tensor, value: tor
                    **_: object) -> tuple[torch.Tensor, None]:
     """transformers' attention contract (output [batch, seq, heads, dim]) over one of trainperf's
     causal attention implementations, which take no padding mask and no dropout."""
-    from trainperf.attention.registry import get_attention
     from trainperf.core.errors import Unsupported
 
     if attention_mask is not None or dropout:
         raise Unsupported(f"{impl} takes causal attention without a padding mask or dropout")
-    out = get_attention(impl, query.device)(query, key, value, causal=query.shape[2] > 1, scale=scaling)
+    out = _attention_for(impl, query.device)(query, key, value, causal=query.shape[2] > 1, scale=scaling)
     return out.transpose(1, 2).contiguous(), None
+
+
+@functools.cache
+def _attention_for(impl: str, device: torch.device):  # noqa: ANN202
+    """The registry's implementation, looked up once per device (every layer calls it each step)."""
+    from trainperf.attention.registry import get_attention
+
+    return get_attention(impl, device)
 
 
 def build_model(cfg, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:

@@ -105,15 +105,13 @@ def module_ranges(model: nn.Module, root: str = "fwd") -> Iterator[list[str]]:
     into the compiled graph (recompiles, graph breaks), and Inductor's fused kernels cross
     submodule borders anyway; their kernels count in the enclosing range.
     """
-    stack = _open_ranges
-
     def push(module: nn.Module, name: str) -> None:
-        stack().append((module, _Range(name)))
+        _open_ranges().append((module, _Range(name)))
 
     def pop(module: nn.Module) -> None:
         """Close `module`'s range, and any opened after it that never closed (a backward hook
         that did not fire), so ranges stay nested."""
-        opened = stack()
+        opened = _open_ranges()
         if any(m is module for m, _ in opened):
             while opened:
                 m, r = opened.pop()
@@ -142,5 +140,5 @@ def module_ranges(model: nn.Module, root: str = "fwd") -> Iterator[list[str]]:
     finally:
         for h in handles:
             h.remove()
-        while stack():
-            stack().pop()[1].close()
+        while _open_ranges():
+            _open_ranges().pop()[1].close()

@@ -66,11 +66,16 @@ def llama_headline(parts: dict[str, Path]) -> pd.DataFrame:
     return summary_table(table) if not table.empty else table
 
 
+def shape_labels(df: pd.DataFrame) -> list[str]:
+    """'B1 H16 N16384 D64' for each row of an attention table."""
+    return [f"B{r.batch} H{r.heads} N{r.seq} D{r.head_dim}" for r in df.itertuples()]
+
+
 def attention_headline(parts: dict[str, Path]) -> pd.DataFrame:
     df = pd.concat([_read(folder, "attention.csv") for folder in parts.values()], ignore_index=True)
     if df.empty:
         return df
-    df["shape"] = [f"B{r.batch} H{r.heads} N{r.seq} D{r.head_dim}" for r in df.itertuples()]
+    df["shape"] = shape_labels(df)
     df["ms (TFLOP/s)"] = _cell(df, "time_ms_median") + df.get("tflops", pd.Series(dtype=float)).map(
         lambda t: f" ({t:.3g})" if pd.notna(t) else "")
     return df.pivot_table(index="attention", columns="shape", values="ms (TFLOP/s)", aggfunc="first",
@@ -154,7 +159,7 @@ def cudnn_headline(parts: dict[str, Path]) -> pd.DataFrame:
                        compile="layers")
     attention = _read(parts["attention"], "attention.csv")
     if not attention.empty:
-        attention["case"] = [f"B{r.batch} H{r.heads} N{r.seq} D{r.head_dim}" for r in attention.itertuples()]
+        attention["case"] = shape_labels(attention)
         for case, df in attention.groupby("case", sort=False):
             ms = df.set_index("attention")["time_ms_median"]
             if {"sdpa-cudnn", "cudnn-fe"} <= set(ms.index):

@@ -23,6 +23,7 @@ from trainperf.core.errors import SpecError, Unsupported
 from trainperf.core.gpu_monitor import GpuMonitor
 from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
+from trainperf.distributed.fsdp import fsdp2
 from trainperf.distributed.grad_sync import (
     BucketedSync,
     FlatSync,
@@ -85,19 +86,15 @@ def validate(spec: DDPSpec) -> None:
         raise SpecError(f"--world-size must be at least 2, got {spec.world_size}")
 
 
-def global_batch(spec: DDPSpec, world: int) -> torch.Tensor:
-    """The same [world·batch, seq+1] token batch on every rank (and in single-process runs)."""
+def seeded_tokens(rows: int, seq: int, vocab: int) -> torch.Tensor:
+    """The same [rows, seq+1] token batch on every rank (and in single-process runs)."""
     g = torch.Generator().manual_seed(1234)
-    return torch.randint(0, spec.vocab, (world * spec.batch, spec.seq + 1), generator=g)
+    return torch.randint(0, vocab, (rows, seq + 1), generator=g)
 
 
-def fully_shard_fn():  # noqa: ANN201
-    """FSDP2's fully_shard, wherever this torch keeps it."""
-    try:
-        from torch.distributed.fsdp import fully_shard
-    except ImportError:  # torch < 2.6
-        from torch.distributed._composable.fsdp import fully_shard
-    return fully_shard
+def global_batch(spec: DDPSpec, world: int) -> torch.Tensor:
+    """The [world·batch, seq+1] global batch every rank takes its slice of."""
+    return seeded_tokens(world * spec.batch, spec.seq, spec.vocab)
 
 
 class DataParallelStep:
@@ -121,8 +118,8 @@ class DataParallelStep:
                 # FSDP2's default mesh is on the GPU whenever one is visible, even under gloo
                 mesh = init_device_mesh(device.type, (world,))
                 for layer in model.layers:
-                    fully_shard_fn()(layer, mesh=mesh)
-                fully_shard_fn()(model, mesh=mesh)
+                    fsdp2().fully_shard(layer, mesh=mesh)
+                fsdp2().fully_shard(model, mesh=mesh)
             except Exception as exc:  # noqa: BLE001 - FSDP2 support varies by backend and version
                 raise Unsupported(f"fsdp2 on {spec.dist_backend}: {str(exc).splitlines()[0]}") from None
             self.sync = GradSync(model)
@@ -189,7 +186,7 @@ def _comm_alone_ms(spec: DDPSpec, sizes: list[int], device: torch.device) -> flo
     return _slowest(run, device, warmup=2, steps=3, calls=5)["median"]
 
 
-def _release(device: torch.device) -> float:
+def release_memory(device: torch.device) -> float:
     """Free the previous model and return the GB still allocated after that.
 
     Gradient hooks hold a model in reference cycles that only gc breaks, and NCCL may keep the
@@ -206,12 +203,12 @@ def _release(device: torch.device) -> float:
 
 
 def measure_ddp(spec: DDPSpec, rank: int, world: int, device: torch.device) -> dict[str, Any]:
-    _release(device)
+    release_memory(device)
     compute_only = DataParallelStep(spec, rank, world, device, "none")
     compute_ms = _slowest(compute_only, device, spec.warmup, spec.iters)["median"]
     sizes = _comm_sizes(spec, compute_only.model)
     del compute_only
-    leftover_gb = _release(device)
+    leftover_gb = release_memory(device)
     step = DataParallelStep(spec, rank, world, device, spec.variant)
     with GpuMonitor(device) as monitor:
         stats = _slowest(step, device, spec.warmup, spec.iters)
@@ -221,7 +218,7 @@ def measure_ddp(spec: DDPSpec, rank: int, world: int, device: torch.device) -> d
         metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30 - leftover_gb
         metrics["leftover_mem_gb"] = leftover_gb
     del step
-    _release(device)
+    release_memory(device)
     comm_ms = _comm_alone_ms(spec, sizes, device)
     exposed = max(step_ms - compute_ms, 0.0)
     metrics.update({

@@ -19,7 +19,6 @@ On GPUs one more step runs under the profiler: `comm_ms` is the time NCCL kernel
 
 from __future__ import annotations
 
-import gc
 import os
 import re
 from dataclasses import dataclass
@@ -36,16 +35,22 @@ from trainperf.core.gpu_monitor import GpuMonitor
 from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
 from trainperf.core.timing import PhaseTimer
+from trainperf.distributed.fsdp import fsdp2
 from trainperf.distributed.timing import per_rank_times, slowest
 from trainperf.kernels.chunked_loss import chunked_lm_loss
 from trainperf.models.lm import LMConfig, TransformerLM, lm_loss
 from trainperf.models.presets import PRESETS, get_preset
+from trainperf.workloads.ddp import release_memory, seeded_tokens
 from trainperf.workloads.precision import autocast
 from trainperf.workloads.step import LOSSES, Phase, no_phase
 
 SHARDS = ("full", "hybrid", "none")
 OPTIMIZERS = ("adamw", "adamw-fused")
 CHECKPOINT_HELP = "none, full, every-K (K a positive integer), ops"
+# What a command left out of --model, --seq, --batch, --dtype means, per torch.distributed backend:
+# the CS336 leaderboard's step on GPUs, a tiny one on CPU processes.
+DEFAULTS = {"nccl": {"model": "cs336-8b", "seq": 32768, "batch": 2, "dtype": "bf16"},
+            "gloo": {"model": "tiny", "seq": 16, "batch": 4, "dtype": "fp32"}}
 
 
 @dataclass(frozen=True)
@@ -179,27 +184,21 @@ def shard_model(model: LMWithLoss, spec: ShardSpec, world: int, device: torch.de
         return nn.parallel.DistributedDataParallel(model, device_ids=ids)
     from torch.distributed.device_mesh import init_device_mesh
 
-    from trainperf.workloads.ddp import fully_shard_fn
-
-    try:
-        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
-    except ImportError:  # torch < 2.6
-        from torch.distributed._composable.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
+    fsdp = fsdp2()
     if spec.shard == "hybrid":
         mesh = init_device_mesh(device.type, hybrid_groups(world), mesh_dim_names=("replicate", "shard"))
     else:
         mesh = init_device_mesh(device.type, (world,))
     kw: dict[str, Any] = {"mesh": mesh}
     if spec.dtype == "bf16":
-        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        kw["mp_policy"] = fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     if spec.offload:
         if device.type != "cuda":
             raise Unsupported("--offload on moves parameters from a GPU to the CPU: it needs a GPU")
-        kw["offload_policy"] = CPUOffloadPolicy()
-    shard = fully_shard_fn()
+        kw["offload_policy"] = fsdp.CPUOffloadPolicy()
     for layer in model.lm.layers:
-        shard(layer, **kw)
-    shard(model, **kw)
+        fsdp.fully_shard(layer, **kw)
+    fsdp.fully_shard(model, **kw)
     return model
 
 
@@ -224,7 +223,7 @@ class ShardedStep:
         except (RuntimeError, ValueError) as exc:
             raise Unsupported(f"--optimizer {spec.optimizer}: {str(exc).splitlines()[0]}") from None
         per = spec.batch // world
-        rows = global_batch_tokens(spec, world)[rank * per:(rank + 1) * per].to(device)
+        rows = global_batch_tokens(spec)[rank * per:(rank + 1) * per].to(device)
         self.x, self.y = rows[:, :-1], rows[:, 1:]
 
     def __call__(self, phase: Phase = no_phase) -> torch.Tensor:
@@ -240,11 +239,9 @@ class ShardedStep:
         return loss
 
 
-def global_batch_tokens(spec: ShardSpec, world: int) -> torch.Tensor:
+def global_batch_tokens(spec: ShardSpec) -> torch.Tensor:
     """The [batch, seq+1] global token batch, the same on every rank (and in a single process)."""
-    vocab = spec.model_config().vocab_size
-    g = torch.Generator().manual_seed(1234)
-    return torch.randint(0, vocab, (spec.batch, spec.seq + 1), generator=g)
+    return seeded_tokens(spec.batch, spec.seq, spec.model_config().vocab_size)
 
 
 def flop_counts(spec: ShardSpec, matmul_params: int, checkpointed_layers: int) -> tuple[float, float]:
@@ -259,14 +256,6 @@ def flop_counts(spec: ShardSpec, matmul_params: int, checkpointed_layers: int) -
     redo = transformer_flops(layer_params * checkpointed_layers, checkpointed_layers, cfg.d_model, spec.seq,
                              tokens, mode="forward")
     return model, redo
-
-
-def _release(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
 
 
 def _time_steps(step: ShardedStep, spec: ShardSpec, device: torch.device) -> tuple[list, dict, float | None,
@@ -290,12 +279,12 @@ def _time_steps(step: ShardedStep, spec: ShardSpec, device: torch.device) -> tup
 
 
 def measure_sharded(spec: ShardSpec, rank: int, world: int, device: torch.device) -> dict[str, Any]:
-    _release(device)
+    release_memory(device)
     step = ShardedStep(spec, rank, world, device)
     per_rank, phases, peak_gb, gpu_state = _time_steps(step, spec, device)
     model_flops, redo = flop_counts(spec, step.matmul_params, step.checkpointed)
     del step
-    _release(device)
+    release_memory(device)
     everyone: list[Any] = [None] * world
     dist.all_gather_object(everyone, (phases, peak_gb))
     s = summarize(slowest(per_rank))
@@ -306,8 +295,7 @@ def measure_sharded(spec: ShardSpec, rank: int, world: int, device: torch.device
     metrics: dict[str, Any] = {
         "step_ms_median": s["median"], "step_ms_iqr": s["iqr"], "step_ms_n": s["n"],
         "rank_skew_ms": summarize(skew)["median"],
-        **{f"{name}_ms": max(p[0][name] for p in everyone) for name in ("forward", "backward", "optimizer")
-           + (("comm", "exposed_comm") if device.type == "cuda" else ())},
+        **{f"{name}_ms": max(p[0][name] for p in everyone) for name in phases},
         "tokens_per_s": spec.batch * spec.seq / (s["median"] / 1e3),
         "model_tflop": model_flops / 1e12, "recompute_tflop": redo / 1e12, "tflops": tflops,
         "mfu": tflops / peak / world if peak else None,
