@@ -29,6 +29,29 @@ def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
     return ((a.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
+def check_gqa_attention_against_float64(name: str, causal: bool, kv_heads: int) -> None:
+    """Attention `name` of bf16 inputs on the GPU, with `kv_heads` K/V heads for 8 query heads,
+    against float64 attention of the same inputs: the output and the three gradients."""
+    from trainperf.attention.reference import naive_attention
+    from trainperf.attention.registry import get_attention
+
+    torch.manual_seed(0)
+    b, h, n, d = 2, 8, 384, 64
+    q = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(b, kv_heads, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            for _ in range(2))
+    do = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
+    o = get_attention(name, q.device)(q, k, v, causal=causal)
+    grads = torch.autograd.grad(o, (q, k, v), do)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    rep = h // kv_heads
+    o64 = naive_attention(q64, k64.repeat_interleave(rep, 1), v64.repeat_interleave(rep, 1), causal=causal)
+    refs = torch.autograd.grad(o64, (q64, k64, v64), do.double())
+    assert rel_err(o, o64) < 1e-2
+    for g, ref in zip(grads, refs, strict=True):
+        assert g.shape == ref.shape and rel_err(g, ref) < 2e-2
+
+
 @pytest.fixture
 def compiled_graphs():
     """How many graphs torch.compile has made so far (Dynamo's counter), once a C++ compiler for

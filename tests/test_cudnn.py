@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import rel_err
+from conftest import check_gqa_attention_against_float64, rel_err
 from torch._subclasses.fake_tensor import FakeTensorMode
 from typer.testing import CliRunner
 
@@ -124,23 +124,7 @@ def test_cudnn_rmsnorm_matches_pytorch_output_and_gradients(dtype):
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("kv_heads", [8, 2])
 def test_cudnn_attention_matches_float64_forward_and_backward(causal, kv_heads):
-    from trainperf.attention.reference import naive_attention
-
-    torch.manual_seed(0)
-    b, h, n, d = 2, 8, 384, 64
-    q = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    k, v = (torch.randn(b, kv_heads, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            for _ in range(2))
-    do = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
-    o = get_attention("cudnn-fe", q.device)(q, k, v, causal=causal)
-    grads = torch.autograd.grad(o, (q, k, v), do)
-    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-    rep = h // kv_heads
-    o64 = naive_attention(q64, k64.repeat_interleave(rep, 1), v64.repeat_interleave(rep, 1), causal=causal)
-    refs = torch.autograd.grad(o64, (q64, k64, v64), do.double())
-    assert rel_err(o, o64) < 1e-2
-    for g, ref in zip(grads, refs, strict=True):
-        assert g.shape == ref.shape and rel_err(g, ref) < 2e-2
+    check_gqa_attention_against_float64("cudnn-fe", causal, kv_heads)
 
 
 @pytest.mark.gpu

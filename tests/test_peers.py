@@ -82,7 +82,8 @@ def test_parity_cli_trains_each_recipe_from_the_same_start(db, tmp_path):
 def test_each_recipe_s_first_loss_and_gradients_match_stock(recipe):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    needs = {"liger": "liger_kernel", "liger-compile": "liger_kernel", "fp8": "torchao"}
+    needs = {"liger": "liger_kernel", "liger-compile": "liger_kernel", "fp8": "torchao",
+             "fa4": "flash_attn.cute"}
     if recipe in needs:
         pytest.importorskip(needs[recipe])
 
@@ -104,3 +105,17 @@ def test_each_recipe_s_first_loss_and_gradients_match_stock(recipe):
     assert grads.keys() == ref_grads.keys() and grads
     for name, norm in grads.items():  # float8's GEMMs round more, bf16 ones about alike
         assert norm == pytest.approx(ref_grads[name], rel=0.1 if recipe == "fp8" else 3e-2), name
+
+
+def test_profile_llama_takes_a_recipe_and_names_a_missing_package(tmp_path, monkeypatch):
+    from trainperf.attention import fa4
+
+    monkeypatch.setattr(fa4, "_INSTALLED", False)
+    profile = ["profile", "llama", "--device", "cpu", "--out", str(tmp_path)]
+    res = runner.invoke(app, [*profile, "--recipe", "fa4"])
+    assert res.exit_code == 2 and "unsupported here" in res.output and "trainperf[fa4]" in res.output
+    res = runner.invoke(app, ["profile", "llama", "--device", "cpu", "--recipe", "liger", "--fast"])
+    assert res.exit_code == 2 and "give one of --fast and --recipe liger" in res.output
+    res = runner.invoke(app, [*profile, "--recipe", "fast"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "profile_llama_math_1x64_loss-chunked_compile-layers.json").exists()

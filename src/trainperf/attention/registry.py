@@ -71,6 +71,11 @@ def _cudnn_fe() -> AttentionFn:
     return cudnn_attention
 
 
+def _fa4() -> AttentionFn:
+    from trainperf.attention.fa4 import fa4_attention
+    return fa4_attention
+
+
 _FACTORIES: dict[str, Callable[[], AttentionFn]] = {
     "naive": lambda: naive_attention,
     "naive-compiled": _compiled_naive,
@@ -80,6 +85,7 @@ _FACTORIES: dict[str, Callable[[], AttentionFn]] = {
     "triton-fa2": _triton_fa2,
     "triton-fa2-atomic": lambda: _triton_fa2(atomic_dq=True),
     "cudnn-fe": _cudnn_fe,
+    "fa4": _fa4,
 }
 
 NAMES = tuple(_FACTORIES)
@@ -95,6 +101,9 @@ def get_attention(name: str, device: torch.device | None = None) -> AttentionFn:
     if name == "cudnn-fe" and device is not None:
         from trainperf.kernels.cudnn_graphs import require_cudnn
         require_cudnn(device, name)
+    if name == "fa4" and device is not None:
+        from trainperf.attention.fa4 import require_fa4
+        require_fa4(device, name)
     if name.startswith("triton-") and device is not None:
         from trainperf.kernels import require_triton
         require_triton(device, name)

@@ -17,7 +17,7 @@ from trainperf import __version__
 from trainperf.cli.vocabulary import DTYPE_ALIASES, help_epilog, option
 from trainperf.core import env as envmod
 from trainperf.core import report
-from trainperf.core.errors import SpecError
+from trainperf.core.errors import SpecError, Unsupported
 from trainperf.core.record import Record
 from trainperf.core.runner import run_sweep
 from trainperf.core.spec import parse_list, positive_int
@@ -76,19 +76,23 @@ def dtypes(text: str) -> list[str]:
 
 def fail(message: str) -> None:
     """One-line error, exit code 2, nothing written."""
-    err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
 def cli_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Bad input → one line + exit 2 (a file the system refuses, too: a name too long, no
-    permission); Ctrl-C → say what is kept + exit 130."""
+    permission; a single case that cannot run here); Ctrl-C → say what is kept + exit 130."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except SpecError as exc:
             fail(str(exc))
+        except Unsupported as exc:  # a single case (a profile) that cannot run here: say why, once
+            fail(f"unsupported here: {exc}")
         except OSError as exc:
             if exc.filename is None:  # not about a file the user named
                 raise

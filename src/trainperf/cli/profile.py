@@ -48,7 +48,7 @@ TOP_KERNELS = 15  # kernels shown in the terminal; the JSON and the kernels CSV 
 
 def _swap_suffix(swaps: dict[str, str]) -> str:
     """File-name part naming every implementation that is not the stock `torch` one."""
-    return "".join(f"_{k}-{v}" for k, v in swaps.items() if v not in ("torch", "off", "native"))
+    return "".join(f"_{k}-{v}" for k, v in swaps.items() if v not in ("torch", "off", "native", "none"))
 
 
 def _profile_and_show(name: str, step, model, dev, iters: int, ranges_only: bool, out: Path,
@@ -177,17 +177,26 @@ def profile_llama(
     kv_heads: str = KvHeadsOpt,
     compile: str = option("--compile", "off"),
     fast: bool = option("--fast", False, "Every setting of `trainperf llama --fast`."),
+    recipe: str = option("--recipe", None, "One; every setting of `trainperf llama --recipe NAME` (--fast "
+                                           "is --recipe fast)."),
     optimizer: str = option("--optimizer", "sgd", "none profiles forward and backward only."),
     forward_only: bool = option("--forward-only", False),
     iters: int = ProfItersOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
     ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Breakdown of a Hugging Face Llama training iteration (or its forward pass) by module range."""
-    from trainperf.workloads.llama_sdpa import FAST, LlamaStep, choose_kv_mode
+    from trainperf.workloads.llama_sdpa import RECIPES, LlamaStep, choose_kv_mode
 
     dev = device_or_fail(device)
-    swaps = {**(FAST if fast else {"norm": norm, "swiglu": swiglu, "rope": rope, "loss": loss,
-                                   "compile": compile}), "kv_heads": kv_heads}
+    if fast and recipe not in (None, "fast"):
+        raise SpecError(f"--fast is --recipe fast; give one of --fast and --recipe {recipe}")
+    if fast or recipe is not None:
+        setup = dict(RECIPES[parse_one("fast" if fast else recipe, str, "--recipe", RECIPES)])
+        sdpa_backend = setup.pop("sdpa_backend", sdpa_backend)
+        swaps = {**setup, "kv_heads": kv_heads}
+    else:
+        swaps = {"norm": norm, "swiglu": swiglu, "rope": rope, "loss": loss, "compile": compile,
+                 "kv_heads": kv_heads}
     spec = _llama_spec(dev, batch_seq, sdpa_backend, model, dtype, swaps, layers=layers, optimizer=optimizer)
     name = (f"llama_{spec.sdpa_backend.lower()}_{spec.batch}x{spec.seq}{_swap_suffix(swaps)}"
             f"{'_forward' if forward_only else ''}")

@@ -42,12 +42,14 @@ GLOSSARY: dict[str, str] = {
     "--causal": "Causal masking: on, off.",
     "--peak-tflops": "Peak TFLOP/s that MFU divides by (default: the known-GPU table).",
     "--sdpa-backend": "PyTorch SDPA backend(s): CUDNN_ATTENTION, EFFICIENT_ATTENTION, "
-                      "FLASH_ATTENTION, MATH; or CUDNN_FE, cuDNN-frontend graphs without PyTorch's SDPA.",
+                      "FLASH_ATTENTION, MATH; or CUDNN_FE, cuDNN-frontend graphs without PyTorch's SDPA; "
+                      "or FA4, FlashAttention 4.",
     "--baseline": "The SDPA backend that speed-ups are relative to.",
     "--optimizer": "Optimizer: adamw, adamw-fused, sgd, none.",
     "--inputs": "What the model is fed: embeds (random input embeddings), ids (token ids).",
     "--fast": "trainperf's fastest step: its best swaps and compile mode.",
-    "--recipe": "Named setups, each a row of the same run: stock, compile, liger, liger-compile, fast, fp8.",
+    "--recipe": "Named setups, each a row of the same run: stock, compile, liger, liger-compile, fast, fp8, "
+                "fa4.",
     "--train-steps": "Optimizer steps of a loss-parity run (untimed).",
     "--lr": "Learning rate.",
     "--library": "Kernel library patched into the model: none, liger (Liger Kernel).",

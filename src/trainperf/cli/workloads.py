@@ -375,8 +375,10 @@ def llama(
                   for c in parse_list(compile, str, "--compile", COMPILE_MODES)
                   for nm in parse_list(norm, str, "--norm", NORM_SWAPS)]
     kv_modes = parse_list(kv_heads, str, "--kv-heads", KV_HEADS)
-    specs = [LlamaSpec(sdpa_backend=be, batch=b, seq=n, kv_heads=kv, **setup, **common)
-             for setup in setups for kv in kv_modes for (b, n) in grid for be in backends]
+    # a recipe that names its attention (fa4) runs once per shape, whatever --sdpa-backend says
+    specs = list(dict.fromkeys(LlamaSpec(**{"sdpa_backend": be, **setup}, batch=b, seq=n, kv_heads=kv,
+                                         **common)
+                               for setup in setups for kv in kv_modes for (b, n) in grid for be in backends))
     if fast:
         specs += [LlamaSpec(sdpa_backend=backends[0], batch=b, seq=n, **FAST, **common) for (b, n) in grid]
     for s in specs:

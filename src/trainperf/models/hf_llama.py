@@ -27,10 +27,11 @@ from trainperf.profiling.ranges import in_sub_range
 CONFIG_DIR = Path(__file__).parent / "configs"
 PRESETS = {"llama-3.2-1b": CONFIG_DIR / "llama-3.2-1b.json", "llama-3.1-8b": CONFIG_DIR / "llama-3.1-8b.json",
            "tiny": CONFIG_DIR / "llama-tiny.json"}
-BACKENDS = ("CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "FLASH_ATTENTION", "MATH", "CUDNN_FE")
-# Beside PyTorch's SDPA backends, trainperf's own attention called directly: CUDNN_FE is the
-# cuDNN frontend's SDPA graphs without PyTorch's dispatch (attention/cudnn_fe.py).
-OWN_BACKENDS = {"CUDNN_FE": "cudnn-fe"}
+BACKENDS = ("CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "FLASH_ATTENTION", "MATH", "CUDNN_FE", "FA4")
+# Beside PyTorch's SDPA backends, attention that trainperf calls directly: CUDNN_FE is the cuDNN
+# frontend's SDPA graphs without PyTorch's dispatch (attention/cudnn_fe.py), FA4 FlashAttention 4's
+# kernels (attention/fa4.py).
+OWN_BACKENDS = {"CUDNN_FE": "cudnn-fe", "FA4": "fa4"}
 # The aten op that each backend dispatches to; what the profiler shows when it really ran.
 BACKEND_OPS = {
     "CUDNN_ATTENTION": "aten::_scaled_dot_product_cudnn_attention",
@@ -38,6 +39,7 @@ BACKEND_OPS = {
     "FLASH_ATTENTION": "aten::_scaled_dot_product_flash_attention",
     "MATH": "aten::_scaled_dot_product_attention_math",
     "CUDNN_FE": "trainperf::cudnn_sdpa",
+    "FA4": "trainperf::fa4_attention",
 }
 
 

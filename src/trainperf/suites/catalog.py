@@ -101,10 +101,10 @@ def peers_headline(parts: dict[str, Path]) -> pd.DataFrame:
     table = _read(parts["llama"], "training_timing.csv")
     if table.empty:
         return table
-    backend = table.backend.iloc[0]
-    label = {setup_label(backend, setup.get("compile", "off"),
-                         ",".join(LlamaSpec(backend, 1, 1, **setup).swap_names()) or "none"): name
-             for name, setup in RECIPES.items()}
+    specs = [(name, LlamaSpec(**{"sdpa_backend": backend, **setup}, batch=1, seq=1))
+             for backend in set(table.backend) for name, setup in RECIPES.items()]
+    label = {setup_label(s.sdpa_backend, s.compile, ",".join(s.swap_names()) or "none"): name
+             for name, s in specs}
     table["recipe"] = [label.get(setup_label(b, c, s)) for b, c, s in
                        zip(table.backend, table.compile, table.swaps.fillna("none"), strict=True)]
     table["case"] = table.batch_size.astype(str) + "x" + table.seq_len.astype(str)

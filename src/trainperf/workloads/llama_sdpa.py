@@ -54,6 +54,7 @@ RECIPES: dict[str, dict[str, str]] = {
     "liger-compile": {"library": "liger", "compile": "on"},
     "fast": FAST,
     "fp8": {**FAST, "float8": "torchao"},
+    "fa4": {"sdpa_backend": "FA4"},  # the stock model with FlashAttention 4 as its attention
 }
 # Phrases PyTorch uses when a pinned SDPA backend cannot take the call.
 NO_KERNEL = ("No available kernel", "No viable backend")

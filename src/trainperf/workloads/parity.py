@@ -44,9 +44,9 @@ class ParitySpec:
         return f"{self.recipe} {self.train_steps} steps {self.batch}x{self.seq} lr={self.lr:g}"
 
     def llama_spec(self) -> LlamaSpec:
-        return LlamaSpec(sdpa_backend=self.sdpa_backend, batch=self.batch, seq=self.seq, dtype=self.dtype,
-                         optimizer="none", inputs="ids", model=self.model, layers=self.layers,
-                         device=self.device, **RECIPES[self.recipe])
+        return LlamaSpec(**{"sdpa_backend": self.sdpa_backend, **RECIPES[self.recipe]}, batch=self.batch,
+                         seq=self.seq, dtype=self.dtype, optimizer="none", inputs="ids", model=self.model,
+                         layers=self.layers, device=self.device)
 
 
 def validate(spec: ParitySpec) -> None:

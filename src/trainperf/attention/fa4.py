@@ -1,0 +1,95 @@
+"""FlashAttention 4 (`fa4`): the CuTe-DSL kernels of the flash-attn-4 package (Hopper's warp-
+specialised forward and backward on sm_90), as PyTorch custom ops with autograd and fake
+implementations, so that it runs inside `torch.compile` graphs like trainperf's own kernels.
+
+flash-attn-4 is an optional extra (`pip install 'trainperf[fa4]'`); without it, or on a GPU older
+than Hopper, every fa4 choice is an `unsupported` row naming what it needs. Its kernels take
+[batch, seq, heads, dim]: q, k, v arrive as [batch, heads, seq, dim] views of that layout (how
+transformers and trainperf's LM make them), so the transposes cost no copy, and the output is
+returned as the same kind of view. K/V may have fewer heads than Q (grouped-query attention runs
+natively).
+"""
+
+from __future__ import annotations
+
+import math
+from importlib.util import find_spec
+
+import torch
+
+from trainperf.core.errors import Unsupported
+
+INSTALL_FA4 = "pip install 'trainperf[fa4]' (the flash-attn-4 package)"
+_INSTALLED = find_spec("flash_attn") is not None and find_spec("flash_attn.cute") is not None
+
+
+def require_fa4(device: torch.device, what: str = "fa4") -> None:
+    """Unsupported (naming the install command, or the GPU it needs) unless FA4 trains here."""
+    if not _INSTALLED:
+        raise Unsupported(f"{what} needs FlashAttention 4: {INSTALL_FA4}")
+    if device.type != "cuda" or torch.cuda.get_device_capability(device) < (9, 0):
+        raise Unsupported(f"{what} needs a Hopper or newer GPU (FlashAttention 4's backward runs on sm_90+)")
+
+
+@torch.library.custom_op("trainperf::fa4_attention", mutates_args=())
+def fa4_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                     scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Output [batch, seq, heads, dim] and the softmax's log-sum-exp [batch, heads, seq] (float32)
+    of q, k, v laid out [batch, seq, heads, dim]."""
+    from flash_attn.cute.interface import _flash_attn_fwd
+
+    out, lse, *_ = _flash_attn_fwd(q, k, v, softmax_scale=scale, causal=causal, return_lse=True)
+    return out, lse
+
+
+@fa4_attention_op.register_fake
+def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+      scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    b, s, h, _ = q.shape
+    return q.new_empty(b, s, h, v.shape[-1]), q.new_empty(b, h, s, dtype=torch.float32)
+
+
+@torch.library.custom_op("trainperf::fa4_attention_backward", mutates_args=())
+def fa4_attention_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                              o: torch.Tensor, lse: torch.Tensor, causal: bool,
+                              scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk, dv from the forward's output and log-sum-exp."""
+    from flash_attn.cute.interface import _flash_attn_bwd
+
+    dq, dk, dv = _flash_attn_bwd(q, k, v, o, do, lse, scale, causal)[:3]
+    return dq, dk, dv
+
+
+@fa4_attention_backward_op.register_fake
+def _(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+      lse: torch.Tensor, causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup(ctx, inputs, output) -> None:  # noqa: ANN001
+    q, k, v, ctx.causal, ctx.scale = inputs
+    ctx.save_for_backward(q, k, v, *output)
+    ctx.mark_non_differentiable(output[1])
+
+
+def _backward(ctx, do, _d_lse):  # noqa: ANN001, ANN202
+    q, k, v, o, lse = ctx.saved_tensors
+    do = do if do.stride(-1) == 1 else do.contiguous()
+    return (*fa4_attention_backward_op(do, q, k, v, o, lse, ctx.causal, ctx.scale), None, None)
+
+
+fa4_attention_op.register_autograd(_backward, setup_context=_setup)
+
+
+def fa4_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
+                  scale: float | None = None) -> torch.Tensor:
+    """Attention of q [batch, heads, seq, dim] over k, v [batch, kv_heads, seq, dim] via FA4."""
+    require_fa4(q.device)
+    if q.dtype not in (torch.bfloat16, torch.float16):
+        raise Unsupported(f"fa4 takes bf16 or fp16, not {q.dtype}")
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"query heads {q.shape[1]} are not a multiple of K/V heads {k.shape[1]}")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    return fa4_attention_op(q, k, v, causal, scale)[0].transpose(1, 2)
