@@ -23,6 +23,11 @@ INSTALL_FA4 = "pip install 'trainperf[fa4]' (the flash-attn-4 package)"
 _INSTALLED = find_spec("flash_attn") is not None and find_spec("flash_attn.cute") is not None
 
 
+def fa4_runs(device: torch.device) -> bool:
+    """Whether FlashAttention 4 trains on `device` (installed, and a Hopper or newer GPU)."""
+    return _INSTALLED and device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
+
+
 def require_fa4(device: torch.device, what: str = "fa4") -> None:
     """Unsupported (naming the install command, or the GPU it needs) unless FA4 trains here."""
     if not _INSTALLED:

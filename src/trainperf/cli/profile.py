@@ -185,13 +185,13 @@ def profile_llama(
     ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Breakdown of a Hugging Face Llama training iteration (or its forward pass) by module range."""
-    from trainperf.workloads.llama_sdpa import RECIPES, LlamaStep, choose_kv_mode
+    from trainperf.workloads.llama_sdpa import RECIPES, LlamaStep, choose_kv_mode, recipe_setup
 
     dev = device_or_fail(device)
     if fast and recipe not in (None, "fast"):
         raise SpecError(f"--fast is --recipe fast; give one of --fast and --recipe {recipe}")
     if fast or recipe is not None:
-        setup = dict(RECIPES[parse_one("fast" if fast else recipe, str, "--recipe", RECIPES)])
+        setup = recipe_setup(parse_one("fast" if fast else recipe, str, "--recipe", RECIPES), dev.type)
         sdpa_backend = setup.pop("sdpa_backend", sdpa_backend)
         swaps = {**setup, "kv_heads": kv_heads}
     else:

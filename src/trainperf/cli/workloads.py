@@ -321,7 +321,8 @@ def llama(
     norm: str = option("--norm", "torch", "Comma list ok."), swiglu: str = SwigluOpt, rope: str = RopeOpt,
     loss: str = LossOpt,
     kv_heads: str = KvHeadsOpt,
-    fast: bool = option("--fast", False, "Run with the first backend, beside the other rows."),
+    fast: bool = option("--fast", False, "Beside the other rows; with the first backend where FlashAttention 4 "
+                                         "does not run."),
     recipe: str = option("--recipe", None, "Comma-separated; instead of --compile, the swaps, --library "
                                            "and --float8."),
     library: str = option("--library", "none"), float8: str = option("--float8", "off"),
@@ -334,11 +335,11 @@ def llama(
         COMPILE_MODES,
         CPU_GRID,
         DEFAULT_GRID,
-        FAST,
         KV_HEADS,
         RECIPES,
         LlamaSpec,
         measure_llama,
+        recipe_setup,
         summary_table,
         timing_table,
         validate,
@@ -368,7 +369,7 @@ def llama(
         clash = [flag for flag, value in given.items() if value != stock.get(flag, "torch")]
         if clash:
             raise SpecError(f"--recipe sets {', '.join(clash)} itself; give one or the other")
-        setups = [RECIPES[r] for r in parse_list(recipe, str, "--recipe", RECIPES)]
+        setups = [recipe_setup(r, dev.type) for r in parse_list(recipe, str, "--recipe", RECIPES)]
     else:
         parts = {"swiglu": swiglu, "rope": rope, "loss": loss, "library": library, "float8": float8}
         setups = [{"compile": c, "norm": nm, **parts}
@@ -380,7 +381,8 @@ def llama(
                                          **common)
                                for setup in setups for kv in kv_modes for (b, n) in grid for be in backends))
     if fast:
-        specs += [LlamaSpec(sdpa_backend=backends[0], batch=b, seq=n, **FAST, **common) for (b, n) in grid]
+        specs += [LlamaSpec(**{"sdpa_backend": backends[0], **recipe_setup("fast", dev.type)}, batch=b, seq=n,
+                            **common) for (b, n) in grid]
     for s in specs:
         validate(s)
     check_out_dir(out)

@@ -22,6 +22,7 @@ class Part:
     cpu: dict[str, str | bool]
     min_gpus: int = 1  # on a GPU machine with fewer, the part is left out (and said so)
     stored: bool = True  # a workload command (results store, --rerun, --quiet); False for a profile
+    needs: str = ""  # an optional package (import name) without which the part is left out (and said so)
 
     def argv(self, on_gpu: bool, gpus: int | str) -> list[str]:
         """The command line of this part on a machine with `gpus` GPUs."""
@@ -98,11 +99,12 @@ def peers_headline(parts: dict[str, Path]) -> pd.DataFrame:
     """One row per recipe: seconds per iteration (peak GB) at each shape, then its loss parity."""
     from trainperf.workloads.llama_sdpa import RECIPES, LlamaSpec, setup_label
 
-    table = _read(parts["llama"], "training_timing.csv")
+    table = pd.concat([_read(parts[p], "training_timing.csv") for p in ("llama", "llama-more") if p in parts],
+                      ignore_index=True)
     if table.empty:
         return table
     specs = [(name, LlamaSpec(**{"sdpa_backend": backend, **setup}, batch=1, seq=1))
-             for backend in set(table.backend) for name, setup in RECIPES.items()]
+             for backend in sorted(set(table.backend)) for name, setup in RECIPES.items()]
     label = {setup_label(s.sdpa_backend, s.compile, ",".join(s.swap_names()) or "none"): name
              for name, s in specs}
     table["recipe"] = [label.get(setup_label(b, c, s)) for b, c, s in
@@ -111,6 +113,9 @@ def peers_headline(parts: dict[str, Path]) -> pd.DataFrame:
     table["cell"] = _cell(table, "mean_s") + table.peak_mem_gb.map(
         lambda g: f" ({g:.1f} GB)" if pd.notna(g) else "")
     out = table.pivot_table(index="recipe", columns="case", values="cell", aggfunc="first", sort=False)
+    ok = table[table.status == "ok"]
+    for peers in (PEERS, PEERS + FA4_PEERS):
+        out.loc[f"fast vs the best of {', '.join(peers)}"] = _against_best(ok, "fast", peers)
     losses = _read(parts["parity"], "parity_losses.csv") if "parity" in parts else pd.DataFrame()
     if not losses.empty:
         from trainperf.workloads.parity import parity_table
@@ -121,6 +126,46 @@ def peers_headline(parts: dict[str, Path]) -> pd.DataFrame:
         out["deviation over the last fifth"] = parity.final_rel_dev.map(
             lambda d: f"{d:.2%}" if pd.notna(d) else "")
     return out.reset_index()
+
+
+PEERS = ("compile", "liger", "liger-compile")  # the peers of the fastest step's performance target
+FA4_PEERS = ("fa4", "liger-fa4")
+
+
+def _against_best(ok: pd.DataFrame, recipe: str, peers: tuple[str, ...]) -> pd.Series:
+    """Per shape: the best peer's time over `recipe`'s (its speed-up), and `recipe`'s peak memory
+    over that peer's."""
+    cells = {}
+    for case, df in ok.groupby("case", sort=False):
+        rows = df.set_index("recipe")
+        best = rows.loc[rows.index.isin(peers), "mean_s"]
+        if recipe in rows.index and not best.empty:
+            mine, peer = rows.loc[recipe], rows.loc[best.idxmin()]
+            memory = mine.peak_mem_gb / peer.peak_mem_gb
+            cells[case] = (f"{peer.mean_s / mine.mean_s:.2f}x over {best.idxmin()}"
+                           + (f" (memory {memory:.2f}x)" if pd.notna(memory) else ""))
+    return pd.Series(cells, dtype=object)
+
+
+def explain_headline(parts: dict[str, Path]) -> pd.DataFrame:
+    """One row per kind of kernel (and their total), a column per recipe: kernel milliseconds in one
+    profiled iteration, and in brackets the speed-up over stock's of that kind."""
+    from trainperf.profiling.kernel_kinds import time_by_kind
+    from trainperf.profiling.session import load_breakdown
+
+    times = {}
+    for name, folder in parts.items():
+        found = sorted(folder.glob("*.json")) if folder.is_dir() else []
+        if found:
+            kinds = time_by_kind(load_breakdown(found[0])[0].kernels)
+            times[name.removeprefix("profile-")] = pd.concat([kinds, pd.Series({"total": kinds.sum()})])
+    if not times:
+        return pd.DataFrame()
+    df = pd.DataFrame(times)
+    stock = df.get("stock")
+    cells = {recipe: [f"{ms:.1f}" + (f" ({stock[kind] / ms:.2f}x)" if stock is not None and ms else "")
+                      for kind, ms in col.items()] for recipe, col in df.items()}
+    return pd.DataFrame(cells, index=df.index).rename_axis("kernels").reset_index()
 
 
 def kernels_headline(parts: dict[str, Path]) -> pd.DataFrame:
@@ -284,24 +329,41 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "against the GPU's dense peak for the dtype."),
     Suite("peers",
           "Llama-3.2-1B with what users pick instead of trainperf's step (torch.compile, Liger Kernel, "
-          "Liger + compile, torchao float8 on trainperf's step) beside stock and trainperf's fastest step, "
-          "cuDNN attention, at the longest and a short shape of the seed grid; and each recipe's loss "
-          "curve from the same weights and batches beside stock's.",
+          "Liger + compile, FlashAttention 4, Liger + FlashAttention 4) beside stock and trainperf's "
+          "fastest step (FlashAttention 4 where it runs) at the six shapes of the seed grid, cuDNN "
+          "attention where a recipe names none; Liger + compile and trainperf's float8 step at the longest "
+          "and a short shape; each recipe's loss curve from the same weights and batches beside stock's; "
+          "and the fastest step's speed-up and memory against the best peer of each shape.",
           (Part("llama", ("llama",),
-                gpu={"--recipe": "stock,compile,liger,liger-compile,fast,fp8",
-                     "--batch-seq": "1x16384,12x1024", "--sdpa-backend": "CUDNN_ATTENTION", "--warmup": "5",
-                     "--iters": "20"},
+                gpu={"--recipe": "stock,compile,liger,fa4,liger-fa4,fast", "--sdpa-backend": "CUDNN_ATTENTION",
+                     "--warmup": "3", "--iters": "10"},
                 cpu={"--recipe": "stock,compile,fast", "--batch-seq": "1x32", "--sdpa-backend": "MATH",
                      **_TINY}),
+           Part("llama-more", ("llama",),
+                gpu={"--recipe": "liger-compile,fp8", "--batch-seq": "1x16384,12x1024",
+                     "--sdpa-backend": "CUDNN_ATTENTION", "--warmup": "3", "--iters": "10"},
+                cpu={"--recipe": "stock", "--batch-seq": "1x16", "--sdpa-backend": "MATH", **_TINY}),
            Part("parity", ("parity",),
-                gpu={"--recipe": "stock,compile,liger,liger-compile,fast,fp8", "--layers": "2",
+                gpu={"--recipe": "stock,compile,liger,liger-compile,fa4,liger-fa4,fast,fp8", "--layers": "2",
                      "--train-steps": "100"},
                 cpu={"--recipe": "stock,fast", "--train-steps": "4", "--seq": "16", "--batch": "2",
                      "--dtype": "fp32"})),
           peers_headline,
-          "Seconds per iteration (mean of 20 after 5 warm-up) and peak memory at each shape; loss parity: "
+          "Seconds per iteration (mean of 10 after 3 warm-up) and peak memory at each shape; loss parity: "
           "the largest deviation of the recipe's smoothed loss from stock's over 100 AdamW steps (2 "
           "decoder layers, 8 x 1024 tokens), ok within 3%."),
+    Suite("peers-explain",
+          "Where each recipe's gain over the stock Llama-3.2-1B step comes from: one profiled iteration "
+          "of stock, Liger Kernel, FlashAttention 4, trainperf's fastest step and its float8 form at "
+          "1 x 16384 tokens, kernel time summed by kind of kernel.",
+          tuple(Part(f"profile-{recipe}", ("profile", "llama"), stored=False, needs=needs,
+                     gpu={"--recipe": recipe, "--batch-seq": "1x16384"}, cpu={"--recipe": recipe})
+                for recipe, needs in (("stock", ""), ("liger", "liger_kernel"), ("fa4", "flash_attn"),
+                                      ("fast", ""), ("fp8", "torchao"))),
+          explain_headline,
+          "Kernel milliseconds in one profiled iteration by kind of kernel (attention; matrix multiplies; "
+          "Triton kernels: Inductor's fusions, Liger's and trainperf's; the rest: PyTorch's elementwise, "
+          "reduction and copy kernels), and in brackets the speed-up over stock's of that kind."),
     Suite("kernels",
           "Each fused kernel (RMSNorm, RoPE, SwiGLU, the LM-head loss) against its PyTorch reference, the "
           "compiled reference and the stock op, forward + backward at Llama-3.2-1B's width and 16k tokens.",
@@ -324,9 +386,10 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                 cpu={"--norm": "torch,cudnn", "--sdpa-backend": "MATH,CUDNN_FE", "--batch-seq": "1x32",
                      **_TINY}),
            Part("fast", ("llama",),
-                gpu={"--recipe": "fast", "--sdpa-backend": "CUDNN_ATTENTION,CUDNN_FE",
+                gpu={"--compile": "layers", "--loss": "chunked", "--sdpa-backend": "CUDNN_ATTENTION,CUDNN_FE",
                      "--batch-seq": "1x16384,12x1024", "--warmup": "5", "--iters": "20"},
-                cpu={"--recipe": "fast", "--sdpa-backend": "MATH,CUDNN_FE", "--batch-seq": "1x32", **_TINY}),
+                cpu={"--compile": "layers", "--loss": "chunked", "--sdpa-backend": "MATH,CUDNN_FE",
+                     "--batch-seq": "1x32", **_TINY}),
            Part("attention", ("attention",),
                 gpu={"--attention": "sdpa-cudnn,cudnn-fe,triton-fa2", "--batch": "1", "--heads": "16",
                      "--seq": "16384", "--head-dim": "64,128", "--dtype": "bf16",

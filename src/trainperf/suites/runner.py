@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from importlib.util import find_spec
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,14 @@ def run_suite(suite: Suite, results: Path, db: Path, rerun: bool = False, quiet:
             parts.append({"name": part.name, "command": line,
                           "left_out": f"needs {part.min_gpus} GPUs, this machine has {gpus}"})
             say(f"{suite.name}/{part.name}: left out (needs {part.min_gpus} GPUs, {gpus} here)")
+            continue
+        if part.needs and find_spec(part.needs) is None:
+            parts.append({"name": part.name, "command": line, "left_out": f"needs the {part.needs} package"})
+            say(f"{suite.name}/{part.name}: left out (needs the {part.needs} package)")
+            continue
+        if not (part.stored or rerun) and any((folder / part.name).glob("*.json")):  # resumed: profiled
+            parts.append({"name": part.name, "command": line})
+            say(f"{suite.name}/{part.name}: profiled in an earlier run (--rerun profiles again)")
             continue
         say(f"{suite.name}/{part.name}: {line}")
         flags = ["--out", str(folder / part.name)]

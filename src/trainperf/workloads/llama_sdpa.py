@@ -36,8 +36,9 @@ OPTIMIZERS = ("sgd", "adamw", "none")
 # layer compiled on its own; the mask, the embeddings and the loss stay eager).
 COMPILE_MODES = ("off", "on", "layers")
 # trainperf's fastest Llama step (`llama --fast`, `profile llama --fast`): the settings that
-# measured fastest on the H100 (the seed-llama suite, benchmarks/README.md): each decoder layer compiled
-# (Inductor fuses norms, RoPE, SwiGLU and residual adds there) and the fused chunked loss.
+# measured fastest on the H100 (the seed-llama and peers suites, benchmarks/README.md): each decoder
+# layer compiled (Inductor fuses norms, RoPE, SwiGLU and residual adds there), the fused chunked loss,
+# and FlashAttention 4 where it runs (see recipe_setup).
 FAST = {"loss": "chunked", "compile": "layers"}
 INPUTS = ("embeds", "ids")
 # How grouped-query K/V heads reach SDPA: native (the backend's own GQA, enable_gqa; expanded when
@@ -55,7 +56,21 @@ RECIPES: dict[str, dict[str, str]] = {
     "fast": FAST,
     "fp8": {**FAST, "float8": "torchao"},
     "fa4": {"sdpa_backend": "FA4"},  # the stock model with FlashAttention 4 as its attention
+    "liger-fa4": {"library": "liger", "sdpa_backend": "FA4"},
 }
+# Recipes of trainperf's own that take FlashAttention 4 where it runs, the backend asked for elsewhere.
+FA4_WHERE_IT_RUNS = ("fast", "fp8")
+
+
+def recipe_setup(name: str, device: str) -> dict[str, str]:
+    """The spec fields of recipe `name` on `device` (a recipe that names an attention sets
+    `sdpa_backend`; the others run with the backend asked for)."""
+    from trainperf.attention.fa4 import fa4_runs
+
+    setup = dict(RECIPES[name])
+    if name in FA4_WHERE_IT_RUNS and fa4_runs(torch.device(device)):
+        setup["sdpa_backend"] = "FA4"
+    return setup
 # Phrases PyTorch uses when a pinned SDPA backend cannot take the call.
 NO_KERNEL = ("No available kernel", "No viable backend")
 
