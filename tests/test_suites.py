@@ -39,6 +39,9 @@ def test_every_suite_runs_in_its_tiny_form(ran, name):
     assert meta["command"] == f"trainperf suite run {name}" and meta["parts"]
     assert json.loads((folder / "env.json").read_text())["device"] == "cpu"
     for part in meta["parts"]:
+        if "left_out" in part:  # only for an optional package the CPU run has not got, and said so
+            assert part["left_out"].startswith("needs the ") and part["left_out"].endswith(" package"), part
+            continue
         csvs = list((folder / part["name"]).glob("*.csv"))
         assert csvs and all(len(pd.read_csv(c)) > 0 for c in csvs), part
         table = pd.read_csv(csvs[0])

@@ -47,9 +47,10 @@ GLOSSARY: dict[str, str] = {
     "--baseline": "The SDPA backend that speed-ups are relative to.",
     "--optimizer": "Optimizer: adamw, adamw-fused, sgd, none.",
     "--inputs": "What the model is fed: embeds (random input embeddings), ids (token ids).",
-    "--fast": "trainperf's fastest step: its best swaps and compile mode, and FlashAttention 4 where it runs.",
+    "--fast": "trainperf's fastest step: its best swaps and compile mode, and FlashAttention 4 where it "
+              "runs.",
     "--recipe": "Named setups, each a row of the same run: stock, compile, liger, liger-compile, fast, fp8, "
-                "fa4.",
+                "fa4, liger-fa4.",
     "--train-steps": "Optimizer steps of a loss-parity run (untimed).",
     "--lr": "Learning rate.",
     "--library": "Kernel library patched into the model: none, liger (Liger Kernel).",

@@ -321,8 +321,8 @@ def llama(
     norm: str = option("--norm", "torch", "Comma list ok."), swiglu: str = SwigluOpt, rope: str = RopeOpt,
     loss: str = LossOpt,
     kv_heads: str = KvHeadsOpt,
-    fast: bool = option("--fast", False, "Beside the other rows; with the first backend where FlashAttention 4 "
-                                         "does not run."),
+    fast: bool = option("--fast", False, "Beside the other rows; with the first backend where "
+                                         "FlashAttention 4 does not run."),
     recipe: str = option("--recipe", None, "Comma-separated; instead of --compile, the swaps, --library "
                                            "and --float8."),
     library: str = option("--library", "none"), float8: str = option("--float8", "off"),

@@ -306,7 +306,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "(q, k, v of 16 x 16384 x 64), the reference shape B1 H16 N16384 at head dims 64 and 128, and "
           "B8 N2048 D64.",
           tuple(Part(name, ("attention",),
-                     gpu={"--attention": "triton-fa2,triton-fa2-atomic,sdpa-cudnn,cudnn-fe", "--batch": b,
+                     gpu={"--attention": "triton-fa2,triton-fa2-atomic,sdpa-cudnn,cudnn-fe,fa4", "--batch": b,
                           "--heads": h, "--seq": n, "--head-dim": d, "--dtype": "bf16",
                           "--mode": "forward-backward", "--compile": "on"},
                      cpu={"--attention": "naive,sdpa-math", "--batch": "1", "--heads": "2", "--seq": "32",
@@ -335,8 +335,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "and a short shape; each recipe's loss curve from the same weights and batches beside stock's; "
           "and the fastest step's speed-up and memory against the best peer of each shape.",
           (Part("llama", ("llama",),
-                gpu={"--recipe": "stock,compile,liger,fa4,liger-fa4,fast", "--sdpa-backend": "CUDNN_ATTENTION",
-                     "--warmup": "3", "--iters": "10"},
+                gpu={"--recipe": "stock,compile,liger,fa4,liger-fa4,fast",
+                     "--sdpa-backend": "CUDNN_ATTENTION", "--warmup": "3", "--iters": "10"},
                 cpu={"--recipe": "stock,compile,fast", "--batch-seq": "1x32", "--sdpa-backend": "MATH",
                      **_TINY}),
            Part("llama-more", ("llama",),

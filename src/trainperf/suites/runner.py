@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import re
-from importlib.util import find_spec
 from datetime import datetime, timezone
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
