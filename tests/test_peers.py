@@ -11,7 +11,7 @@ from trainperf.cli import app
 from trainperf.core.record import Record
 from trainperf.core.store import Store
 from trainperf.workloads import parity
-from trainperf.workloads.llama_sdpa import RECIPES, LlamaSpec, LlamaStep
+from trainperf.workloads.llama_sdpa import RECIPES, LlamaSpec, LlamaStep, recipe_setup
 
 runner = CliRunner()
 CPU = ["--device", "cpu", "--quiet"]
@@ -88,8 +88,8 @@ def test_each_recipe_s_first_loss_and_gradients_match_stock(recipe):
         pytest.importorskip(needs[recipe])
 
     def first(setup):
-        spec = LlamaSpec(sdpa_backend="CUDNN_ATTENTION", batch=2, seq=256, dtype="bf16", optimizer="none",
-                         inputs="ids", model="llama-3.2-1b", layers=2, device="cuda", **setup)
+        spec = LlamaSpec(**{"sdpa_backend": "CUDNN_ATTENTION", **setup}, batch=2, seq=256, dtype="bf16",
+                         optimizer="none", inputs="ids", model="llama-3.2-1b", layers=2, device="cuda")
         step = LlamaStep(spec, torch.device("cuda"))
         try:
             loss = step()
@@ -100,7 +100,7 @@ def test_each_recipe_s_first_loss_and_gradients_match_stock(recipe):
             step.close()
 
     ref_loss, ref_grads = first({})
-    loss, grads = first(RECIPES[recipe])
+    loss, grads = first(recipe_setup(recipe, "cuda"))
     assert loss == pytest.approx(ref_loss, rel=2e-2)
     assert grads.keys() == ref_grads.keys() and grads
     for name, norm in grads.items():  # float8's GEMMs round more, bf16 ones about alike

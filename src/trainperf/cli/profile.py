@@ -203,12 +203,15 @@ def profile_llama(
     if nsys:
         return _nsys_line(_argv_without("--nsys"), name)
     step = LlamaStep(spec, dev)
-    choose_kv_mode(step, spec.sdpa_backend, spec.kv_heads)
-    # a whole-model compile traces every module: range hooks there would be compiled in (and
-    # recompile it), so that profile has phase ranges only; per-layer compile keeps the rest
-    ranged = None if spec.compile == "on" else step.model
-    run = step.forward_pass if forward_only else step
-    _profile_and_show(name, run, ranged, dev, iters, ranges_only, out, {"spec": spec.__dict__}, as_json)
+    try:  # closed at the end: a library's patches (Liger) must not outlive this profile
+        choose_kv_mode(step, spec.sdpa_backend, spec.kv_heads)
+        # a whole-model compile traces every module: range hooks there would be compiled in (and
+        # recompile it), so that profile has phase ranges only; per-layer compile keeps the rest
+        ranged = None if spec.compile == "on" else step.model
+        run = step.forward_pass if forward_only else step
+        _profile_and_show(name, run, ranged, dev, iters, ranges_only, out, {"spec": spec.__dict__}, as_json)
+    finally:
+        step.close()
 
 
 @app.command("cudnn-study", cls=RenamedFlags)

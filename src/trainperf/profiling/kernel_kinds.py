@@ -1,7 +1,7 @@
 """What kind of work a GPU kernel does, from its name: attention, matrix multiply, a Triton kernel
 (Inductor's fusions, Liger's and trainperf's kernels), or the rest (PyTorch's elementwise,
-reduction and copy kernels). Summed per kind, two profiles of one step show where a recipe's gain
-comes from."""
+reduction and copy kernels, and the CPU-side ops of a CPU profile). Summed per kind, two
+profiles of one step show where a recipe's gain comes from."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import pandas as pd
 KINDS = (
     ("attention", re.compile(r"flash|fmha|sdpa|attn|attention", re.I)),
     ("matmul", re.compile(r"gemm|nvjet|xmma|wgmma|cublas|cutlass|matmul|aten::(mm|addmm|bmm)\b", re.I)),
-    ("triton", re.compile(r"^triton_|_kernel(_\d+)?$|liger", re.I)),
+    # Triton names a kernel after its Python function: a bare identifier (CUDA libraries' kernels
+    # carry C++ signatures, `void at::native::...`)
+    ("triton", re.compile(r"^[A-Za-z_]\w*$")),
 )
 OTHER = "other"
 

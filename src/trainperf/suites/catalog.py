@@ -163,7 +163,8 @@ def explain_headline(parts: dict[str, Path]) -> pd.DataFrame:
         return pd.DataFrame()
     df = pd.DataFrame(times)
     stock = df.get("stock")
-    cells = {recipe: [f"{ms:.1f}" + (f" ({stock[kind] / ms:.2f}x)" if stock is not None and ms else "")
+    cells = {recipe: [f"{ms:.1f}" + (f" ({stock[kind] / ms:.2f}x)" if stock is not None and ms and stock[kind]
+                                     else "")
                       for kind, ms in col.items()] for recipe, col in df.items()}
     return pd.DataFrame(cells, index=df.index).rename_axis("kernels").reset_index()
 
