@@ -2,6 +2,8 @@
 recipes whose package is missing, the parity computation, and on a GPU each recipe's first
 loss and gradients against stock's."""
 
+import json
+
 import pandas as pd
 import pytest
 import torch
@@ -119,3 +121,54 @@ def test_profile_llama_takes_a_recipe_and_names_a_missing_package(tmp_path, monk
     res = runner.invoke(app, [*profile, "--recipe", "fast"])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "profile_llama_math_1x64_loss-chunked_compile-layers.json").exists()
+
+
+def test_kernels_are_sorted_into_kinds_by_name():
+    from trainperf.profiling.kernel_kinds import kernel_kind, time_by_kind
+
+    names = {"cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16": "attention",
+             "kernel_cutlass_kernel_flash_attncuteflash_fwd_sm90FlashAttentionForwardSm90": "attention",
+             "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NTT": "matmul",
+             "triton_poi_fused_add_mul_3": "triton", "_rms_norm_backward_kernel": "triton",
+             "void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add>": "other"}
+    assert {name: kernel_kind(name) for name in names} == names
+    kernels = pd.DataFrame({"kernel": ["nvjet_a", "nvjet_b", "void at::native::copy<x>"],
+                            "total_ms": [2.0, 3.0, 1.5]})
+    assert time_by_kind(kernels).to_dict() == {"attention": 0.0, "matmul": 5.0, "triton": 0.0, "other": 1.5}
+
+
+def test_the_fastest_step_is_set_against_the_best_peer_of_each_shape():
+    from trainperf.suites.catalog import _against_best
+
+    ok = pd.DataFrame({"case": ["1x8"] * 4 + ["2x4"] * 2,
+                       "recipe": ["stock", "liger", "compile", "fast", "liger", "fast"],
+                       "mean_s": [1.0, 0.8, 0.9, 0.5, 0.4, 0.5], "peak_mem_gb": [10, 4.0, 6, 5.0, 4.0, 2.0]})
+    row = _against_best(ok, "fast", ("liger", "compile"))
+    assert row["1x8"] == "1.60x over liger (memory 1.25x)"
+    assert row["2x4"] == "0.80x over liger (memory 0.50x)"  # slower than the peer: said so, not hidden
+
+
+def test_the_fastest_step_takes_fa4_only_where_it_runs(monkeypatch):
+    from trainperf.attention import fa4
+    from trainperf.workloads.llama_sdpa import FAST
+
+    assert recipe_setup("fast", "cpu") == FAST  # no FA4 on the CPU: the backend asked for
+    assert recipe_setup("fa4", "cpu") == {"sdpa_backend": "FA4"}  # a recipe that names it keeps it
+    monkeypatch.setattr(fa4, "fa4_runs", lambda device: True)
+    assert recipe_setup("fast", "cuda") == {**FAST, "sdpa_backend": "FA4"}
+    assert recipe_setup("liger", "cuda") == RECIPES["liger"]
+
+
+def test_a_suite_part_whose_package_is_missing_is_left_out_and_said(tmp_path, monkeypatch):
+    from trainperf.suites import runner as suite_runner
+    from trainperf.suites.catalog import SUITES
+
+    said = []
+    monkeypatch.setattr(suite_runner, "find_spec", lambda name: None if name == "liger_kernel" else object())
+    monkeypatch.setattr(suite_runner, "invoke", lambda argv: 0)
+    folder = suite_runner.run_suite(SUITES["peers-explain"], tmp_path / "r", tmp_path / "r.db",
+                                    say=said.append)
+    parts = {p["name"]: p for p in json.loads((folder / "suite.json").read_text())["parts"]}
+    assert parts["profile-liger"]["left_out"] == "needs the liger_kernel package"
+    assert "left_out" not in parts["profile-stock"]
+    assert any("profile-liger: left out" in line for line in said)
