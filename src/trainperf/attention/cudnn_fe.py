@@ -14,6 +14,7 @@ import math
 
 import torch
 
+from trainperf.attention.op_autograd import register_attention_autograd
 from trainperf.kernels import cudnn_graphs as cg
 
 Q, K, V, O, STATS, DO, DQ, DK, DV = range(1, 10)
@@ -80,7 +81,6 @@ def cudnn_sdpa_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v
                            o: torch.Tensor, stats: torch.Tensor, causal: bool,
                            scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv from the forward's output and statistics."""
-    do = do.contiguous() if do.stride(-1) != 1 else do
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     key = ("sdpa_bwd", *(cg.layout(t) for t in (do, q, k, v, o, stats, dq, dk, dv)), causal, scale, q.device)
     graph = cg.cached_graph(key, lambda: _backward_graph(do, q, k, v, o, stats, dq, dk, dv, causal, scale))
@@ -88,24 +88,7 @@ def cudnn_sdpa_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v
     return dq, dk, dv
 
 
-@cudnn_sdpa_backward_op.register_fake
-def _(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-      stats: torch.Tensor, causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-
-
-def _setup(ctx, inputs, output) -> None:  # noqa: ANN001
-    q, k, v, ctx.causal, ctx.scale = inputs
-    ctx.save_for_backward(q, k, v, *output)
-    ctx.mark_non_differentiable(output[1])
-
-
-def _backward(ctx, do, _d_stats):  # noqa: ANN001, ANN202
-    q, k, v, o, stats = ctx.saved_tensors
-    return (*cudnn_sdpa_backward_op(do, q, k, v, o, stats, ctx.causal, ctx.scale), None, None)
-
-
-cudnn_sdpa_op.register_autograd(_backward, setup_context=_setup)
+register_attention_autograd(cudnn_sdpa_op, cudnn_sdpa_backward_op)
 
 
 def cudnn_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,

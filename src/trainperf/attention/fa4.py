@@ -17,6 +17,7 @@ from importlib.util import find_spec
 
 import torch
 
+from trainperf.attention.op_autograd import register_attention_autograd
 from trainperf.core.errors import Unsupported
 
 INSTALL_FA4 = "pip install 'trainperf[fa4]' (the flash-attn-4 package)"
@@ -65,25 +66,7 @@ def fa4_attention_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     return dq, dk, dv
 
 
-@fa4_attention_backward_op.register_fake
-def _(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-      lse: torch.Tensor, causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-
-
-def _setup(ctx, inputs, output) -> None:  # noqa: ANN001
-    q, k, v, ctx.causal, ctx.scale = inputs
-    ctx.save_for_backward(q, k, v, *output)
-    ctx.mark_non_differentiable(output[1])
-
-
-def _backward(ctx, do, _d_lse):  # noqa: ANN001, ANN202
-    q, k, v, o, lse = ctx.saved_tensors
-    do = do if do.stride(-1) == 1 else do.contiguous()
-    return (*fa4_attention_backward_op(do, q, k, v, o, lse, ctx.causal, ctx.scale), None, None)
-
-
-fa4_attention_op.register_autograd(_backward, setup_context=_setup)
+register_attention_autograd(fa4_attention_op, fa4_attention_backward_op)
 
 
 def fa4_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
