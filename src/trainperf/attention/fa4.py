@@ -21,8 +21,16 @@ from trainperf.attention.op_autograd import register_attention_autograd
 from trainperf.core.errors import Unsupported
 
 INSTALL_FA4 = "pip install 'trainperf[fa4]' (the flash-attn-4 package)"
-_INSTALLED = find_spec("flash_attn") is not None and find_spec("flash_attn.cute") is not None
 
+
+def _installed() -> bool:
+    try:
+        return find_spec("flash_attn.cute") is not None
+    except ImportError:  # no flash_attn at all, or a FlashAttention 2 build that fails to import
+        return False
+
+
+_INSTALLED = _installed()  # looked up once: torch.compile cannot trace find_spec
 
 def fa4_runs(device: torch.device) -> bool:
     """Whether FlashAttention 4 trains on `device` (installed, and a Hopper or newer GPU)."""
