@@ -32,6 +32,7 @@ def _installed() -> bool:
 
 _INSTALLED = _installed()  # looked up once: torch.compile cannot trace find_spec
 
+
 def fa4_runs(device: torch.device) -> bool:
     """Whether FlashAttention 4 trains on `device` (installed, and a Hopper or newer GPU)."""
     return _INSTALLED and device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
