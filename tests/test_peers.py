@@ -13,7 +13,7 @@ from trainperf.cli import app
 from trainperf.core.record import Record
 from trainperf.core.store import Store
 from trainperf.workloads import parity
-from trainperf.workloads.llama_sdpa import RECIPES, LlamaSpec, LlamaStep, recipe_setup
+from trainperf.workloads.llama_sdpa import RECIPES, LlamaStep, recipe_setup, setup_spec
 
 runner = CliRunner()
 CPU = ["--device", "cpu", "--quiet"]
@@ -90,8 +90,8 @@ def test_each_recipe_s_first_loss_and_gradients_match_stock(recipe):
         pytest.importorskip(needs[recipe])
 
     def first(setup):
-        spec = LlamaSpec(**{"sdpa_backend": "CUDNN_ATTENTION", **setup}, batch=2, seq=256, dtype="bf16",
-                         optimizer="none", inputs="ids", model="llama-3.2-1b", layers=2, device="cuda")
+        spec = setup_spec(setup, "CUDNN_ATTENTION", batch=2, seq=256, dtype="bf16", optimizer="none",
+                          inputs="ids", model="llama-3.2-1b", layers=2, device="cuda")
         step = LlamaStep(spec, torch.device("cuda"))
         try:
             loss = step()

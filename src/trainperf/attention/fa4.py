@@ -33,16 +33,20 @@ def _installed() -> bool:
 _INSTALLED = _installed()  # looked up once: torch.compile cannot trace find_spec
 
 
+def _hopper_or_newer(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
+
+
 def fa4_runs(device: torch.device) -> bool:
     """Whether FlashAttention 4 trains on `device` (installed, and a Hopper or newer GPU)."""
-    return _INSTALLED and device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
+    return _INSTALLED and _hopper_or_newer(device)
 
 
 def require_fa4(device: torch.device, what: str = "fa4") -> None:
     """Unsupported (naming the install command, or the GPU it needs) unless FA4 trains here."""
     if not _INSTALLED:
         raise Unsupported(f"{what} needs FlashAttention 4: {INSTALL_FA4}")
-    if device.type != "cuda" or torch.cuda.get_device_capability(device) < (9, 0):
+    if not _hopper_or_newer(device):
         raise Unsupported(f"{what} needs a Hopper or newer GPU (FlashAttention 4's backward runs on sm_90+)")
 
 

@@ -337,9 +337,9 @@ def llama(
         DEFAULT_GRID,
         KV_HEADS,
         RECIPES,
-        LlamaSpec,
         measure_llama,
         recipe_setup,
+        setup_spec,
         summary_table,
         timing_table,
         validate,
@@ -377,12 +377,11 @@ def llama(
                   for nm in parse_list(norm, str, "--norm", NORM_SWAPS)]
     kv_modes = parse_list(kv_heads, str, "--kv-heads", KV_HEADS)
     # a recipe that names its attention (fa4) runs once per shape, whatever --sdpa-backend says
-    specs = list(dict.fromkeys(LlamaSpec(**{"sdpa_backend": be, **setup}, batch=b, seq=n, kv_heads=kv,
-                                         **common)
+    specs = list(dict.fromkeys(setup_spec(setup, be, batch=b, seq=n, kv_heads=kv, **common)
                                for setup in setups for kv in kv_modes for (b, n) in grid for be in backends))
     if fast:
-        specs += [LlamaSpec(**{"sdpa_backend": backends[0], **recipe_setup("fast", dev.type)}, batch=b, seq=n,
-                            **common) for (b, n) in grid]
+        specs += [setup_spec(recipe_setup("fast", dev.type), backends[0], batch=b, seq=n, **common)
+                  for (b, n) in grid]
     for s in specs:
         validate(s)
     check_out_dir(out)

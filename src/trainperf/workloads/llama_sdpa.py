@@ -71,6 +71,12 @@ def recipe_setup(name: str, device: str) -> dict[str, str]:
     if name in FA4_WHERE_IT_RUNS and fa4_runs(torch.device(device)):
         setup["sdpa_backend"] = "FA4"
     return setup
+
+
+def setup_spec(setup: dict[str, str], backend: str, **fields: Any) -> LlamaSpec:
+    """The spec of `setup` (a recipe's fields) with the attention `backend` asked for, unless the
+    setup names its own."""
+    return LlamaSpec(**{"sdpa_backend": backend, **setup}, **fields)
 # Phrases PyTorch uses when a pinned SDPA backend cannot take the call.
 NO_KERNEL = ("No available kernel", "No viable backend")
 

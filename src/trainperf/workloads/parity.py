@@ -18,7 +18,14 @@ import torch
 
 from trainperf.core.errors import SpecError
 from trainperf.core.spec import check_choice, check_positive
-from trainperf.workloads.llama_sdpa import RECIPES, LlamaSpec, LlamaStep, choose_kv_mode, recipe_setup
+from trainperf.workloads.llama_sdpa import (
+    RECIPES,
+    LlamaSpec,
+    LlamaStep,
+    choose_kv_mode,
+    recipe_setup,
+    setup_spec,
+)
 from trainperf.workloads.llama_sdpa import validate as validate_llama
 
 LANGUAGE_TOKENS = 512
@@ -44,8 +51,7 @@ class ParitySpec:
         return f"{self.recipe} {self.train_steps} steps {self.batch}x{self.seq} lr={self.lr:g}"
 
     def llama_spec(self) -> LlamaSpec:
-        return LlamaSpec(**{"sdpa_backend": self.sdpa_backend, **recipe_setup(self.recipe, self.device)},
-                         batch=self.batch,
+        return setup_spec(recipe_setup(self.recipe, self.device), self.sdpa_backend, batch=self.batch,
                          seq=self.seq, dtype=self.dtype, optimizer="none", inputs="ids", model=self.model,
                          layers=self.layers, device=self.device)
 
