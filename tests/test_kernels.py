@@ -72,6 +72,40 @@ def test_chunked_loss_equals_full_cross_entropy(chunk):
         torch.testing.assert_close(a, b)
 
 
+def test_chunk_rows_bound_the_logits_block():
+    from trainperf.kernels.chunked_loss import LOGITS_BLOCK_BYTES, MAX_CHUNK, chunk_rows
+    assert chunk_rows(128256, torch.bfloat16) == 1024  # Llama 3's vocabulary: 1024 x 128256 x 2 B
+    assert chunk_rows(50257, torch.float32) == 1024
+    assert chunk_rows(100, torch.bfloat16) == MAX_CHUNK
+    assert chunk_rows(10**9, torch.float32) == 128
+    for vocab, dtype in ((128256, torch.bfloat16), (50257, torch.float32), (32000, torch.float16)):
+        rows = chunk_rows(vocab, dtype)
+        block = rows * vocab * torch.empty((), dtype=dtype).element_size()
+        assert block <= LOGITS_BLOCK_BYTES < 2 * block or rows == MAX_CHUNK
+
+
+def test_chunked_loss_backward_twice_through_one_forward_fails_loudly():
+    """The stored gradients are scaled in place: a second backward must not scale them again."""
+    hidden = torch.randn(30, 8, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(20, 8, dtype=torch.float64, requires_grad=True)
+    loss = chunked_lm_loss(hidden, weight, torch.randint(0, 20, (30,)), chunk=7)
+    torch.autograd.grad(2 * loss, (hidden, weight), retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(2 * loss, (hidden, weight))
+
+
+def test_chunked_loss_compiles_with_its_out_of_place_backward():
+    hidden = torch.randn(30, 8, requires_grad=True)
+    weight = torch.randn(20, 8, requires_grad=True)
+    targets = torch.randint(0, 20, (30,))
+    compiled = torch.compile(lambda h, w: 3 * chunked_lm_loss(h, w, targets, chunk=7, fused=False),
+                             backend="aot_eager", fullgraph=True)
+    got = torch.autograd.grad(compiled(hidden, weight), (hidden, weight))
+    want = torch.autograd.grad(3 * F.cross_entropy(hidden @ weight.t(), targets), (hidden, weight))
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("vocab", [1000, 5000])  # several blocks and a tail (512 wide in the interpreter)
 def test_cross_entropy_kernel_matches_float64(vocab, dtype):

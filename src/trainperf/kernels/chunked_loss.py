@@ -2,7 +2,11 @@
 
 Forward computes, chunk by chunk, the logits, the loss and the gradients of the hidden states
 and of the head weight (softmax − one-hot), so only one [chunk, vocab] block lives at a time;
-backward just scales the stored gradients by the incoming gradient of the mean loss.
+backward scales the stored gradients by the incoming gradient of the mean loss, in place (a
+second [vocab, d] copy would sit beside every activation at the step's memory peak; a second
+backward through the same forward then fails on the saved tensors' version check instead of
+scaling twice). A chunk holds at most LOGITS_BLOCK_BYTES of logits (1024 rows of Llama 3's
+128k vocabulary in bf16), which sets the loss's share of that peak.
 Where Triton runs, the softmax and its gradient are one kernel over the logits in their own
 dtype (`cross_entropy.py`), every matrix product stays in that dtype, and the head-weight
 gradient accumulates in place (`addmm_`: fp32 inside each product, one rounding per chunk), so no
@@ -16,7 +20,15 @@ import torch
 
 from trainperf.kernels import triton_runs
 
-CHUNK = 4096
+LOGITS_BLOCK_BYTES = 256 * 2**20
+MAX_CHUNK = 4096
+
+
+def chunk_rows(vocab: int, dtype: torch.dtype) -> int:
+    """Rows per chunk: the largest power of two whose [rows, vocab] logits fit LOGITS_BLOCK_BYTES
+    (at least 128, at most MAX_CHUNK)."""
+    rows = LOGITS_BLOCK_BYTES // (vocab * torch.empty((), dtype=dtype).element_size())
+    return max(128, min(MAX_CHUNK, 1 << max(rows.bit_length() - 1, 0)))
 
 
 def cross_entropy_grad_reference(logits: torch.Tensor, targets: torch.Tensor, scale: float
@@ -58,7 +70,7 @@ def chunked_loss_op(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.T
         else:
             loss, g = cross_entropy_grad_reference(logits, t, 1.0 / n)
             total += loss.sum()
-        grad_hidden[i:i + chunk] = g.to(h.dtype) @ w
+        torch.mm(g.to(h.dtype), w, out=grad_hidden[i:i + chunk])
         grad_weight.addmm_(g.t(), h.to(acc))
     return total / n, grad_hidden, grad_weight.to(weight.dtype)
 
@@ -77,17 +89,22 @@ def _setup(ctx, inputs, output) -> None:  # noqa: ANN001
 
 def _backward(ctx, grad_out, _g_hidden, _g_weight):  # noqa: ANN001, ANN202
     grad_hidden, grad_weight = ctx.saved_tensors
-    return grad_hidden * grad_out, grad_weight * grad_out, None, None, None
+    if torch.compiler.is_compiling():  # a traced backward takes no mutation of what it saved
+        return grad_hidden * grad_out, grad_weight * grad_out, None, None, None
+    return grad_hidden.mul_(grad_out), grad_weight.mul_(grad_out), None, None, None
 
 
 chunked_loss_op.register_autograd(_backward, setup_context=_setup)
 
 
 def chunked_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                    chunk: int = CHUNK, fused: bool | None = None) -> torch.Tensor:
-    """Mean next-token cross-entropy of `hidden @ weightᵀ` against `targets`, in chunks.
-    `fused` picks the Triton softmax kernel (default: wherever Triton runs, below float64)."""
+                    chunk: int | None = None, fused: bool | None = None) -> torch.Tensor:
+    """Mean next-token cross-entropy of `hidden @ weightᵀ` against `targets`, in chunks of `chunk`
+    rows (default: chunk_rows). `fused` picks the Triton softmax kernel (default: wherever Triton
+    runs, below float64)."""
     d = hidden.shape[-1]
+    if chunk is None:
+        chunk = chunk_rows(weight.shape[0], hidden.dtype)
     if fused is None:
         fused = triton_runs(hidden.device) and hidden.dtype != torch.float64
     return chunked_loss_op(hidden.reshape(-1, d), weight, targets.reshape(-1), chunk, fused)[0]
