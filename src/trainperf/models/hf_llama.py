@@ -184,7 +184,6 @@ def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torc
         for module in model.modules():
             if type(module).__name__.endswith("MLP") and hasattr(module, "gate_proj"):
                 module.forward = types.MethodType(_swiglu_mlp_forward, module)
-                module.trainperf_swiglu = True  # kept by fuse_projections
         done.append("swiglu=triton")
     if rope == "triton":
         _install_rope_dispatch()
@@ -230,63 +229,3 @@ def _swiglu_mlp_forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
     require_triton(x.device, "--swiglu triton")
     from trainperf.kernels.swiglu import swiglu_triton
     return self.down_proj(swiglu_triton(self.gate_proj(x), self.up_proj(x)))
-
-
-def fuse_projections(model: torch.nn.Module) -> None:
-    """One GEMM for Q, K and V and one for gate and up in every decoder layer of a transformers
-    Llama, in place. The weights are concatenated (the same values, so the fused model computes
-    what the stock one does): the GEMMs get a wider N, and the backward one input-gradient product
-    where it had three (two) and their sums."""
-    import types
-
-    for module in model.modules():
-        if all(hasattr(module, p) for p in ("q_proj", "k_proj", "v_proj")):
-            parts = (module.q_proj, module.k_proj, module.v_proj)
-            module.qkv_proj, module.qkv_sizes = _concatenated(parts), [p.out_features for p in parts]
-            del module.q_proj, module.k_proj, module.v_proj
-            module.forward = types.MethodType(_fused_attention_forward, module)
-        elif hasattr(module, "gate_proj") and hasattr(module, "up_proj"):
-            module.gate_up_proj = _concatenated((module.gate_proj, module.up_proj))
-            del module.gate_proj, module.up_proj
-            module.forward = types.MethodType(_fused_mlp_forward, module)
-
-
-def _concatenated(linears: tuple[torch.nn.Linear, ...]) -> torch.nn.Linear:
-    """One Linear whose output is the outputs of `linears` side by side."""
-    first = linears[0]
-    fused = torch.nn.Linear(first.in_features, sum(p.out_features for p in linears), bias=first.bias is not None,
-                            device=first.weight.device, dtype=first.weight.dtype)
-    with torch.no_grad():
-        fused.weight.copy_(torch.cat([p.weight for p in linears]))
-        if first.bias is not None:
-            fused.bias.copy_(torch.cat([p.bias for p in linears]))
-    return fused
-
-
-def _fused_attention_forward(self, hidden_states: torch.Tensor, position_embeddings=None,  # noqa: ANN001
-                             attention_mask=None, past_key_values=None, **kwargs):  # noqa: ANN001, ANN003, ANN202
-    """transformers' LlamaAttention.forward for training, with Q, K and V from one GEMM."""
-    from transformers.models.llama import modeling_llama
-
-    if past_key_values is not None:
-        raise ValueError("fused projections are for training: no KV cache")
-    input_shape = hidden_states.shape[:-1]
-    hidden_shape = (*input_shape, -1, self.head_dim)
-    q, k, v = (t.view(hidden_shape).transpose(1, 2)
-               for t in self.qkv_proj(hidden_states).split(self.qkv_sizes, dim=-1))
-    cos, sin = position_embeddings
-    q, k = modeling_llama.apply_rotary_pos_emb(q, k, cos, sin)
-    name = self.config._attn_implementation
-    attend = (modeling_llama.eager_attention_forward if name == "eager"
-              else modeling_llama.ALL_ATTENTION_FUNCTIONS[name])
-    out, weights = attend(self, q, k, v, attention_mask, dropout=0.0 if not self.training else self.attention_dropout,
-                          scaling=self.scaling, **kwargs)
-    return self.o_proj(out.reshape(*input_shape, -1).contiguous()), weights
-
-
-def _fused_mlp_forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
-    gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-    if getattr(self, "trainperf_swiglu", False):
-        from trainperf.kernels.swiglu import swiglu_triton
-        return self.down_proj(swiglu_triton(gate.contiguous(), up.contiguous()))
-    return self.down_proj(self.act_fn(gate) * up)

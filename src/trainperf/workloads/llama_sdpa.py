@@ -46,9 +46,7 @@ INPUTS = ("embeds", "ids")
 KV_HEADS = ("native", "expanded")
 # The swappable parts as they are named in a record's swaps, and the spec field of each.
 SWAP_FIELDS = {"norm": "norm", "swiglu": "swiglu", "rope": "rope", "loss": "loss", "kv": "kv_heads",
-               "proj": "proj", "library": "library", "float8": "float8"}
-# Q/K/V and gate/up projections as the model has them, or each group as one GEMM (fuse_projections).
-PROJECTIONS = ("separate", "fused")
+               "library": "library", "float8": "float8"}
 # Named setups (`llama --recipe`): the stock step, what users pick instead, and trainperf's own.
 RECIPES: dict[str, dict[str, str]] = {
     "stock": {},
@@ -102,7 +100,6 @@ class LlamaSpec:
     rope: str = "torch"  # torch | triton
     loss: str = "torch"  # torch | chunked (LM head + cross-entropy without full fp32 logits)
     kv_heads: str = "native"  # one of KV_HEADS
-    proj: str = "separate"  # one of PROJECTIONS
     library: str = "none"  # a kernel library patched in (models/peers.py)
     float8: str = "off"  # float8 training of the decoder's linear layers (models/peers.py)
 
@@ -133,13 +130,10 @@ def validate(spec: LlamaSpec) -> None:
     check_choice("rope", spec.rope, hf_llama.SWAPS)
     check_choice("loss", spec.loss, LOSSES)
     check_choice("kv-heads", spec.kv_heads, KV_HEADS)
-    check_choice("proj", spec.proj, PROJECTIONS)
     check_choice("library", spec.library, peers.LIBRARIES)
     check_choice("float8", spec.float8, peers.FLOAT8)
     if spec.library != "none" and spec.loss != "torch":
         raise SpecError(f"--library {spec.library} brings its own loss; leave --loss at torch")
-    if spec.library != "none" and spec.proj != "separate":
-        raise SpecError(f"--library {spec.library} patches the MLP itself; leave --proj at separate")
     try:
         cfg = hf_llama.load_config(spec.model, spec.layers)
     except (ValueError, OSError) as exc:
@@ -164,8 +158,6 @@ class LlamaStep:
         self.cfg = hf_llama.load_config(spec.model, spec.layers)
         self.model = hf_llama.build_model(self.cfg, DTYPES[spec.dtype], device)
         hf_llama.apply_swaps(self.model, spec.norm, spec.swiglu, spec.rope)
-        if spec.proj == "fused":
-            hf_llama.fuse_projections(self.model)
         self.swaps = spec.swap_names()
         self.undo: list = []  # what close() takes back out of transformers
         self.hidden_loss = chunked_lm_loss if spec.loss == "chunked" else None
