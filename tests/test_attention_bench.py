@@ -45,3 +45,14 @@ def test_cli_sweep_records_unsupported_rows_and_writes_plots(db, tmp_path):
 def test_cli_rejects_unknown_attention(db):
     res = runner.invoke(app, ["attention", "--attention", "fastest", "--device", "cpu", "--db", str(db)])
     assert res.exit_code == 2 and "valid choices" in res.output
+
+
+@pytest.mark.gpu
+def test_a_compiled_case_on_the_gpu_records_kernel_and_host_time():
+    import torch
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    m = measure_attention(spec(attention="sdpa-flash", batch=2, heads=4, seq=256, head_dim=64, dtype="bf16",
+                               device="cuda", compile=True))
+    assert 0 < m["kernel_ms"] < 10 * m["time_ms_median"]  # the kernels of one call, not of many
+    assert m["host_ms"] > 0

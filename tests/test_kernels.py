@@ -74,8 +74,8 @@ def test_chunked_loss_equals_full_cross_entropy(chunk):
 
 def test_chunk_rows_bound_the_logits_block():
     from trainperf.kernels.chunked_loss import LOGITS_BLOCK_BYTES, MAX_CHUNK, chunk_rows
-    assert chunk_rows(128256, torch.bfloat16) == 1024  # Llama 3's vocabulary: 1024 x 128256 x 2 B
-    assert chunk_rows(50257, torch.float32) == 1024
+    assert chunk_rows(128256, torch.bfloat16) == 2048  # Llama 3's vocabulary: 2048 x 128256 x 2 B
+    assert chunk_rows(50257, torch.float32) == 2048
     assert chunk_rows(100, torch.bfloat16) == MAX_CHUNK
     assert chunk_rows(10**9, torch.float32) == 128
     for vocab, dtype in ((128256, torch.bfloat16), (50257, torch.float32), (32000, torch.float16)):

@@ -127,3 +127,19 @@ def test_a_part_that_fails_stops_the_suite_naming_it(tmp_path, monkeypatch):
     res = runner.invoke(app, ["suite", "run", "step-sizes", "--results", str(tmp_path / "r"),
                               "--db", str(tmp_path / "r.db")])
     assert res.exit_code == 2 and "suite step-sizes, part step" in res.output and "exit code 1" in res.output
+
+
+def test_the_attention_headline_shows_kernel_and_host_time_where_they_were_measured(tmp_path):
+    from trainperf.suites.catalog import attention_headline
+    rows = [dict(attention="fa4", batch=8, heads=16, seq=2048, head_dim=64, status="ok", time_ms_median=0.909,
+                 tflops=264.0, kernel_ms=0.76, host_ms=1.545),
+            dict(attention="naive", batch=8, heads=16, seq=2048, head_dim=64, status="ok", time_ms_median=3.0,
+                 tflops=80.0),
+            dict(attention="cudnn-fe", batch=8, heads=16, seq=2048, head_dim=64, status="unsupported")]
+    (tmp_path / "p").mkdir()
+    pd.DataFrame(rows).to_csv(tmp_path / "p" / "attention.csv", index=False)
+    table = attention_headline({"p": tmp_path / "p"}).set_index("attention")
+    cells = table.iloc[:, 0]
+    assert cells["fa4"] == "0.909 (264); kernels 0.76, host 1.54"
+    assert cells["naive"] == "3 (80)"
+    assert cells["cudnn-fe"].startswith("unsupported")

@@ -146,6 +146,7 @@ ATTENTION_COLUMNS: list[report.Column] = [
     ("dtype", report.spec("dtype")), ("causal", report.spec("causal")),
     ("compiled", report.spec("compile")), ("time ms", report.timing("time")),
     ("TFLOP/s", report.metric("tflops")),
+    ("kernels ms", report.metric("kernel_ms", 4)), ("host ms", report.metric("host_ms", 4)),
     ("peak MB", report.metric("peak_mem_mb", 4)), *report.GPU_STATE, ("status", report.status),
     ("notes", report.notes),
 ]

@@ -80,3 +80,24 @@ def synchronize(device: torch.device) -> None:
     """Wait for all queued work on `device` (no-op on the CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def kernel_and_host_ms(fn: Callable[[], object], device: torch.device,
+                       calls: int = 10) -> tuple[float, float]:
+    """Per call of `fn` on a GPU: the summed duration of its kernels (from the profiler) and the
+    host's time to launch it (without waiting). Where host ≥ kernels, a timer around the call
+    measures the launches, not the GPU: a short kernel is then judged by its kernel time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - start) * 1e3 / calls
+    synchronize(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        synchronize(device)
+    kernels = sum(e.self_device_time_total for e in prof.key_averages()) / 1e3 / calls
+    return kernels, host

@@ -2,11 +2,12 @@
 
 Forward computes, chunk by chunk, the logits, the loss and the gradients of the hidden states
 and of the head weight (softmax − one-hot), so only one [chunk, vocab] block lives at a time;
-backward scales the stored gradients by the incoming gradient of the mean loss, in place (a
-second [vocab, d] copy would sit beside every activation at the step's memory peak; a second
-backward through the same forward then fails on the saved tensors' version check instead of
-scaling twice). A chunk holds at most LOGITS_BLOCK_BYTES of logits (1024 rows of Llama 3's
-128k vocabulary in bf16), which sets the loss's share of that peak.
+backward scales the stored gradients by the incoming gradient of the mean loss in place (no
+second [vocab, d] copy; a second backward through the same forward fails on the saved tensors'
+version check instead of scaling twice). The loss's share of the step's memory peak, which comes
+while every activation is held, is one logits block: at most LOGITS_BLOCK_BYTES (2048 rows of
+Llama 3's 128k vocabulary in bf16). Smaller blocks cost a read-modify-write of the head-weight
+gradient each.
 Where Triton runs, the softmax and its gradient are one kernel over the logits in their own
 dtype (`cross_entropy.py`), every matrix product stays in that dtype, and the head-weight
 gradient accumulates in place (`addmm_`: fp32 inside each product, one rounding per chunk), so no
@@ -20,7 +21,7 @@ import torch
 
 from trainperf.kernels import triton_runs
 
-LOGITS_BLOCK_BYTES = 256 * 2**20
+LOGITS_BLOCK_BYTES = 512 * 2**20
 MAX_CHUNK = 4096
 
 

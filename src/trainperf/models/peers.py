@@ -51,16 +51,20 @@ def apply_liger(model: torch.nn.Module) -> tuple[Callable[[], None], HiddenLoss]
 
 
 def apply_float8(model: torch.nn.Module) -> None:
-    """torchao's float8 training (dynamic tensorwise scaling) on every Linear of the decoder
-    layers whose dims float8 GEMMs take (multiples of 16); the LM head stays bf16."""
+    """torchao's float8 training (dynamic tensorwise scaling, scales rounded to powers of two) on
+    every Linear of the decoder layers whose dims float8 GEMMs take (multiples of 16); the LM head
+    stays bf16. A power-of-two scale multiplies exactly, so scaling adds no rounding of its own
+    (torchao's rowwise recipe rounds its scales so too); docs/peers.md has what it does to the
+    loss curve."""
     _need("torchao", "torchao")
     device = next(model.parameters()).device
     if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 9):
         raise Unsupported("float8 torchao needs a GPU with float8 tensor cores (sm_89 or newer)")
-    from torchao.float8 import convert_to_float8_training
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
     def takes(module: torch.nn.Module, fqn: str) -> bool:
         return (isinstance(module, torch.nn.Linear) and "lm_head" not in fqn
                 and module.in_features % 16 == 0 and module.out_features % 16 == 0)
 
-    convert_to_float8_training(model, module_filter_fn=takes)
+    convert_to_float8_training(model, config=Float8LinearConfig(round_scales_to_power_of_2=True),
+                               module_filter_fn=takes)

@@ -72,13 +72,19 @@ def shape_labels(df: pd.DataFrame) -> list[str]:
     return [f"B{r.batch} H{r.heads} N{r.seq} D{r.head_dim}" for r in df.itertuples()]
 
 
+def _nans(df: pd.DataFrame) -> pd.Series:
+    return pd.Series(float("nan"), index=df.index)
+
+
 def attention_headline(parts: dict[str, Path]) -> pd.DataFrame:
     df = pd.concat([_read(folder, "attention.csv") for folder in parts.values()], ignore_index=True)
     if df.empty:
         return df
     df["shape"] = shape_labels(df)
     df["ms (TFLOP/s)"] = _cell(df, "time_ms_median") + df.get("tflops", pd.Series(dtype=float)).map(
-        lambda t: f" ({t:.3g})" if pd.notna(t) else "")
+        lambda t: f" ({t:.3g})" if pd.notna(t) else "") + [
+        f"; kernels {k:.3g}, host {h:.3g}" if pd.notna(k) and pd.notna(h) else ""
+        for k, h in zip(df.get("kernel_ms", _nans(df)), df.get("host_ms", _nans(df)), strict=True)]
     return df.pivot_table(index="attention", columns="shape", values="ms (TFLOP/s)", aggfunc="first",
                           sort=False).reset_index()
 
@@ -317,7 +323,9 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                                          ("b8-n2048", "8", "16", "2048", "64"))),
           attention_headline,
           "Milliseconds per compiled forward + backward call (median of do_bench's repetitions), "
-          "TFLOP/s in brackets."),
+          "TFLOP/s in brackets; then the call's summed GPU kernel time and the host's time to launch "
+          "it. Where host ≥ kernels, do_bench times the launches and the kernel time compares the "
+          "GPU work."),
     Suite("step-sizes",
           "The GPT-style LM's training step at sizes small to 2.7B, three context lengths, fp32 and "
           "bf16, eager and compiled.",

@@ -5,7 +5,10 @@ backward = 2.5 × forward (five matmuls to the forward's two; recomputation not 
 
 With `compile`, a case follows the CS336 FlashAttention leaderboard's protocol: the attention call
 under torch.compile, `o.sum().backward()` as the backward, timed by `triton.testing.do_bench`
-(which flushes the L2 cache between calls and picks its own repetitions).
+(which flushes the L2 cache between calls and picks its own repetitions). On a GPU such a case
+also records the summed kernel time and the host's launch time per call: at short sequences the
+host takes longer to launch the compiled call than its kernels run, and do_bench then times the
+launches.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from trainperf.core.gpu_monitor import GpuMonitor
 from trainperf.core.ram import check_fits
 from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
-from trainperf.core.timing import time_op
+from trainperf.core.timing import kernel_and_host_ms, time_op
 from trainperf.workloads.precision import DTYPES
 
 MODES = ("forward", "backward", "forward-backward")
@@ -112,14 +115,15 @@ def measure_attention(spec: AttentionSpec) -> dict[str, Any]:
         raise Unsupported(str(exc).strip().splitlines()[0][:300]) from None
     except (ValueError, NotImplementedError) as exc:
         raise Unsupported(str(exc)[:300]) from None
+    metrics: dict[str, Any] = {}
     with GpuMonitor(device) as monitor:
         if spec.compile and device.type == "cuda":
             from triton.testing import do_bench
 
             samples = do_bench(op, return_mode="all")
+            metrics["kernel_ms"], metrics["host_ms"] = kernel_and_host_ms(op, device)
         else:
             samples = time_op(op, device, warmup=spec.warmup, reps=spec.iters)
-    metrics: dict[str, Any] = {}
     if device.type == "cuda":
         base = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
