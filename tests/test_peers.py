@@ -137,6 +137,34 @@ def test_kernels_are_sorted_into_kinds_by_name():
     assert time_by_kind(kernels).to_dict() == {"attention": 0.0, "matmul": 5.0, "triton": 0.0, "other": 1.5}
 
 
+def test_the_explain_headline_sets_each_recipe_s_kinds_and_phases_against_stock(tmp_path):
+    from trainperf.profiling.breakdown import Breakdown
+    from trainperf.profiling.session import save_breakdown
+    from trainperf.suites.catalog import explain_headline
+
+    def profile(name, phases, kernels):
+        folder = tmp_path / f"profile-{name}"
+        folder.mkdir()
+        ranges = pd.DataFrame({"range": list(phases), "calls": 1, "kernels": 1,
+                               "kernel_ms": list(phases.values()), "share": 0.0})
+        table = pd.DataFrame({"kernel": list(kernels), "count": 1, "total_ms": list(kernels.values()),
+                              "mean_us": 0.0, "share": 0.0})
+        save_breakdown(Breakdown(ranges, table, 0.0, sum(kernels.values()), 0), folder / name, {})
+        return folder
+
+    parts = {"profile-stock": profile("stock", {"fwd": 4.0, "bwd": 8.0, "optimizer": 1.0},
+                                      {"nvjet_a": 6.0, "void at::native::add<x>": 6.0}),
+             "profile-fast": profile("fast", {"fwd": 2.0, "bwd": 4.0},
+                                     {"nvjet_a": 6.0, "triton_poi_fused_1": 2.0}),
+             "profile-missing": tmp_path / "never-ran"}
+    table = explain_headline(parts).set_index("kernels")
+    assert list(table.columns) == ["stock", "fast"]
+    assert table.loc["other", "fast"] == "0.0" and table.loc["other", "stock"] == "6.0 (1.00x)"
+    assert table.loc["total", "fast"] == "8.0 (1.50x)"
+    assert table.loc["bwd range", "fast"] == "4.0 (2.00x)"
+    assert table.loc["optimizer range", "fast"] == ""  # a phase the profile does not have
+
+
 def test_the_fastest_step_is_set_against_the_best_peer_of_each_shape():
     from trainperf.suites.catalog import _against_best
 

@@ -153,9 +153,13 @@ def _against_best(ok: pd.DataFrame, recipe: str, peers: tuple[str, ...]) -> pd.S
     return pd.Series(cells, dtype=object)
 
 
+PHASES = ("fwd", "bwd", "optimizer")  # the profile ranges every recipe has, compiled ones too
+
+
 def explain_headline(parts: dict[str, Path]) -> pd.DataFrame:
-    """One row per kind of kernel (and their total), a column per recipe: kernel milliseconds in one
-    profiled iteration, and in brackets the speed-up over stock's of that kind."""
+    """One row per kind of kernel (and their total), then one per phase of the step (forward,
+    backward, optimizer: which ranges got faster), a column per recipe: kernel milliseconds in one
+    profiled iteration, and in brackets the speed-up over stock's of that row."""
     from trainperf.profiling.kernel_kinds import time_by_kind
     from trainperf.profiling.session import load_breakdown
 
@@ -163,15 +167,24 @@ def explain_headline(parts: dict[str, Path]) -> pd.DataFrame:
     for name, folder in parts.items():
         found = sorted(folder.glob("*.json")) if folder.is_dir() else []
         if found:
-            kinds = time_by_kind(load_breakdown(found[0])[0].kernels)
-            times[name.removeprefix("profile-")] = pd.concat([kinds, pd.Series({"total": kinds.sum()})])
+            breakdown = load_breakdown(found[0])[0]
+            kinds = time_by_kind(breakdown.kernels)
+            ranges = breakdown.ranges.set_index("range").kernel_ms
+            phases = pd.Series({f"{p} range": ranges.get(p, float("nan")) for p in PHASES})
+            total = pd.Series({"total": kinds.sum()})
+            times[name.removeprefix("profile-")] = pd.concat([kinds, total, phases])
     if not times:
         return pd.DataFrame()
     df = pd.DataFrame(times)
     stock = df.get("stock")
-    cells = {recipe: [f"{ms:.1f}" + (f" ({stock[kind] / ms:.2f}x)" if stock is not None and ms and stock[kind]
-                                     else "")
-                      for kind, ms in col.items()] for recipe, col in df.items()}
+
+    def cell(row: str, ms: float) -> str:
+        if pd.isna(ms):
+            return ""
+        base = stock[row] if stock is not None else float("nan")
+        return f"{ms:.1f}" + (f" ({base / ms:.2f}x)" if ms and pd.notna(base) and base else "")
+
+    cells = {recipe: [cell(row, ms) for row, ms in col.items()] for recipe, col in df.items()}
     return pd.DataFrame(cells, index=df.index).rename_axis("kernels").reset_index()
 
 
@@ -372,7 +385,9 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           explain_headline,
           "Kernel milliseconds in one profiled iteration by kind of kernel (attention; matrix multiplies; "
           "Triton kernels: Inductor's fusions, Liger's and trainperf's; the rest: PyTorch's elementwise, "
-          "reduction and copy kernels), and in brackets the speed-up over stock's of that kind."),
+          "reduction and copy kernels), then by phase of the step (the forward, backward and optimizer "
+          "ranges), and in brackets the speed-up over stock's of that row. `trainperf profile-compare` "
+          "on two recipes' profiles breaks an eager recipe down further, module by module."),
     Suite("kernels",
           "Each fused kernel (RMSNorm, RoPE, SwiGLU, the LM-head loss) against its PyTorch reference, the "
           "compiled reference and the stock op, forward + backward at Llama-3.2-1B's width and 16k tokens.",
