@@ -90,9 +90,17 @@ def _setup(ctx, inputs, output) -> None:  # noqa: ANN001
 
 def _backward(ctx, grad_out, _g_hidden, _g_weight):  # noqa: ANN001, ANN202
     grad_hidden, grad_weight = ctx.saved_tensors
-    if torch.compiler.is_compiling():  # a traced backward takes no mutation of what it saved
+    if _traced(grad_hidden):  # a traced backward takes no mutation of what it saved
         return grad_hidden * grad_out, grad_weight * grad_out, None, None, None
     return grad_hidden.mul_(grad_out), grad_weight.mul_(grad_out), None, None, None
+
+
+def _traced(t: torch.Tensor) -> bool:
+    """Whether this runs under a tracer (Dynamo, AOTAutograd, make_fx, fake tensors), not eagerly."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    return (torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None
+            or type(t) is not torch.Tensor)
 
 
 chunked_loss_op.register_autograd(_backward, setup_context=_setup)
