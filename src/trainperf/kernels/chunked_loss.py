@@ -28,7 +28,7 @@ MAX_CHUNK = 4096
 def chunk_rows(vocab: int, dtype: torch.dtype) -> int:
     """Rows per chunk: the largest power of two whose [rows, vocab] logits fit LOGITS_BLOCK_BYTES
     (at least 128, at most MAX_CHUNK)."""
-    rows = LOGITS_BLOCK_BYTES // (vocab * torch.empty((), dtype=dtype).element_size())
+    rows = LOGITS_BLOCK_BYTES // (vocab * dtype.itemsize)
     return max(128, min(MAX_CHUNK, 1 << max(rows.bit_length() - 1, 0)))
 
 

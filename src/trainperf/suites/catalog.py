@@ -72,10 +72,6 @@ def shape_labels(df: pd.DataFrame) -> list[str]:
     return [f"B{r.batch} H{r.heads} N{r.seq} D{r.head_dim}" for r in df.itertuples()]
 
 
-def _nans(df: pd.DataFrame) -> pd.Series:
-    return pd.Series(float("nan"), index=df.index)
-
-
 def attention_headline(parts: dict[str, Path]) -> pd.DataFrame:
     df = pd.concat([_read(folder, "attention.csv") for folder in parts.values()], ignore_index=True)
     if df.empty:
@@ -84,7 +80,7 @@ def attention_headline(parts: dict[str, Path]) -> pd.DataFrame:
     df["ms (TFLOP/s)"] = _cell(df, "time_ms_median") + df.get("tflops", pd.Series(dtype=float)).map(
         lambda t: f" ({t:.3g})" if pd.notna(t) else "") + [
         f"; kernels {k:.3g}, host {h:.3g}" if pd.notna(k) and pd.notna(h) else ""
-        for k, h in zip(df.get("kernel_ms", _nans(df)), df.get("host_ms", _nans(df)), strict=True)]
+        for k, h in df.reindex(columns=["kernel_ms", "host_ms"]).itertuples(index=False)]
     return df.pivot_table(index="attention", columns="shape", values="ms (TFLOP/s)", aggfunc="first",
                           sort=False).reset_index()
 
