@@ -308,3 +308,43 @@ def test_compile_layers_names_what_it_needs_on_a_model_without_decoder_layers():
     model = hf_llama.build_model(hf_llama.load_config("tiny"), torch.float32, torch.device("cpu"))
     targets = hf_llama.compile_targets(model)
     assert targets[:-1] == list(model.model.layers) and targets[-1] is model.model.norm
+
+
+class _HostReads(torch.overrides.TorchFunctionMode):
+    """Counts the calls that read a tensor's value on the host (a device sync on a GPU)."""
+
+    READS = {torch.Tensor.all, torch.Tensor.any, torch.Tensor.item, torch.Tensor.__bool__,
+             torch.Tensor.tolist}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        self.reads += func in self.READS
+        return func(*args, **(kwargs or {}))
+
+
+def test_own_attention_builds_no_mask_and_reads_nothing_on_the_host(monkeypatch):
+    """trainperf's own backends take no padding mask, so transformers' host check of the all-ones
+    mask (a sync per forward on a GPU) is skipped; PyTorch's backends still make it. The output
+    matches the MATH backend's."""
+    def causal_sdpa(q, k, v, causal, scale):  # noqa: ANN001, ANN202
+        groups = q.shape[1] // k.shape[1]
+        k, v = (t.repeat_interleave(groups, dim=1) for t in (k, v))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+    monkeypatch.setattr(hf_llama, "_attention_for", lambda impl, device: causal_sdpa)
+    cfg = hf_llama.load_config("tiny")
+    torch.manual_seed(0)
+    model = hf_llama.build_model(cfg, torch.float64, torch.device("cpu"))
+    x = torch.randn(2, 24, cfg.hidden_size, dtype=torch.float64)
+    mask = torch.ones(2, 24, dtype=torch.long)
+    outputs, reads = {}, {}
+    for backend in ("MATH", "FA4"):
+        hf_llama.set_attention(model, hf_llama.attention_name(backend, expand_kv=False))
+        with _HostReads() as mode:
+            outputs[backend] = model(inputs_embeds=x, attention_mask=mask).logits
+        reads[backend] = mode.reads
+    assert reads["FA4"] == 0 and reads["MATH"] > 0
+    torch.testing.assert_close(outputs["FA4"], outputs["MATH"], rtol=1e-10, atol=1e-12)

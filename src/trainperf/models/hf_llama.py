@@ -8,6 +8,12 @@ Attention goes through trainperf's own entry in transformers' AttentionInterface
 transformers' SDPA path inside `sdpa_kernel(backend)`, so the chosen backend runs or raises —
 never a silent fallback. Backends that reject grouped-query attention get K/V heads expanded
 (`repeat_kv`) first; the workload records which of the two it used.
+
+trainperf's own backends (OWN_BACKENDS) are causal attention without padding, and trainperf's
+inputs never pad, so no mask function is registered for them: transformers then builds no mask
+and never reads the 2D padding mask. For PyTorch's backends it reads it on the host
+(`padding_mask.all()` in its check for a causal skip), a device-to-host sync in every forward that
+keeps the host from queueing the forward while the GPU still runs the last backward.
 """
 
 from __future__ import annotations
@@ -103,7 +109,8 @@ def attention_name(backend: str, expand_kv: bool) -> str:
         return in_sub_range(leaf, pinned, module, *args, **kwargs)
 
     AttentionInterface.register(name, attention)
-    AttentionMaskInterface.register(name, sdpa_mask)
+    if backend not in OWN_BACKENDS:
+        AttentionMaskInterface.register(name, sdpa_mask)
     return name
 
 
