@@ -262,12 +262,22 @@ def test_rope_swap_leaves_other_models_stock(monkeypatch):
     assert len(calls) == 2 * cfg.num_hidden_layers  # q and k in every layer
 
 
-def test_compiling_each_decoder_layer_keeps_the_loss_and_gradients():
-    """--compile layers: every decoder layer is compiled on its own, the numbers stay the eager ones."""
+@pytest.mark.parametrize("mode, options", [("layers", None), ("layers-tuned", llama_sdpa.TUNED)])
+def test_compiling_each_decoder_layer_keeps_the_loss_and_gradients(mode, options, monkeypatch):
+    """--compile layers[-tuned]: every decoder layer is compiled on its own (the tuned mode with
+    Inductor's coordinate-descent tuning), the numbers stay the eager ones."""
+    asked, compile_module = [], torch.nn.Module.compile
+
+    def recording(module, **kwargs):
+        asked.append(kwargs.get("options"))
+        compile_module(module, **kwargs)
+
+    monkeypatch.setattr(torch.nn.Module, "compile", recording)
     spec = tiny(sdpa_backend="FLASH_ATTENTION")  # MATH is decomposed by the compiler, FLASH stays an op
     eager, regional = llama_sdpa.LlamaStep(spec, torch.device("cpu")), llama_sdpa.LlamaStep(
-        llama_sdpa.LlamaSpec(**{**spec.__dict__, "compile": "layers"}), torch.device("cpu"))
+        llama_sdpa.LlamaSpec(**{**spec.__dict__, "compile": mode}), torch.device("cpu"))
     assert all(layer._compiled_call_impl is not None for layer in regional.model.model.layers)
+    assert asked and all(o == options for o in asked)
     assert eager.model.model.layers[0]._compiled_call_impl is None
     for step in (eager, regional):
         step.opt = None  # compare the gradients of one iteration, before any update

@@ -23,7 +23,8 @@ GLOSSARY: dict[str, str] = {
     "--warmup": "Untimed repetitions before the timed ones.",
     "--mode": "Which passes run: forward, backward, forward-backward, or train (with the "
               "optimizer step).",
-    "--compile": "torch.compile: off, on (the whole model), layers (each decoder layer on its own).",
+    "--compile": "torch.compile: off, on (the whole model), layers (each decoder layer on its own), "
+                 "layers-tuned (layers, with Inductor's coordinate-descent tuning).",
     "--attention": "Attention implementation(s) by name.",
     "--kernel": "Fused kernel(s) and their references by name, <part>-<impl>: norm-triton, loss-torch, ...",
     "--tokens": "Tokens per call: the rows of the kernel's input.",

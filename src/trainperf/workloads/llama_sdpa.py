@@ -33,8 +33,11 @@ DEFAULT_GRID = ((1, 16384), (2, 8192), (3, 4096), (6, 2048), (12, 1024), (24, 76
 CPU_GRID = ((1, 128), (2, 64))
 OPTIMIZERS = ("sgd", "adamw", "none")
 # off | on (torch.compile the whole model, what "stock compiled" means) | layers (each decoder
-# layer compiled on its own; the mask, the embeddings and the loss stay eager).
-COMPILE_MODES = ("off", "on", "layers")
+# layer compiled on its own; the mask, the embeddings and the loss stay eager) | layers-tuned (the
+# same, with Inductor's coordinate-descent tuning of its kernels' launch configurations: minutes
+# more compile, worth it where a default configuration is far off, as in the float8 casts).
+COMPILE_MODES = ("off", "on", "layers", "layers-tuned")
+TUNED = {"coordinate_descent_tuning": True}
 # trainperf's fastest Llama step (`llama --fast`, `profile llama --fast`): the settings that
 # measured fastest on the H100 (the seed-llama and peers suites, benchmarks/README.md): each decoder
 # layer compiled (Inductor fuses norms, RoPE, SwiGLU and residual adds there), the fused chunked loss,
@@ -54,7 +57,7 @@ RECIPES: dict[str, dict[str, str]] = {
     "liger": {"library": "liger"},
     "liger-compile": {"library": "liger", "compile": "on"},
     "fast": FAST,
-    "fp8": {**FAST, "float8": "torchao"},
+    "fp8": {**FAST, "float8": "torchao", "compile": "layers-tuned"},
     "fa4": {"sdpa_backend": "FA4"},  # the stock model with FlashAttention 4 as its attention
     "liger-fa4": {"library": "liger", "sdpa_backend": "FA4"},
 }
@@ -171,8 +174,9 @@ class LlamaStep:
         if spec.compile != "off":
             torch._dynamo.reset()  # each case compiles afresh: no graphs or dynamic shapes of earlier cases
         self.forward = torch.compile(run) if spec.compile == "on" else run
-        if spec.compile == "layers":
-            compile_regions(hf_llama.compile_targets(self.model))
+        if spec.compile.startswith("layers"):
+            compile_regions(hf_llama.compile_targets(self.model),
+                            TUNED if spec.compile == "layers-tuned" else None)
         params = self.model.parameters()
         self.opt = {"sgd": lambda: torch.optim.SGD(params, lr=1e-6),
                     "adamw": lambda: torch.optim.AdamW(params, lr=1e-6),
@@ -304,7 +308,8 @@ _METRIC_COLUMNS = {"mean_s": "iter_s_mean", "median_s": "iter_s_median", "std_s"
                    "kv_heads": "kv_heads", "swaps": "swaps", "sm_clock_mhz": "sm_clock_mhz"}
 
 
-COMPILED_LABELS = {"off": "", "on": " compiled", "layers": " compiled per layer"}
+COMPILED_LABELS = {"off": "", "on": " compiled", "layers": " compiled per layer",
+                   "layers-tuned": " compiled per layer, tuned"}
 
 
 def compile_mode(value: bool | str) -> str:

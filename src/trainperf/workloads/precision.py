@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 
@@ -52,18 +53,19 @@ def check_compiler(device: torch.device) -> None:
                         "valid choices here: off")
 
 
-def compile_regions(modules: Iterable[torch.nn.Module]) -> None:
+def compile_regions(modules: Iterable[torch.nn.Module], options: dict[str, Any] | None = None) -> None:
     """torch.compile each module in place ("regional" compilation: a model's repeated blocks).
 
     Identical blocks share one compiled graph, so compile time no longer grows with depth
     (minutes → seconds for a 48-layer model) at the cost of fusions across block borders; code
     outside the blocks (masks, embeddings, the loss) stays eager. Within one process later cases
     reuse compiled code, and torch.compile's default automatic dynamic shapes turn a dimension
-    that changed symbolic (`allow_recompiles` keeps a long sweep compiled).
+    that changed symbolic (`allow_recompiles` keeps a long sweep compiled). `options` are
+    Inductor settings for these modules' code only.
     """
     allow_recompiles()
     for module in modules:
-        module.compile()
+        module.compile(options=options)
 
 
 def allow_recompiles(limit: int = 256) -> None:
