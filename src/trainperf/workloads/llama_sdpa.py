@@ -38,6 +38,7 @@ OPTIMIZERS = ("sgd", "adamw", "none")
 # more compile, worth it where a default configuration is far off, as in the float8 casts).
 COMPILE_MODES = ("off", "on", "layers", "layers-tuned")
 TUNED = {"coordinate_descent_tuning": True}
+REGION_OPTIONS = {"layers": None, "layers-tuned": TUNED}  # the per-layer modes: their Inductor settings
 # trainperf's fastest Llama step (`llama --fast`, `profile llama --fast`): the settings that
 # measured fastest on the H100 (the seed-llama and peers suites, benchmarks/README.md): each decoder
 # layer compiled (Inductor fuses norms, RoPE, SwiGLU and residual adds there), the fused chunked loss,
@@ -174,9 +175,8 @@ class LlamaStep:
         if spec.compile != "off":
             torch._dynamo.reset()  # each case compiles afresh: no graphs or dynamic shapes of earlier cases
         self.forward = torch.compile(run) if spec.compile == "on" else run
-        if spec.compile.startswith("layers"):
-            compile_regions(hf_llama.compile_targets(self.model),
-                            TUNED if spec.compile == "layers-tuned" else None)
+        if spec.compile in REGION_OPTIONS:
+            compile_regions(hf_llama.compile_targets(self.model), REGION_OPTIONS[spec.compile])
         params = self.model.parameters()
         self.opt = {"sgd": lambda: torch.optim.SGD(params, lr=1e-6),
                     "adamw": lambda: torch.optim.AdamW(params, lr=1e-6),
