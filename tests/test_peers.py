@@ -176,14 +176,19 @@ def test_the_fastest_step_is_set_against_the_best_peer_of_each_shape():
     assert row["2x4"] == "0.80x over liger (memory 0.50x)"  # slower than the peer: said so, not hidden
 
 
-def test_the_fastest_step_takes_fa4_only_where_it_runs(monkeypatch):
+def test_the_fastest_step_takes_fa4_and_quack_only_where_they_run(monkeypatch):
     from trainperf.attention import fa4
+    from trainperf.kernels import quack_mlp
     from trainperf.workloads.llama_sdpa import FAST
 
-    assert recipe_setup("fast", "cpu") == FAST  # no FA4 on the CPU: the backend asked for
+    assert recipe_setup("fast", "cpu") == FAST  # neither on the CPU: the backend asked for, stock MLP
     assert recipe_setup("fa4", "cpu") == {"sdpa_backend": "FA4"}  # a recipe that names it keeps it
     monkeypatch.setattr(fa4, "fa4_runs", lambda device: True)
+    monkeypatch.setattr(quack_mlp, "quack_runs", lambda device: False)
     assert recipe_setup("fast", "cuda") == {**FAST, "sdpa_backend": "FA4"}
+    monkeypatch.setattr(quack_mlp, "quack_runs", lambda device: True)
+    assert recipe_setup("fast", "cuda") == {**FAST, "sdpa_backend": "FA4", "swiglu": "quack"}
+    assert "swiglu" not in recipe_setup("fp8", "cuda")  # its MLP GEMMs are float8 ones
     assert recipe_setup("liger", "cuda") == RECIPES["liger"]
 
 
@@ -200,3 +205,20 @@ def test_a_suite_part_whose_package_is_missing_is_left_out_and_said(tmp_path, mo
     assert parts["profile-liger"]["left_out"] == "needs the liger_kernel package"
     assert "left_out" not in parts["profile-stock"]
     assert any("profile-liger: left out" in line for line in said)
+
+
+def test_the_peers_headline_names_each_recipe_s_rows_in_every_form_it_runs(tmp_path):
+    from trainperf.suites.catalog import peers_headline
+
+    (tmp_path / "llama").mkdir()
+    pd.DataFrame({"backend": ["CUDNN_ATTENTION", "CUDNN_ATTENTION", "FA4", "FA4"],
+                  "compile": ["off", "off", "layers", "layers"],
+                  "swaps": [None, "library=liger", "loss=chunked", "swiglu=quack,loss=chunked"],
+                  "batch_size": [1, 1, 1, 2], "seq_len": [8, 8, 8, 4], "mean_s": [1.0, 0.8, 0.5, 0.4],
+                  "peak_mem_gb": [10.0, 4.0, 5.0, 3.0], "status": ["ok"] * 4},
+                 ).to_csv(tmp_path / "llama" / "training_timing.csv", index=False)
+    table = peers_headline({"llama": tmp_path / "llama"}).set_index("recipe")
+    assert {"stock", "liger", "fast"} <= set(table.index)  # fast with and without quack's MLP
+    assert table.loc["fast", "1x8"].startswith("0.5") and table.loc["fast", "2x4"].startswith("0.4")
+    against = table.loc["fast vs the best of compile, liger, liger-compile"]
+    assert against["1x8"] == "1.60x over liger (memory 1.25x)"

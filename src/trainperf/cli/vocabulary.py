@@ -30,7 +30,8 @@ GLOSSARY: dict[str, str] = {
     "--tokens": "Tokens per call: the rows of the kernel's input.",
     "--norm": "RMSNorm: torch, fused (F.rms_norm), triton (trainperf's), cudnn (cuDNN frontend).",
     "--rope": "Rotary embedding: torch, triton.",
-    "--swiglu": "SwiGLU activation: torch, triton.",
+    "--swiglu": "SwiGLU activation: torch, triton; for llama also quack (in the epilogues of quack's "
+                "gate-and-up and down GEMMs).",
     "--loss": "Loss: torch (full logits), chunked (LM head + cross-entropy in chunks).",
     "--kv-heads": "Grouped K/V heads into SDPA: native (enable_gqa), expanded (repeat_kv first).",
     "--tf32": "TF32 matmuls for fp32: on, off.",
@@ -48,8 +49,8 @@ GLOSSARY: dict[str, str] = {
     "--baseline": "The SDPA backend that speed-ups are relative to.",
     "--optimizer": "Optimizer: adamw, adamw-fused, sgd, none.",
     "--inputs": "What the model is fed: embeds (random input embeddings), ids (token ids).",
-    "--fast": "trainperf's fastest step: its best swaps and compile mode, and FlashAttention 4 where it "
-              "runs.",
+    "--fast": "trainperf's fastest step: its best swaps and compile mode, and FlashAttention 4 and "
+              "quack's fused MLP where they run.",
     "--recipe": "Named setups, each a row of the same run: stock, compile, liger, liger-compile, fast, fp8, "
                 "fa4, liger-fa4.",
     "--train-steps": "Optimizer steps of a loss-parity run (untimed).",

@@ -164,19 +164,23 @@ def set_attention(model: torch.nn.Module, name: str) -> None:
 
 
 SWAPS = IMPLS  # RoPE and SwiGLU: the LM's own choices
+SWIGLU_SWAPS = (*IMPLS, "quack")  # and for SwiGLU, quack's GEMMs with it in their epilogues
 NORM_SWAPS = tuple(NORMS)
 
 
 def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torch",
                 rope: str = "torch") -> list[str]:
     """Put another RMSNorm (PyTorch's fused one, trainperf's Triton one, cuDNN's: by the names of
-    models/norms.py) and trainperf's Triton SwiGLU and RoPE kernels into a transformers Llama, in
-    place. Weights stay where they are (the norm modules are replaced by ones sharing the weight).
-    Returns what was swapped, for the record.
+    models/norms.py), trainperf's Triton SwiGLU and RoPE kernels, or quack's fused MLP
+    (kernels/quack_mlp.py) into a transformers Llama, in place. Weights stay where they are (the
+    norm modules are replaced by ones sharing the weight), except that the fused MLP stacks gate
+    and up into one weight. Returns what was swapped, for the record.
     """
     import types
 
     done = []
+    if swiglu != "torch" and getattr(model.config, "hidden_act", "silu") != "silu":
+        raise ValueError(f"--swiglu {swiglu} needs hidden_act 'silu', not {model.config.hidden_act!r}")
     if norm != "torch":
         for name, module in list(model.named_modules()):
             if type(module).__name__.endswith("RMSNorm"):
@@ -185,9 +189,13 @@ def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torc
                 parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
                 setattr(parent, name.rsplit(".", 1)[-1], swapped)
         done.append(f"norm={norm}")
+    if swiglu == "quack":
+        from trainperf.kernels.quack_mlp import fuse_mlps, require_quack
+
+        require_quack(next(model.parameters()).device)
+        fuse_mlps(model)
+        done.append("swiglu=quack")
     if swiglu == "triton":
-        if getattr(model.config, "hidden_act", "silu") != "silu":
-            raise ValueError(f"--swiglu triton needs hidden_act 'silu', not {model.config.hidden_act!r}")
         for module in model.modules():
             if type(module).__name__.endswith("MLP") and hasattr(module, "gate_proj"):
                 module.forward = types.MethodType(_swiglu_mlp_forward, module)

@@ -99,14 +99,14 @@ def step_headline(parts: dict[str, Path]) -> pd.DataFrame:
 
 def peers_headline(parts: dict[str, Path]) -> pd.DataFrame:
     """One row per recipe: seconds per iteration (peak GB) at each shape, then its loss parity."""
-    from trainperf.workloads.llama_sdpa import RECIPES, setup_label, setup_spec
+    from trainperf.workloads.llama_sdpa import RECIPES, recipe_forms, setup_label, setup_spec
 
     table = pd.concat([_read(parts[p], "training_timing.csv") for p in ("llama", "llama-more") if p in parts],
                       ignore_index=True)
     if table.empty:
         return table
     specs = [(name, setup_spec(setup, backend, batch=1, seq=1))
-             for backend in sorted(set(table.backend)) for name, setup in RECIPES.items()]
+             for backend in sorted(set(table.backend)) for name in RECIPES for setup in recipe_forms(name)]
     label = {setup_label(s.sdpa_backend, s.compile, ",".join(s.swap_names()) or "none"): name
              for name, s in specs}
     table["recipe"] = [label.get(setup_label(b, c, s)) for b, c, s in

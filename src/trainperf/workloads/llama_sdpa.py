@@ -41,8 +41,8 @@ TUNED = {"coordinate_descent_tuning": True}
 REGION_OPTIONS = {"layers": None, "layers-tuned": TUNED}  # the per-layer modes: their Inductor settings
 # trainperf's fastest Llama step (`llama --fast`, `profile llama --fast`): the settings that
 # measured fastest on the H100 (the seed-llama and peers suites, benchmarks/README.md): each decoder
-# layer compiled (Inductor fuses norms, RoPE, SwiGLU and residual adds there), the fused chunked loss,
-# and FlashAttention 4 where it runs (see recipe_setup).
+# layer compiled (Inductor fuses norms, RoPE and residual adds there), the fused chunked loss, and
+# where they run FlashAttention 4 and quack's MLP with SwiGLU in its GEMMs' epilogues (recipe_setup).
 FAST = {"loss": "chunked", "compile": "layers"}
 INPUTS = ("embeds", "ids")
 # How grouped-query K/V heads reach SDPA: native (the backend's own GQA, enable_gqa; expanded when
@@ -62,19 +62,31 @@ RECIPES: dict[str, dict[str, str]] = {
     "fa4": {"sdpa_backend": "FA4"},  # the stock model with FlashAttention 4 as its attention
     "liger-fa4": {"library": "liger", "sdpa_backend": "FA4"},
 }
-# Recipes of trainperf's own that take FlashAttention 4 where it runs, the backend asked for elsewhere.
+# Recipes of trainperf's own that take FlashAttention 4 where it runs, the backend asked for elsewhere;
+# and those that take quack's fused MLP where it runs (fp8's MLP GEMMs are float8 ones instead).
 FA4_WHERE_IT_RUNS = ("fast", "fp8")
+QUACK_WHERE_IT_RUNS = ("fast",)
 
 
 def recipe_setup(name: str, device: str) -> dict[str, str]:
     """The spec fields of recipe `name` on `device` (a recipe that names an attention sets
     `sdpa_backend`; the others run with the backend asked for)."""
     from trainperf.attention.fa4 import fa4_runs
+    from trainperf.kernels.quack_mlp import quack_runs
 
     setup = dict(RECIPES[name])
     if name in FA4_WHERE_IT_RUNS and fa4_runs(torch.device(device)):
         setup["sdpa_backend"] = "FA4"
+    if name in QUACK_WHERE_IT_RUNS and quack_runs(torch.device(device)):
+        setup["swiglu"] = "quack"
     return setup
+
+
+def recipe_forms(name: str) -> list[dict[str, str]]:
+    """Every setup that recipe `name` may run as, its attention aside: its own, and with quack's
+    MLP where that runs."""
+    own = RECIPES[name]
+    return [own, *([{**own, "swiglu": "quack"}] if name in QUACK_WHERE_IT_RUNS else [])]
 
 
 def setup_spec(setup: dict[str, str], backend: str, **fields: Any) -> LlamaSpec:
@@ -130,7 +142,7 @@ def validate(spec: LlamaSpec) -> None:
     if spec.compile != "off":
         check_compiler(torch.device(spec.device))
     check_choice("norm", spec.norm, hf_llama.NORM_SWAPS)
-    check_choice("swiglu", spec.swiglu, hf_llama.SWAPS)
+    check_choice("swiglu", spec.swiglu, hf_llama.SWIGLU_SWAPS)
     check_choice("rope", spec.rope, hf_llama.SWAPS)
     check_choice("loss", spec.loss, LOSSES)
     check_choice("kv-heads", spec.kv_heads, KV_HEADS)

@@ -1,0 +1,108 @@
+"""The Llama MLP with its SwiGLU inside the GEMMs (`--swiglu quack`), on quack's CuTe-DSL kernels.
+
+The gate and up projections become one GEMM against their weights stacked [gate; up]. Its
+epilogue writes the pre-activations and h = silu(gate)·up, so the activation takes no pass of its
+own over memory. In the backward, the GEMM of the output gradient with the down weight computes
+the SwiGLU derivative in its epilogue and recomputes h there for the down weight's gradient, so h
+is never saved: 3 to 3.5 GB less at 16k tokens in Llama-3.2-1B on an H100 (docs/peers.md).
+
+quack-kernels comes with FlashAttention 4 (`trainperf[fa4]`) and runs on a Hopper or newer GPU;
+elsewhere `--swiglu quack` is an `unsupported` row. The same module computes in PyTorch off the
+GPU, the reference the tests check it against.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from importlib.util import find_spec
+
+import torch
+import torch.nn.functional as F
+
+from trainperf.core.errors import Unsupported
+
+INSTALL_QUACK = "pip install 'trainperf[fa4]' (quack-kernels comes with flash-attn-4)"
+_INSTALLED = find_spec("quack") is not None  # looked up once, like FA4's
+
+
+def quack_runs(device: torch.device) -> bool:
+    """Whether quack's fused MLP trains on `device` (installed, and a Hopper or newer GPU)."""
+    return (_INSTALLED and device.type == "cuda"
+            and torch.cuda.get_device_capability(device) >= (9, 0))
+
+
+def require_quack(device: torch.device) -> None:
+    """Unsupported (naming the install command, or the GPU it needs) unless quack runs here."""
+    if not _INSTALLED:
+        raise Unsupported(f"--swiglu quack needs quack-kernels: {INSTALL_QUACK}")
+    if not quack_runs(device):
+        raise Unsupported("--swiglu quack needs a Hopper or newer GPU (quack's GEMMs run on sm_90+)")
+
+
+class FusedSwiGLUMLP(torch.nn.Module):
+    """A Llama MLP whose gate and up projections are one Linear, `gate_up` (weights [gate; up])."""
+
+    def __init__(self, mlp: torch.nn.Module) -> None:
+        super().__init__()
+        gate, up = mlp.gate_proj, mlp.up_proj
+        if gate.bias is not None or mlp.down_proj.bias is not None:
+            raise Unsupported("--swiglu quack takes an MLP without biases")
+        self.gate_up = torch.nn.Linear(gate.in_features, 2 * gate.out_features, bias=False,
+                                       device=gate.weight.device, dtype=gate.weight.dtype)
+        with torch.no_grad():
+            self.gate_up.weight.copy_(torch.cat([gate.weight, up.weight]))
+        self.down_proj = mlp.down_proj
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda:
+            return _quack_mlp(x, self.gate_up.weight, self.down_proj.weight)
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+# Outside torch.compile's graphs: in a compiled decoder layer, the step with this graph break was
+# faster than with Dynamo tracing quack's autograd functions (0.327 against 0.332 s at 1 x 16384 on
+# an H100, benchmarks/results/explorations).
+@torch._dynamo.disable
+def _quack_mlp(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
+    _load_quack()
+    from quack.mlp import mlp_func
+
+    return mlp_func(x, gate_up, down, activation="swiglu", tuned=True, concat_layout=True)
+
+
+def _load_quack() -> None:
+    """Import quack once, keying the objects it cannot key itself.
+
+    quack caches each compiled GEMM epilogue under a key built from everything the epilogue's
+    code refers to, and refuses an object it has no key for. With nvidia-cutlass-dsl 4.8 that code
+    reaches a ContextVar and code-object methods of the DSL. These are the DSL's own machinery, the
+    same for every epilogue, so a key by their type is enough; any other object still raises.
+    """
+    import quack.gemm_runtime.identity as identity
+
+    if getattr(identity.semantic_value_key, "trainperf_keyed", False):
+        return
+    own = identity.semantic_value_key
+
+    def semantic_value_key(value, seen):  # noqa: ANN001, ANN202
+        if isinstance(value, contextvars.ContextVar):
+            return ("contextvar", value.name)
+        try:
+            return own(value, seen)
+        except TypeError:
+            kind = type(value).__module__
+            if kind != "builtins" and not kind.startswith("cutlass"):
+                raise
+            return ("by-type", kind, type(value).__qualname__)
+
+    semantic_value_key.trainperf_keyed = True
+    identity.semantic_value_key = semantic_value_key
+
+
+def fuse_mlps(model: torch.nn.Module) -> None:
+    """Replace every Llama MLP of `model` by a FusedSwiGLUMLP holding the same weights."""
+    for name, module in list(model.named_modules()):
+        if type(module).__name__.endswith("MLP") and hasattr(module, "gate_proj"):
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent) if parent else model, child, FusedSwiGLUMLP(module))
