@@ -89,7 +89,7 @@ def test_the_cli_stopped_with_sigint_says_what_it_kept_and_exits_130(tmp_path):
     db = tmp_path / "r.db"
     code = "from trainperf.cli import app; app()"
     proc = python(code, "step", "--model", "tiny", "--seq", "16,24,32,40,48,56,64,72", "--batch", "2",
-                  "--iters", "30", "--warmup", "1", "--device", "cpu", "--quiet", "--db", str(db),
+                  "--iters", "300", "--warmup", "1", "--device", "cpu", "--quiet", "--db", str(db),
                   "--out", str(tmp_path / "out"), cwd=tmp_path)
     try:
         wait_for(lambda: count(db) >= 1, proc)
