@@ -4,7 +4,7 @@ The gate and up projections become one GEMM against their weights stacked [gate;
 epilogue writes the pre-activations and h = silu(gate)·up, so the activation takes no pass of its
 own over memory. In the backward, the GEMM of the output gradient with the down weight computes
 the SwiGLU derivative in its epilogue and recomputes h there for the down weight's gradient, so h
-is never saved: 3 to 3.5 GB less at 16k tokens in Llama-3.2-1B on an H100 (docs/peers.md).
+is never saved: 4 GB less at 16k tokens in Llama-3.2-1B on an H100 (docs/peers.md).
 
 quack-kernels comes with FlashAttention 4 (`trainperf[fa4]`) and runs on a Hopper or newer GPU;
 elsewhere `--swiglu quack` is an `unsupported` row. The same module computes in PyTorch off the
