@@ -11,7 +11,7 @@ import torch
 
 from trainperf.core.errors import Unsupported
 from trainperf.kernels import quack_mlp
-from trainperf.kernels.quack_mlp import FusedSwiGLUMLP, fuse_mlps
+from trainperf.kernels.quack_mlp import FusedSwiGLUMLP
 from trainperf.models import hf_llama
 
 
@@ -37,7 +37,7 @@ def test_fusing_every_mlp_keeps_the_model_s_loss_and_its_matmul_weights():
     model, ids = _tiny(), torch.randint(0, 100, (2, 16))
     ref = model(input_ids=ids, labels=ids).loss
     matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-    fuse_mlps(model)
+    hf_llama.fuse_mlps(model)
     assert all(isinstance(layer.mlp, FusedSwiGLUMLP) for layer in model.model.layers)
     assert sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)) == matmul
     torch.testing.assert_close(model(input_ids=ids, labels=ids).loss, ref, rtol=1e-12, atol=0)

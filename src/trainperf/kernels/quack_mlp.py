@@ -99,10 +99,3 @@ def _load_quack() -> None:
     semantic_value_key.trainperf_keyed = True
     identity.semantic_value_key = semantic_value_key
 
-
-def fuse_mlps(model: torch.nn.Module) -> None:
-    """Replace every Llama MLP of `model` by a FusedSwiGLUMLP holding the same weights."""
-    for name, module in list(model.named_modules()):
-        if type(module).__name__.endswith("MLP") and hasattr(module, "gate_proj"):
-            parent, _, child = name.rpartition(".")
-            setattr(model.get_submodule(parent) if parent else model, child, FusedSwiGLUMLP(module))

@@ -186,19 +186,17 @@ def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torc
             if type(module).__name__.endswith("RMSNorm"):
                 swapped = NORMS[norm](module.weight.shape[0], eps=module.variance_epsilon)
                 swapped.weight = module.weight
-                parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
-                setattr(parent, name.rsplit(".", 1)[-1], swapped)
+                _replace(model, name, swapped)
         done.append(f"norm={norm}")
     if swiglu == "quack":
-        from trainperf.kernels.quack_mlp import fuse_mlps, require_quack
+        from trainperf.kernels.quack_mlp import require_quack
 
         require_quack(next(model.parameters()).device)
         fuse_mlps(model)
         done.append("swiglu=quack")
     if swiglu == "triton":
-        for module in model.modules():
-            if type(module).__name__.endswith("MLP") and hasattr(module, "gate_proj"):
-                module.forward = types.MethodType(_swiglu_mlp_forward, module)
+        for _, module in _mlps(model):
+            module.forward = types.MethodType(_swiglu_mlp_forward, module)
         done.append("swiglu=triton")
     if rope == "triton":
         _install_rope_dispatch()
@@ -206,6 +204,26 @@ def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torc
         model.register_forward_hook(lambda m, args, out: _TRITON_ROPE.reset(m._rope_token))
         done.append("rope=triton")
     return done
+
+
+def fuse_mlps(model: torch.nn.Module) -> None:
+    """Replace every Llama MLP of `model` by a FusedSwiGLUMLP holding the same weights."""
+    from trainperf.kernels.quack_mlp import FusedSwiGLUMLP
+
+    for name, module in _mlps(model):
+        _replace(model, name, FusedSwiGLUMLP(module))
+
+
+def _mlps(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """The (name, module) of each gated Llama MLP in `model`."""
+    return [(name, m) for name, m in model.named_modules()
+            if type(m).__name__.endswith("MLP") and hasattr(m, "gate_proj")]
+
+
+def _replace(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
+    """Put `module` where the submodule `name` of `model` is."""
+    parent, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, child, module)
 
 
 # transformers' Llama calls the module-level apply_rotary_pos_emb; it is replaced once by a

@@ -74,11 +74,10 @@ def recipe_setup(name: str, device: str) -> dict[str, str]:
     from trainperf.attention.fa4 import fa4_runs
     from trainperf.kernels.quack_mlp import quack_runs
 
-    setup = dict(RECIPES[name])
+    own, *with_quack = recipe_forms(name)
+    setup = dict(with_quack[0] if with_quack and quack_runs(torch.device(device)) else own)
     if name in FA4_WHERE_IT_RUNS and fa4_runs(torch.device(device)):
         setup["sdpa_backend"] = "FA4"
-    if name in QUACK_WHERE_IT_RUNS and quack_runs(torch.device(device)):
-        setup["swiglu"] = "quack"
     return setup
 
 
