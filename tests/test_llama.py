@@ -262,6 +262,24 @@ def test_rope_swap_leaves_other_models_stock(monkeypatch):
     assert len(calls) == 2 * cfg.num_hidden_layers  # q and k in every layer
 
 
+@pytest.mark.parametrize("setup", [{"compile": "layers", "loss": "chunked"}, {"compile": "on"}])
+def test_a_compiled_step_traces_each_graph_whole(setup):
+    """No graph break in a compiled model or layer: the RoPE dispatcher (installed in every model
+    for its profiling range) once read a ContextVar, which Dynamo cannot trace, and split every
+    decoder layer's graph there."""
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    spec = llama_sdpa.setup_spec(setup, "MATH", batch=1, seq=16, warmup=1, iters=1, model="tiny",
+                                 device="cpu")
+    step = llama_sdpa.LlamaStep(spec, torch.device("cpu"))
+    try:
+        step()
+    finally:
+        step.close()
+    assert dict(counters["graph_break"]) == {}
+
+
 @pytest.mark.parametrize("mode, options", [("layers", None), ("layers-tuned", llama_sdpa.TUNED)])
 def test_compiling_each_decoder_layer_keeps_the_loss_and_gradients(mode, options, monkeypatch):
     """--compile layers[-tuned]: every decoder layer is compiled on its own (the tuned mode with

@@ -18,7 +18,6 @@ keeps the host from queueing the forward while the GPU still runs the last backw
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import json
 import re
@@ -200,8 +199,8 @@ def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torc
         done.append("swiglu=triton")
     if rope == "triton":
         _install_rope_dispatch()
-        model.register_forward_pre_hook(lambda m, args: setattr(m, "_rope_token", _TRITON_ROPE.set(True)))
-        model.register_forward_hook(lambda m, args, out: _TRITON_ROPE.reset(m._rope_token))
+        model.register_forward_pre_hook(_triton_rope_on)
+        model.register_forward_hook(_triton_rope_off, always_call=True)
         done.append("rope=triton")
     return done
 
@@ -228,9 +227,20 @@ def _replace(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None
 
 # transformers' Llama calls the module-level apply_rotary_pos_emb; it is replaced once by a
 # dispatcher that takes the Triton path only while a model swapped with rope=triton runs forward
-# (the flag below), so other models in the process keep the stock function. Either path runs in
-# its own profiling range.
-_TRITON_ROPE: contextvars.ContextVar[bool] = contextvars.ContextVar("trainperf_triton_rope", default=False)
+# (the count below), so other models in the process keep the stock function. Either path runs in
+# its own profiling range. The count is a plain global, which torch.compile reads and guards on:
+# a ContextVar's get cannot be traced, and it broke every compiled decoder layer's graph at RoPE.
+_triton_rope_forwards = 0
+
+
+def _triton_rope_on(*_: object) -> None:
+    global _triton_rope_forwards
+    _triton_rope_forwards += 1
+
+
+def _triton_rope_off(*_: object) -> None:
+    global _triton_rope_forwards
+    _triton_rope_forwards -= 1
 
 
 def _install_rope_dispatch() -> None:
@@ -248,7 +258,7 @@ def _install_rope_dispatch() -> None:
         return rope_triton_hf(q, cos, sin), rope_triton_hf(k, cos, sin)
 
     def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):  # noqa: ANN001, ANN202
-        if _TRITON_ROPE.get() and unsqueeze_dim == 1:
+        if _triton_rope_forwards and unsqueeze_dim == 1:
             return in_sub_range("rope", triton, q, k, cos, sin)
         return in_sub_range("rope", stock, q, k, cos, sin, unsqueeze_dim)
 
