@@ -199,8 +199,8 @@ def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torc
         done.append("swiglu=triton")
     if rope == "triton":
         _install_rope_dispatch()
-        model.register_forward_pre_hook(_triton_rope_on)
-        model.register_forward_hook(_triton_rope_off, always_call=True)
+        model.register_forward_pre_hook(functools.partial(_count_triton_rope_forward, 1))
+        model.register_forward_hook(functools.partial(_count_triton_rope_forward, -1), always_call=True)
         done.append("rope=triton")
     return done
 
@@ -233,14 +233,10 @@ def _replace(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None
 _triton_rope_forwards = 0
 
 
-def _triton_rope_on(*_: object) -> None:
+def _count_triton_rope_forward(delta: int, *_: object) -> None:
+    """A forward hook's body: `delta` is +1 as a rope=triton model's forward starts, -1 as it ends."""
     global _triton_rope_forwards
-    _triton_rope_forwards += 1
-
-
-def _triton_rope_off(*_: object) -> None:
-    global _triton_rope_forwards
-    _triton_rope_forwards -= 1
+    _triton_rope_forwards += delta
 
 
 def _install_rope_dispatch() -> None:
