@@ -48,8 +48,8 @@ def test_the_markov_language_is_the_same_for_every_recipe_and_has_its_structure(
     assert pairs.groupby("a").b.nunique().max() <= parity.SUCCESSORS  # each token has its few successors
 
 
-def record(recipe, curve):
-    return Record("parity", {"recipe": recipe}, "ok", {"loss_curve": ",".join(map(str, curve))})
+def record(recipe, curve, run=1):
+    return Record("parity", {"recipe": recipe, "run": run}, "ok", {"loss_curve": ",".join(map(str, curve))})
 
 
 def test_parity_flags_a_curve_that_departs_from_stock():
@@ -65,17 +65,48 @@ def test_parity_flags_a_curve_that_departs_from_stock():
     assert verdict.loc["fp8", "final_rel_dev"] == pytest.approx(0.2)  # it ends 20% above stock
 
 
+def test_a_recipe_keeps_parity_only_if_every_run_does():
+    stock = [5.0 - 0.1 * i for i in range(20)]
+    wobble = [x * 1.002 for x in stock]  # stock's second run: what nondeterminism alone gives
+    close = [x * 1.01 for x in stock]
+    far = wobble[:3] + [x * 1.2 for x in wobble[3:]]
+    losses = parity.curves([record("stock", stock), record("fp8", close), record("fast", close),
+                            record("stock", wobble, run=2), record("fp8", far, run=2),
+                            record("fast", [x * 1.01 for x in wobble], run=2)])
+    assert list(losses) == ["stock", "fp8", "fast", "stock run 2", "fp8 run 2", "fast run 2"]
+    table = parity.parity_table(losses).set_index("recipe")
+    assert list(table.index) == ["stock", "fp8", "fast"] and set(table.runs) == {2}
+    assert table.loc["fp8", "parity"] == "FLAGGED" and table.loc["fp8", "flagged_runs"] == 1
+    assert table.loc["fp8", "max_rel_dev"] == pytest.approx(0.2)  # the worst run
+    assert table.loc["fast", "parity"] == "ok" and table.loc["fast", "flagged_runs"] == 0
+    assert table.loc["fast", "max_rel_dev"] == pytest.approx(0.01)  # each run beside stock's of its number
+    assert table.loc["stock", "max_rel_dev"] == pytest.approx(0.002)  # the reference's own spread
+    assert parity.verdict(table.loc["fp8"]) == "FLAGGED (20.00%, 1 of 2 runs)"
+    assert parity.verdict(table.loc["fast"]) == "ok (1.00%, 2 runs)"
+    assert parity.verdict(table.loc["stock"]) == "reference (0.20%, 2 runs)"
+    one = parity.parity_table(parity.curves([record("stock", stock), record("fast", close)]))
+    assert parity.verdict(one.set_index("recipe").loc["fast"]) == "ok (1.00%)"
+
+
+def test_parity_repeats_must_be_positive(db, tmp_path):
+    res = runner.invoke(app, ["parity", *CPU, "--repeats", "0", "--db", str(db), "--out", str(tmp_path)])
+    assert res.exit_code != 0 and "--repeats must be positive, got 0" in res.output
+
+
 def test_parity_cli_trains_each_recipe_from_the_same_start(db, tmp_path):
     res = runner.invoke(app, ["parity", *CPU, "--recipe", "fast", "--train-steps", "6", "--seq", "16",
-                              "--batch", "2", "--dtype", "fp32", "--db", str(db), "--out", str(tmp_path)])
+                              "--batch", "2", "--dtype", "fp32", "--repeats", "2", "--db", str(db),
+                              "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
-    recs = {r.spec["recipe"]: r for r in Store(db).records(workload="parity")}
-    assert set(recs) == {"stock", "fast"}  # stock always runs, as the reference
+    recs = {(r.spec["recipe"], r.spec["run"]): r for r in Store(db).records(workload="parity")}
+    assert set(recs) == {("stock", 1), ("fast", 1), ("stock", 2), ("fast", 2)}  # stock is the reference
     curves = parity.curves(list(recs.values()))
+    assert curves["fast run 2"].tolist() == curves.fast.tolist()  # the CPU's kernels are deterministic
     assert len(curves) == 6 and curves.stock.iloc[-1] < curves.stock.iloc[0]  # it learns
     assert curves.fast.iloc[0] == pytest.approx(curves.stock.iloc[0], rel=1e-5)  # the same start
     table = pd.read_csv(tmp_path / "parity_table.csv").set_index("recipe")
-    assert table.loc["fast", "parity"] == "ok"
+    assert table.loc["fast", "parity"] == "ok" and table.loc["fast", "runs"] == 2
+    assert table.loc["stock", "max_rel_dev"] == 0
     assert (tmp_path / "parity_losses.png").exists()
 
 

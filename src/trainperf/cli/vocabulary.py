@@ -54,6 +54,8 @@ GLOSSARY: dict[str, str] = {
     "--recipe": "Named setups, each a row of the same run: stock, compile, liger, liger-compile, fast, fp8, "
                 "fa4, liger-fa4.",
     "--train-steps": "Optimizer steps of a loss-parity run (untimed).",
+    "--repeats": "Loss-parity runs of each recipe: the same training again, to see how far a curve "
+                 "moves between runs.",
     "--lr": "Learning rate.",
     "--library": "Kernel library patched into the model: none, liger (Liger Kernel).",
     "--float8": "Float8 training of the decoder's linear layers: off, torchao.",

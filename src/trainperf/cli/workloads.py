@@ -400,7 +400,8 @@ def llama(
 
 
 PARITY_COLUMNS: list[report.Column] = [
-    ("recipe", report.spec("recipe")), ("model", report.spec("model")), ("layers", report.spec("layers")),
+    ("recipe", report.spec("recipe")), ("run", report.spec("run")), ("model", report.spec("model")),
+    ("layers", report.spec("layers")),
     ("batch", report.spec("batch")), ("seq", report.spec("seq")), ("steps", report.spec("train_steps")),
     ("lr", report.spec("lr")), ("first loss", report.metric("loss_first")),
     ("last loss", report.metric("loss_last")),
@@ -419,6 +420,8 @@ def parity(
     batch: int = option("--batch", None, "Default 8 on a GPU, 4 on the CPU."),
     seq: int = option("--seq", None, "Default 1024 on a GPU, 64 on the CPU."),
     train_steps: int = option("--train-steps", None, "Default 200 on a GPU, 30 on the CPU."),
+    repeats: int = option("--repeats", 1, "Each run beside stock's run of the same number; a recipe "
+                                          "keeps parity only if it does in every run."),
     lr: float = option("--lr", None, "Of AdamW (default 3e-4 on a GPU, 3e-3 on the CPU)."),
     dtype: str = option("--dtype", "bf16", "The weights' own."),
     sdpa_backend: str = option("--sdpa-backend", None, "One; default CUDNN_ATTENTION on a GPU, MATH on the "
@@ -448,7 +451,10 @@ def parity(
     recipes = parse_list(opts.pop("recipe"), str, "--recipe", RECIPES)
     recipes = ["stock", *[r for r in recipes if r != "stock"]]
     dtype = parse_one(dtype, str, "--dtype", DTYPE_CHOICES, DTYPE_ALIASES)
-    specs = [ParitySpec(recipe=r, dtype=dtype, device=dev.type, **opts) for r in recipes]
+    if repeats < 1:
+        raise SpecError(f"--repeats must be positive, got {repeats}")
+    specs = [ParitySpec(recipe=r, dtype=dtype, device=dev.type, run=n, **opts)
+             for n in range(1, repeats + 1) for r in recipes]
     for s in specs:
         validate(s)
     check_out_dir(out)

@@ -2,6 +2,11 @@
 trains the same. From the same initial weights and the same batches, each recipe takes N AdamW
 steps on a language the model can learn; its loss curve is set beside stock's.
 
+Kernels that are not deterministic (atomics in a backward, a float8 scale that lands on the other
+side of a power of two) make a recipe's curve differ from run to run, so `--repeats N` trains every
+recipe N times, each run beside stock's run of the same number; a recipe keeps parity only if it
+does in every run.
+
 The language: a fixed random Markov chain over the first 512 token ids, each token followed by
 one of four successors with fixed probabilities, so the loss falls from ln(vocab) towards the
 chain's entropy (about 1 nat) within a few hundred steps.
@@ -46,9 +51,11 @@ class ParitySpec:
     sdpa_backend: str
     device: str
     layers: int | None = None
+    run: int = 1  # which of the `--repeats` runs: the same training again, for run-to-run spread
 
     def label(self) -> str:
-        return f"{self.recipe} {self.train_steps} steps {self.batch}x{self.seq} lr={self.lr:g}"
+        again = f" (run {self.run})" if self.run > 1 else ""
+        return f"{self.recipe} {self.train_steps} steps {self.batch}x{self.seq} lr={self.lr:g}{again}"
 
     def llama_spec(self) -> LlamaSpec:
         return setup_spec(recipe_setup(self.recipe, self.device), self.sdpa_backend, batch=self.batch,
@@ -100,27 +107,71 @@ def measure_parity(spec: ParitySpec) -> dict[str, Any]:
             "swaps": ",".join(step.swaps) or "none"}
 
 
+def column(recipe: str, run: int) -> str:
+    """The loss column of one run of a recipe: its name for the first run, "NAME run N" after."""
+    return recipe if run == 1 else f"{recipe} run {run}"
+
+
+def _recipe_and_run(name: str) -> tuple[str, int]:
+    recipe, _, run = name.partition(" run ")
+    return recipe, int(run or 1)
+
+
 def curves(records: list) -> pd.DataFrame:
-    """Step x recipe losses of the finished records."""
-    return pd.DataFrame({r.spec["recipe"]: [float(x) for x in r.metrics["loss_curve"].split(",")]
+    """Step x run-of-a-recipe losses of the finished records (columns named by `column`)."""
+    return pd.DataFrame({column(r.spec["recipe"], r.spec.get("run", 1)):
+                         [float(x) for x in r.metrics["loss_curve"].split(",")]
                          for r in records if r.status == "ok"}).rename_axis("step")
 
 
+def _deviation(smooth: pd.DataFrame, name: str, reference: str, tail: int) -> tuple[float, float] | None:
+    """The largest relative deviation of one smoothed curve from another's, and its mean over the
+    last `tail` steps; None without the reference."""
+    if reference not in smooth:
+        return None
+    rel = (smooth[name] - smooth[reference]).abs() / smooth[reference]
+    return float(rel.max()), float(rel.iloc[-tail:].mean())
+
+
 def parity_table(losses: pd.DataFrame, reference: str = "stock") -> pd.DataFrame:
-    """Per recipe (a column of `losses`): first and last loss, the largest relative deviation of its
-    smoothed curve from the reference's (`parity` says whether it stays within TOLERANCE), and the
-    mean deviation over the last fifth of the steps (whether it ends where the reference does)."""
+    """Per recipe: first and last loss (of its first run), the largest relative deviation of its
+    smoothed curve from the reference's run of the same number, worst over its runs (`parity` says
+    whether every run stays within TOLERANCE; `flagged_runs` how many do not), and the mean
+    deviation over the last fifth of the steps (whether it ends where the reference does), worst
+    over its runs. The reference's own row, with several runs, holds its runs' deviation from its
+    first: the spread that nondeterminism alone gives."""
     smooth = losses.rolling(SMOOTH, min_periods=1).mean()
     tail = max(len(losses) // 5, 1)
+    runs: dict[str, list[int]] = {}
+    for name in losses:
+        recipe, run = _recipe_and_run(name)
+        runs.setdefault(recipe, []).append(run)
     rows = []
-    for recipe in losses:
-        dev = end = None
-        if reference in smooth and recipe != reference:
-            rel = (smooth[recipe] - smooth[reference]).abs() / smooth[reference]
-            dev, end = float(rel.max()), float(rel.iloc[-tail:].mean())
-        first, last = losses[recipe].iloc[0], losses[recipe].iloc[-1]
-        rows.append({"recipe": recipe, "loss_first": first, "loss_last": last, "max_rel_dev": dev,
-                     "final_rel_dev": end,
+    for recipe, numbers in runs.items():
+        if recipe == reference:
+            devs = [_deviation(smooth, column(recipe, n), reference, tail) for n in numbers if n > 1]
+        else:
+            devs = [_deviation(smooth, column(recipe, n), column(reference, n), tail) for n in numbers]
+        found = [d for d in devs if d is not None]
+        flagged = sum(d[0] > TOLERANCE for d in found)
+        first = losses[column(recipe, min(numbers))]
+        rows.append({"recipe": recipe, "runs": len(numbers), "loss_first": first.iloc[0],
+                     "loss_last": first.iloc[-1],
+                     "max_rel_dev": max((d[0] for d in found), default=None),
+                     "final_rel_dev": max((d[1] for d in found), default=None),
+                     "flagged_runs": None if recipe == reference or not found else flagged,
                      "parity": "reference" if recipe == reference else
-                     ("no reference" if dev is None else ("ok" if dev <= TOLERANCE else "FLAGGED"))})
+                     ("no reference" if not found else ("FLAGGED" if flagged else "ok"))})
     return pd.DataFrame(rows)
+
+
+def verdict(row: pd.Series) -> str:
+    """A table row's parity in a few words: "ok (1.52%)", "ok (1.52%, 3 runs)", "FLAGGED (4.21%,
+    1 of 4 runs)"."""
+    if pd.isna(row.max_rel_dev):
+        return row.parity
+    runs = int(row.runs)
+    if runs == 1:
+        return f"{row.parity} ({row.max_rel_dev:.2%})"
+    flagged = f"{int(row.flagged_runs)} of " if pd.notna(row.flagged_runs) and row.flagged_runs else ""
+    return f"{row.parity} ({row.max_rel_dev:.2%}, {flagged}{runs} runs)"
