@@ -73,7 +73,7 @@ def test_a_recipe_keeps_parity_only_if_every_run_does():
     losses = parity.curves([record("stock", stock), record("fp8", close), record("fast", close),
                             record("stock", wobble, run=2), record("fp8", far, run=2),
                             record("fast", [x * 1.01 for x in wobble], run=2)])
-    assert list(losses) == ["stock", "fp8", "fast", "stock run 2", "fp8 run 2", "fast run 2"]
+    assert list(losses) == ["stock", "fp8", "fast", "stock #2", "fp8 #2", "fast #2"]
     table = parity.parity_table(losses).set_index("recipe")
     assert list(table.index) == ["stock", "fp8", "fast"] and set(table.runs) == {2}
     assert table.loc["fp8", "parity"] == "FLAGGED" and table.loc["fp8", "flagged_runs"] == 1
@@ -101,7 +101,7 @@ def test_parity_cli_trains_each_recipe_from_the_same_start(db, tmp_path):
     recs = {(r.spec["recipe"], r.spec["run"]): r for r in Store(db).records(workload="parity")}
     assert set(recs) == {("stock", 1), ("fast", 1), ("stock", 2), ("fast", 2)}  # stock is the reference
     curves = parity.curves(list(recs.values()))
-    assert curves["fast run 2"].tolist() == curves.fast.tolist()  # the CPU's kernels are deterministic
+    assert curves["fast #2"].tolist() == curves.fast.tolist()  # the CPU's kernels are deterministic
     assert len(curves) == 6 and curves.stock.iloc[-1] < curves.stock.iloc[0]  # it learns
     assert curves.fast.iloc[0] == pytest.approx(curves.stock.iloc[0], rel=1e-5)  # the same start
     table = pd.read_csv(tmp_path / "parity_table.csv").set_index("recipe")

@@ -54,7 +54,7 @@ class ParitySpec:
     run: int = 1  # which of the `--repeats` runs: the same training again, for run-to-run spread
 
     def label(self) -> str:
-        again = f" (run {self.run})" if self.run > 1 else ""
+        again = f" #{self.run}" if self.run > 1 else ""
         return f"{self.recipe} {self.train_steps} steps {self.batch}x{self.seq} lr={self.lr:g}{again}"
 
     def llama_spec(self) -> LlamaSpec:
@@ -108,12 +108,12 @@ def measure_parity(spec: ParitySpec) -> dict[str, Any]:
 
 
 def column(recipe: str, run: int) -> str:
-    """The loss column of one run of a recipe: its name for the first run, "NAME run N" after."""
-    return recipe if run == 1 else f"{recipe} run {run}"
+    """The loss column of one run of a recipe: its name for the first run, "NAME #N" after."""
+    return recipe if run == 1 else f"{recipe} #{run}"
 
 
 def _recipe_and_run(name: str) -> tuple[str, int]:
-    recipe, _, run = name.partition(" run ")
+    recipe, _, run = name.partition(" #")
     return recipe, int(run or 1)
 
 
