@@ -472,7 +472,7 @@ def parity(
     if plots_available(quiet or as_json):
         from trainperf.core.plots import line_grid
 
-        long = curves(records).reset_index().melt("step", var_name="recipe", value_name="loss")
+        long = losses.reset_index().melt("step", var_name="recipe", value_name="loss")
         path = out / "parity_losses.png"
         line_grid(long, "step", [("loss", "training loss")], "recipe", path,
                   title="loss from the same weights and batches", logx=False, logy=True)
