@@ -88,6 +88,20 @@ def test_a_recipe_keeps_parity_only_if_every_run_does():
     assert parity.verdict(one.set_index("recipe").loc["fast"]) == "ok (1.00%)"
 
 
+def test_the_parity_plot_sets_each_run_beside_stock_s_run_of_its_number(tmp_path):
+    stock = [5.0 - 0.1 * i for i in range(20)]
+    losses = parity.curves([record("stock", stock), record("fast", [x * 1.01 for x in stock]),
+                            record("stock", [x * 1.002 for x in stock], run=2),
+                            record("fast", [x * 1.002 * 1.05 for x in stock], run=2)])
+    fig = parity.plot_parity(losses, tmp_path / "p.png")
+    left, right = fig.axes[:2]
+    assert len(left.lines) == 4  # every run's loss
+    peaks = sorted(round(float(max(line.get_ydata())), 3) for line in right.lines[:-1])
+    assert peaks == [0.2, 1.0, 5.0]  # % from stock: stock #2 from stock, fast and fast #2 from their own
+    assert right.lines[-1].get_ydata()[0] == pytest.approx(100 * parity.TOLERANCE)
+    assert (tmp_path / "p.png").stat().st_size > 0
+
+
 def test_parity_repeats_must_be_positive(db, tmp_path):
     res = runner.invoke(app, ["parity", *CPU, "--repeats", "0", "--db", str(db), "--out", str(tmp_path)])
     assert res.exit_code != 0 and "--repeats must be positive, got 0" in res.output

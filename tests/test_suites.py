@@ -143,3 +143,15 @@ def test_the_attention_headline_shows_kernel_and_host_time_where_they_were_measu
     assert cells["fa4"] == "0.909 (264); kernels 0.76, host 1.54"
     assert cells["naive"] == "3 (80)"
     assert cells["cudnn-fe"].startswith("unsupported")
+
+
+def test_a_section_shows_each_part_s_first_plot_before_any_part_s_second(tmp_path):
+    from trainperf.suites.page import shown_plots
+    for part, plots in {"llama": ["iteration_time", "speedup"], "llama-more": ["iteration_time", "speedup"],
+                        "parity": ["parity_losses"]}.items():
+        (tmp_path / part).mkdir()
+        for name in plots:
+            (tmp_path / part / f"{name}.png").write_bytes(b"")
+    shown = [p.relative_to(tmp_path).as_posix() for p in shown_plots(tmp_path)]
+    assert shown == ["llama/iteration_time.png", "llama-more/iteration_time.png", "parity/parity_losses.png",
+                     "llama/speedup.png"]

@@ -470,11 +470,9 @@ def parity(
         console.print(frame_table(table, title=f"loss parity with stock (tolerance {TOLERANCE:.0%} of the "
                                                f"smoothed loss)"))
     if plots_available(quiet or as_json):
-        from trainperf.core.plots import line_grid
+        from trainperf.workloads.parity import plot_parity
 
-        long = losses.reset_index().melt("step", var_name="recipe", value_name="loss")
         path = out / "parity_losses.png"
-        line_grid(long, "step", [("loss", "training loss")], "recipe", path,
-                  title="loss from the same weights and batches", logx=False, logy=True)
+        plot_parity(losses, path)
         if not (quiet or as_json):
             err_console.print(f"wrote {path}")

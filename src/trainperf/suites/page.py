@@ -70,7 +70,7 @@ def suite_section(folder: Path, link_base: Path, level: str = "##") -> str:
     table = headline(folder, meta)
     body = markdown(table) if not table.empty else "_No case finished._"
     lines += [suite.caption if suite else "", "", body, ""]
-    for png in sorted(folder.glob("*/*.png"))[:4]:
+    for png in shown_plots(folder):
         lines.append(f"![{png.stem}]({rel}/{png.relative_to(folder).as_posix()})")
     lines += ["", f"- Machine: {machine_line(env, folder)}.",
               f"- Commit {meta.get('commit') or 'unknown'}; raw records, environment and plots: "
@@ -78,6 +78,14 @@ def suite_section(folder: Path, link_base: Path, level: str = "##") -> str:
               f"- Reproduce: `{meta.get('command', '')}`."]
     lines += [f"- Left out: {p['name']} ({p['left_out']})." for p in meta.get("parts", []) if "left_out" in p]
     return "\n".join(lines) + "\n"
+
+
+def shown_plots(folder: Path, most: int = 4) -> list[Path]:
+    """The plots a section shows: every part's first before any part's second (a suite of several
+    parts shows each of them), at most `most`."""
+    ranked = [(rank, png) for part in sorted(p for p in folder.iterdir() if p.is_dir())
+              for rank, png in enumerate(sorted(part.glob("*.png")))]
+    return [png for _, png in sorted(ranked, key=lambda item: item[0])[:most]]
 
 
 def suite_report(folder: Path) -> str:

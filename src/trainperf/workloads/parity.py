@@ -129,8 +129,54 @@ def _deviation(smooth: pd.DataFrame, name: str, reference: str, tail: int) -> tu
     last `tail` steps; None without the reference."""
     if reference not in smooth:
         return None
-    rel = (smooth[name] - smooth[reference]).abs() / smooth[reference]
+    rel = relative_deviation(smooth, name, reference)
     return float(rel.max()), float(rel.iloc[-tail:].mean())
+
+
+def relative_deviation(smooth: pd.DataFrame, name: str, reference: str) -> pd.Series:
+    """Per step, how far one smoothed curve is from the reference's, relative to the reference's."""
+    return (smooth[name] - smooth[reference]).abs() / smooth[reference]
+
+
+def _reference_of(name: str, reference: str) -> str:
+    """The reference column a loss column is compared with: the reference's run of the same number
+    (the reference's own later runs, with its first)."""
+    recipe, run = _recipe_and_run(name)
+    return column(reference, 1 if recipe == reference else run)
+
+
+def plot_parity(losses: pd.DataFrame, path, reference: str = "stock"):  # noqa: ANN001, ANN201
+    """Two panels: every run's loss curve, and its smoothed deviation from the reference's run of
+    the same number against the tolerance; one colour per recipe, its runs all in it."""
+    from trainperf.core.plots import pyplot
+
+    plt = pyplot()
+    smooth = losses.rolling(SMOOTH, min_periods=1).mean()
+    recipes = list(dict.fromkeys(_recipe_and_run(name)[0] for name in losses))
+    palette = plt.get_cmap("tab10" if len(recipes) <= 10 else "tab20").colors
+    colours = dict(zip(recipes, palette, strict=False))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
+    for name in losses:
+        recipe, run = _recipe_and_run(name)
+        left.plot(losses.index, losses[name], color=colours[recipe], lw=1.2, alpha=0.8,
+                  label=recipe if run == 1 else None)
+        ref = _reference_of(name, reference)
+        if ref in smooth and ref != name:
+            right.plot(smooth.index, 100 * relative_deviation(smooth, name, ref), color=colours[recipe],
+                       lw=1.2, alpha=0.8)
+    right.axhline(100 * TOLERANCE, color="black", ls="--", lw=1, label=f"tolerance {TOLERANCE:.0%}")
+    handles = [h for ax in (left, right) for h in ax.get_legend_handles_labels()[0]]
+    left.set(yscale="log", xlabel="step", ylabel="training loss", title="every run's loss")
+    right.set(xlabel="step", ylabel="% from the reference (smoothed)",
+              title=f"deviation from {reference}'s run of the same number")
+    for ax in (left, right):
+        ax.grid(True, which="both", alpha=0.3)
+    right.legend(handles=handles, title="recipe", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.suptitle("loss from the same weights and batches")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return fig
 
 
 def parity_table(losses: pd.DataFrame, reference: str = "stock") -> pd.DataFrame:
@@ -148,10 +194,9 @@ def parity_table(losses: pd.DataFrame, reference: str = "stock") -> pd.DataFrame
         runs.setdefault(recipe, []).append(run)
     rows = []
     for recipe, numbers in runs.items():
-        if recipe == reference:
-            devs = [_deviation(smooth, column(recipe, n), reference, tail) for n in numbers if n > 1]
-        else:
-            devs = [_deviation(smooth, column(recipe, n), column(reference, n), tail) for n in numbers]
+        names = [column(recipe, n) for n in numbers]
+        devs = [_deviation(smooth, name, _reference_of(name, reference), tail) for name in names
+                if name != reference]
         found = [d for d in devs if d is not None]
         flagged = sum(d[0] > TOLERANCE for d in found)
         first = losses[column(recipe, min(numbers))]
