@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import torch
@@ -32,6 +33,9 @@ from trainperf.workloads.llama_sdpa import (
     setup_spec,
 )
 from trainperf.workloads.llama_sdpa import validate as validate_llama
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 LANGUAGE_TOKENS = 512
 SUCCESSORS = 4
@@ -145,7 +149,7 @@ def _reference_of(name: str, reference: str) -> str:
     return column(reference, 1 if recipe == reference else run)
 
 
-def plot_parity(losses: pd.DataFrame, path, reference: str = "stock"):  # noqa: ANN001, ANN201
+def plot_parity(losses: pd.DataFrame, path: Path, reference: str = "stock") -> Figure:
     """Two panels: every run's loss curve, and its smoothed deviation from the reference's run of
     the same number against the tolerance; one colour per recipe, its runs all in it."""
     from trainperf.core.plots import pyplot
