@@ -112,3 +112,10 @@ def test_nsys_decode_of_a_bad_file_and_no_cpu_note(tmp_path):
     assert res.exit_code == 2 and "is not an SQLite file" in res.output
     res = runner.invoke(app, ["nsys-decode", str(other_sqlite(tmp_path / "o.sqlite"))])
     assert res.exit_code == 2 and "lacks the table(s)" in res.output
+
+
+def test_the_default_command_without_matplotlib_names_the_plots_extra(tmp_path):
+    res = trainperf("step", *[a for a in TINY if a != "--quiet"], "--db", "r.db", without="matplotlib",
+                    cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "no plots without matplotlib: pip install 'trainperf[plots]'" in res.stderr

@@ -194,7 +194,8 @@ def plots_available(quiet: bool) -> bool:
         import matplotlib  # noqa: F401
     except ImportError:
         if not quiet:
-            err_console.print("note: no plots without matplotlib: pip install 'trainperf[plots]'")
+            err_console.print("note: no plots without matplotlib: pip install 'trainperf[plots]'",
+                              markup=False)
         return False
     return True
 
