@@ -137,6 +137,11 @@ def _deviation(smooth: pd.DataFrame, name: str, reference: str, tail: int) -> tu
     return float(rel.max()), float(rel.iloc[-tail:].mean())
 
 
+def smoothed(losses: pd.DataFrame) -> pd.DataFrame:
+    """Each curve's running mean over SMOOTH steps: what the table and the plot compare."""
+    return losses.rolling(SMOOTH, min_periods=1).mean()
+
+
 def relative_deviation(smooth: pd.DataFrame, name: str, reference: str) -> pd.Series:
     """Per step, how far one smoothed curve is from the reference's, relative to the reference's."""
     return (smooth[name] - smooth[reference]).abs() / smooth[reference]
@@ -155,7 +160,7 @@ def plot_parity(losses: pd.DataFrame, path: Path, reference: str = "stock") -> F
     from trainperf.core.plots import pyplot
 
     plt = pyplot()
-    smooth = losses.rolling(SMOOTH, min_periods=1).mean()
+    smooth = smoothed(losses)
     recipes = list(dict.fromkeys(_recipe_and_run(name)[0] for name in losses))
     palette = plt.get_cmap("tab10" if len(recipes) <= 10 else "tab20").colors
     colours = dict(zip(recipes, palette, strict=False))
@@ -190,7 +195,7 @@ def parity_table(losses: pd.DataFrame, reference: str = "stock") -> pd.DataFrame
     deviation over the last fifth of the steps (whether it ends where the reference does), worst
     over its runs. The reference's own row, with several runs, holds its runs' deviation from its
     first: the spread that nondeterminism alone gives."""
-    smooth = losses.rolling(SMOOTH, min_periods=1).mean()
+    smooth = smoothed(losses)
     tail = max(len(losses) // 5, 1)
     runs: dict[str, list[int]] = {}
     for name in losses:
