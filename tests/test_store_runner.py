@@ -117,3 +117,9 @@ def test_frame_flattens_spec_metrics_and_env(db):
     df = to_frame(Store(db).records())
     assert {"workload", "status", "kind", "n", "value", "reason", "env_torch"} <= set(df.columns)
     assert df.loc[0, "value"] == 7
+
+
+def test_frame_keeps_a_spec_field_and_a_metric_of_one_name():
+    record = Record("llama", {"loss": "chunked", "batch": 1}, "ok", {"loss": 12.17, "mean_s": 0.3}, env=ENV)
+    row = to_frame([record]).iloc[0]
+    assert (row["loss"], row["loss_value"], row["mean_s"]) == ("chunked", 12.17, 0.3)

@@ -242,12 +242,14 @@ ENV_COLUMNS = ("gpu_name", "torch", "cuda", "git_commit")
 
 
 def to_frame(records: Iterable[Record]) -> pd.DataFrame:
-    """One row per record: workload, status, reason, spec fields, metrics, key env fields."""
+    """One row per record: workload, status, reason, spec fields, metrics, key env fields. A metric
+    named like a spec field (the step's `loss`: the choice of loss, and its last value) keeps both:
+    the metric's column is `NAME_value`."""
     rows = []
     for r in records:
         row: dict[str, Any] = {"workload": r.workload, "status": r.status}
         row.update(r.spec)
-        row.update(r.metrics)
+        row.update({f"{k}_value" if k in r.spec else k: v for k, v in r.metrics.items()})
         row["reason"] = r.reason
         row.update({f"env_{k}": r.env.get(k) for k in ENV_COLUMNS})
         row["created_at"] = r.created_at
