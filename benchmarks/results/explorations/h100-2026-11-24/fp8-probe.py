@@ -1,5 +1,5 @@
 """Probe: torchao float8 configurations in trainperf's float8 step, and `fast` with K/V heads
-expanded, at the shapes given. usage: python3 fp8-probe.py DEADLINE_EPOCH SHAPE...
+expanded, at the shapes given. usage: python3 fp8-probe.py DEADLINE_EPOCH SHAPE... [VARIANT...]
 
 Each variant is one `measure_llama` case (5 warm-up, 20 timed iterations) of the `fp8` recipe's
 setup with `peers.apply_float8` swapped for the variant's conversion; output in fp8-probe.txt.
@@ -45,9 +45,11 @@ VARIANTS = {"tensorwise": ("fp8", convert(tensorwise)),
 
 def main() -> None:
     deadline = float(sys.argv[1])
-    shapes = [tuple(map(int, s.split("x"))) for s in sys.argv[2:]]
+    shapes = [tuple(map(int, s.split("x"))) for s in sys.argv[2:] if s not in VARIANTS]
+    chosen = [s for s in sys.argv[2:] if s in VARIANTS] or list(VARIANTS)
     for batch, seq in shapes:
-        for name, (recipe_name, apply) in VARIANTS.items():
+        for name in chosen:
+            recipe_name, apply = VARIANTS[name]
             if time.time() > deadline:
                 print("deadline reached", flush=True)
                 return
