@@ -58,6 +58,16 @@ class FakeNvml(types.SimpleNamespace):
         self.nvmlDeviceGetFieldValues = field_values
         return self
 
+    def with_energy_counter(self) -> FakeNvml:
+        """A GPU with NVML's energy counter (mJ since the driver loaded), 7.5 J more at each read."""
+        self.energy_reads = []
+
+        def energy(handle: str) -> int:
+            self.energy_reads.append(9_000_000 + 7_500 * len(self.energy_reads))
+            return self.energy_reads[-1]
+        self.nvmlDeviceGetTotalEnergyConsumption = energy
+        return self
+
     def _reasons(self, handle: str) -> int:
         self.capped.append(len(self.capped) % 3 == 0)
         return 0x4 | 0x1 if self.capped[-1] else 0x1  # power cap (and idle) / idle only
@@ -148,3 +158,19 @@ def test_a_reading_nvml_refuses_is_left_out_and_the_window_goes_on(fake_nvml, mo
     assert len(calls) >= 4  # sampling went on past the refused readings
     assert 2 <= len(gpu.samples) < len(calls)
     assert gpu.metrics()["power_w"] == 500.0
+
+
+def test_the_window_energy_is_the_counter_difference_between_its_ends(monkeypatch):
+    fake = FakeNvml().with_energy_counter()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    with GpuMonitor(torch.device("cuda", 0)) as gpu:
+        time.sleep(5 * gpu_monitor.SAMPLE_S)
+    assert len(fake.energy_reads) == 2  # read at the ends only, not with every sample
+    assert gpu.metrics()["energy_j"] == pytest.approx(7.5)
+
+
+def test_no_energy_is_reported_without_the_counter(fake_nvml):
+    with GpuMonitor(torch.device("cuda", 0)) as gpu:
+        pass
+    assert "energy_j" not in gpu.metrics()
+    assert "power_w" in gpu.metrics()

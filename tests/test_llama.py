@@ -53,6 +53,27 @@ def test_metrics_and_verified_backend():
     assert m["tokens_per_s"] == pytest.approx(64 / m["iter_s_mean"])
 
 
+def test_energy_per_iteration_is_the_window_energy_over_the_timed_iterations(monkeypatch):
+    class Monitor:  # the GPU's counter took 12 J over the timed window
+        def __init__(self, device):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def metrics(self):
+            return {"energy_j": 12.0, "power_w": 600.0}
+    monkeypatch.setattr(llama_sdpa, "GpuMonitor", Monitor)
+    spec = tiny(iters=3)
+    m = measure_llama(spec)
+    assert m["iter_energy_j"] == pytest.approx(4.0)
+    table = llama_sdpa.timing_table([Record("llama", spec.__dict__, "ok", m)])
+    assert table.energy_j_per_iter.tolist() == pytest.approx([4.0])
+
+
 def test_kv_heads_expanded_is_recorded_as_asked_and_as_a_swap():
     m = measure_llama(tiny(kv_heads="expanded"))
     assert m["kv_heads"] == "expanded" and "kv=expanded" in m["swaps"]

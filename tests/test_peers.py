@@ -260,10 +260,12 @@ def test_the_peers_headline_names_each_recipe_s_rows_in_every_form_it_runs(tmp_p
                   "compile": ["off", "off", "layers", "layers"],
                   "swaps": [None, "library=liger", "loss=chunked", "swiglu=quack,loss=chunked"],
                   "batch_size": [1, 1, 1, 2], "seq_len": [8, 8, 8, 4], "mean_s": [1.0, 0.8, 0.5, 0.4],
-                  "peak_mem_gb": [10.0, 4.0, 5.0, 3.0], "status": ["ok"] * 4},
+                  "peak_mem_gb": [10.0, 4.0, 5.0, 3.0], "energy_j_per_iter": [700.0, 560.0, 349.6, None],
+                  "status": ["ok"] * 4},
                  ).to_csv(tmp_path / "llama" / "training_timing.csv", index=False)
     table = peers_headline({"llama": tmp_path / "llama"}).set_index("recipe")
     assert {"stock", "liger", "fast"} <= set(table.index)  # fast with and without quack's MLP
-    assert table.loc["fast", "1x8"].startswith("0.5") and table.loc["fast", "2x4"].startswith("0.4")
+    assert table.loc["fast", "1x8"] == "0.5 (5.0 GB, 350 J)"
+    assert table.loc["fast", "2x4"] == "0.4 (3.0 GB)"  # no energy read: the memory alone
     against = table.loc["fast vs the best of compile, liger, liger-compile"]
     assert against["1x8"] == "1.60x over liger (memory 1.25x)"

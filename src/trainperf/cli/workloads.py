@@ -300,7 +300,8 @@ LLAMA_COLUMNS: list[report.Column] = [
     ("std", report.metric("iter_s_std", 2)), ("tok/s", report.metric("tokens_per_s", 4)),
     ("TFLOP/s", report.metric("tflops")), ("peak GB", report.metric("peak_mem_gb")),
     ("K/V heads", report.metric("kv_heads")), ("compiled", report.spec("compile")),
-    ("swaps", report.metric("swaps")), *report.GPU_STATE, ("status", report.status), ("notes", report.notes),
+    ("swaps", report.metric("swaps")), *report.GPU_STATE, ("J/iter", report.metric("iter_energy_j")),
+    ("status", report.status), ("notes", report.notes),
 ]
 
 

@@ -8,6 +8,10 @@ power, and the share of samples in which the power cap held the clock down. Powe
 instantaneous reading where the driver has one: its default reading is a one-second average,
 which lags a window of a fraction of a second (it read 246 W for a case that sat at the 700 W
 cap in the instantaneous readings).
+
+Under the cap, time follows energy, so the window's energy is reported too: the difference of
+NVML's energy counter (millijoules since the driver loaded) between the window's ends. It is
+exact over a window of seconds, where a median power times a mean time is an estimate.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class GpuMonitor:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.samples: list[tuple[float, float, float, bool]] = []
+        self._energy_mj: list[int | None] = []  # the counter at the window's start and end
         self._nvml = _nvml() if device.type == "cuda" else None
         self._handle: Any = None
         self._stop = threading.Event()
@@ -69,6 +74,7 @@ class GpuMonitor:
             self._nvml.nvmlDeviceGetCurrentClocksThrottleReasons
         self._power_field = getattr(self._nvml, "NVML_FI_DEV_POWER_INSTANT", None)
         self._watts = self._instant_watts if self._instant_watts() is not None else self._average_watts
+        self._energy_mj = [self._energy_counter()]
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="trainperf-gpu-monitor", daemon=True)
         self._thread.start()
@@ -81,6 +87,7 @@ class GpuMonitor:
         self._thread.join()
         self._thread = None
         self._sample()
+        self._energy_mj.append(self._energy_counter())
         self._nvml.nvmlShutdown()
 
     def _run(self) -> None:
@@ -99,6 +106,13 @@ class GpuMonitor:
             return None
         return value.value.uiVal / 1000 if value.nvmlReturn == 0 else None
 
+    def _energy_counter(self) -> int | None:
+        """NVML's energy counter in mJ, or None where the GPU or the driver has none."""
+        try:
+            return self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)
+        except Exception:  # noqa: BLE001 - no counter (GPUs before Volta): no energy reported
+            return None
+
     def _average_watts(self) -> float:
         return self._nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000
 
@@ -111,9 +125,13 @@ class GpuMonitor:
 
     def metrics(self) -> dict[str, Any]:
         """Medians over the window: sm_clock_mhz, mem_clock_mhz, power_w; power_capped: the share
-        of samples under the power cap. Empty when nothing was sampled."""
+        of samples under the power cap; energy_j: the energy the GPU took over the window, where
+        its counter was read at both ends. Empty when nothing was sampled."""
         if not self.samples:
             return {}
         sm, mem, watts, capped = zip(*self.samples, strict=True)
-        return {"sm_clock_mhz": statistics.median(sm), "mem_clock_mhz": statistics.median(mem),
-                "power_w": round(statistics.median(watts), 1), "power_capped": sum(capped) / len(capped)}
+        out = {"sm_clock_mhz": statistics.median(sm), "mem_clock_mhz": statistics.median(mem),
+               "power_w": round(statistics.median(watts), 1), "power_capped": sum(capped) / len(capped)}
+        if len(self._energy_mj) == 2 and None not in self._energy_mj:
+            out["energy_j"] = (self._energy_mj[1] - self._energy_mj[0]) / 1e3
+        return out

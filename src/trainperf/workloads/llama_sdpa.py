@@ -305,18 +305,21 @@ def _measure(spec: LlamaSpec, step: LlamaStep) -> dict[str, Any]:
     if device.type == "cuda":
         metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
     metrics.update(monitor.metrics())
+    if "energy_j" in metrics:  # the window is the timed iterations: under the power cap, time follows it
+        metrics["iter_energy_j"] = metrics["energy_j"] / spec.iters
     return metrics
 
 
 CSV_COLUMNS = ["backend", "batch_size", "seq_len", "mean_s", "median_s", "std_s", "tokens_per_s",
-               "tflops", "peak_mem_gb", "status", "speedup", "vs_best_stock", "kv_heads", "swaps", "reason",
-               "gpu", "torch", "cuda", "cudnn", "sm_clock_mhz", "dtype", "compile", "inputs", "optimizer",
-               "layers"]
+               "tflops", "peak_mem_gb", "energy_j_per_iter", "status", "speedup", "vs_best_stock", "kv_heads",
+               "swaps", "reason", "gpu", "torch", "cuda", "cudnn", "sm_clock_mhz", "dtype", "compile",
+               "inputs", "optimizer", "layers"]
 
 
 _METRIC_COLUMNS = {"mean_s": "iter_s_mean", "median_s": "iter_s_median", "std_s": "iter_s_std",
                    "tokens_per_s": "tokens_per_s", "tflops": "tflops", "peak_mem_gb": "peak_mem_gb",
-                   "kv_heads": "kv_heads", "swaps": "swaps", "sm_clock_mhz": "sm_clock_mhz"}
+                   "kv_heads": "kv_heads", "swaps": "swaps", "sm_clock_mhz": "sm_clock_mhz",
+                   "energy_j_per_iter": "iter_energy_j"}
 
 
 COMPILED_LABELS = {"off": "", "on": " compiled", "layers": " compiled per layer",
