@@ -269,3 +269,14 @@ def test_the_peers_headline_names_each_recipe_s_rows_in_every_form_it_runs(tmp_p
     assert table.loc["fast", "2x4"] == "0.4 (3.0 GB)"  # no energy read: the memory alone
     against = table.loc["fast vs the best of compile, liger, liger-compile"]
     assert against["1x8"] == "1.60x over liger (memory 1.25x)"
+
+
+def test_the_peers_headline_reads_results_from_before_energy_was_read(tmp_path):
+    from trainperf.suites.catalog import peers_headline
+
+    (tmp_path / "llama").mkdir()
+    pd.DataFrame({"backend": ["CUDNN_ATTENTION"], "compile": ["off"], "swaps": [None], "batch_size": [1],
+                  "seq_len": [8], "mean_s": [1.0], "peak_mem_gb": [10.0], "status": ["ok"]},
+                 ).to_csv(tmp_path / "llama" / "training_timing.csv", index=False)
+    table = peers_headline({"llama": tmp_path / "llama"}).set_index("recipe")
+    assert table.loc["stock", "1x8"] == "1 (10.0 GB)"

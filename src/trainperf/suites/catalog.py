@@ -112,8 +112,9 @@ def peers_headline(parts: dict[str, Path]) -> pd.DataFrame:
     table["recipe"] = [label.get(setup_label(b, c, s)) for b, c, s in
                        zip(table.backend, table.compile, table.swaps.fillna("none"), strict=True)]
     table["case"] = table.batch_size.astype(str) + "x" + table.seq_len.astype(str)
-    table["cell"] = _cell(table, "mean_s") + [_bracket(g, j) for g, j in zip(
-        table.peak_mem_gb, table.get("energy_j_per_iter", pd.Series(float("nan"), table.index)), strict=True)]
+    energy = table["energy_j_per_iter"] if "energy_j_per_iter" in table else [float("nan")] * len(table)
+    table["cell"] = _cell(table, "mean_s") + [_bracket(g, j) for g, j in zip(table.peak_mem_gb, energy,
+                                                                              strict=True)]
     out = table.pivot_table(index="recipe", columns="case", values="cell", aggfunc="first", sort=False)
     ok = table[table.status == "ok"]
     for peers in (PEERS, PEERS + FA4_PEERS):
@@ -132,7 +133,8 @@ def peers_headline(parts: dict[str, Path]) -> pd.DataFrame:
 def _bracket(peak_gb: float, energy_j: float) -> str:
     """' (peak GB, J per iteration)', of what a case has; results from before energy was read have
     only the memory."""
-    shown = [f"{peak_gb:.1f} GB"] * pd.notna(peak_gb) + [f"{energy_j:.0f} J"] * pd.notna(energy_j)
+    shown = [text for value, text in ((peak_gb, f"{peak_gb:.1f} GB"), (energy_j, f"{energy_j:.0f} J"))
+             if pd.notna(value)]
     return f" ({', '.join(shown)})" if shown else ""
 
 
@@ -373,8 +375,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                 cpu={"--recipe": "stock,fast", "--train-steps": "4", "--seq": "16", "--batch": "2",
                      "--dtype": "fp32", "--repeats": "2"})),
           peers_headline,
-          "Seconds per iteration (mean of 10 after 3 warm-up), peak memory and the GPU's energy per "
-          "iteration at each shape; loss parity: "
+          "Seconds per iteration (mean of 10 after 3 warm-up), peak memory and, where it was read, the "
+          "GPU's energy per iteration at each shape; loss parity: "
           "the largest deviation of the recipe's smoothed loss from stock's over 100 AdamW steps (2 "
           "decoder layers, 8 x 1024 tokens), of the worst run where the cell names several; ok within 3% "
           "in every run."),
