@@ -230,11 +230,26 @@ def test_the_fastest_step_takes_fa4_and_quack_only_where_they_run(monkeypatch):
     assert recipe_setup("fa4", "cpu") == {"sdpa_backend": "FA4"}  # a recipe that names it keeps it
     monkeypatch.setattr(fa4, "fa4_runs", lambda device: True)
     monkeypatch.setattr(quack_mlp, "quack_runs", lambda device: False)
-    assert recipe_setup("fast", "cuda") == {**FAST, "sdpa_backend": "FA4"}
+    graphed = {**FAST, "sdpa_backend": "FA4", "graph": "step"}
+    assert recipe_setup("fast", "cuda") == graphed
     monkeypatch.setattr(quack_mlp, "quack_runs", lambda device: True)
-    assert recipe_setup("fast", "cuda") == {**FAST, "sdpa_backend": "FA4", "swiglu": "quack"}
+    assert recipe_setup("fast", "cuda") == {**graphed, "swiglu": "quack"}
     assert "swiglu" not in recipe_setup("fp8", "cuda")  # its MLP GEMMs are float8 ones
-    assert recipe_setup("liger", "cuda") == RECIPES["liger"]
+    assert recipe_setup("liger", "cuda") == RECIPES["liger"]  # peers run as users run them: no graph
+    # profiles and parity launch the iteration themselves: the same setup, without the graph
+    assert recipe_setup("fast", "cuda", replayed=False) == {**FAST, "sdpa_backend": "FA4", "swiglu": "quack"}
+
+
+def test_a_cuda_graph_is_refused_off_a_gpu():
+    from trainperf.core.errors import SpecError
+    from trainperf.workloads.llama_sdpa import validate
+
+    spec = setup_spec({**RECIPES["fast"], "graph": "step"}, "MATH", batch=1, seq=8, model="tiny",
+                      device="cpu")
+    with pytest.raises(SpecError, match="graph=step replays a CUDA graph: it needs a CUDA GPU, not cpu"):
+        validate(spec)
+    with pytest.raises(SpecError, match="graph"):
+        validate(setup_spec({"graph": "always"}, "MATH", batch=1, seq=8, model="tiny", device="cpu"))
 
 
 def test_a_suite_part_whose_package_is_missing_is_left_out_and_said(tmp_path, monkeypatch):
@@ -256,17 +271,20 @@ def test_the_peers_headline_names_each_recipe_s_rows_in_every_form_it_runs(tmp_p
     from trainperf.suites.catalog import peers_headline
 
     (tmp_path / "llama").mkdir()
-    pd.DataFrame({"backend": ["CUDNN_ATTENTION", "CUDNN_ATTENTION", "FA4", "FA4"],
-                  "compile": ["off", "off", "layers", "layers"],
-                  "swaps": [None, "library=liger", "loss=chunked", "swiglu=quack,loss=chunked"],
-                  "batch_size": [1, 1, 1, 2], "seq_len": [8, 8, 8, 4], "mean_s": [1.0, 0.8, 0.5, 0.4],
-                  "peak_mem_gb": [10.0, 4.0, 5.0, 3.0], "energy_j_per_iter": [700.0, 560.0, 349.6, None],
-                  "status": ["ok"] * 4},
+    pd.DataFrame({"backend": ["CUDNN_ATTENTION", "CUDNN_ATTENTION", "FA4", "FA4", "FA4"],
+                  "compile": ["off", "off", "layers", "layers", "layers"],
+                  "swaps": [None, "library=liger", "loss=chunked", "swiglu=quack,loss=chunked",
+                            "swiglu=quack,loss=chunked,graph=step"],
+                  "batch_size": [1, 1, 1, 2, 4], "seq_len": [8, 8, 8, 4, 2],
+                  "mean_s": [1.0, 0.8, 0.5, 0.4, 0.3],
+                  "peak_mem_gb": [10.0, 4.0, 5.0, 3.0, 2.0],
+                  "energy_j_per_iter": [700.0, 560.0, 349.6, None, 200.0], "status": ["ok"] * 5},
                  ).to_csv(tmp_path / "llama" / "training_timing.csv", index=False)
     table = peers_headline({"llama": tmp_path / "llama"}).set_index("recipe")
-    assert {"stock", "liger", "fast"} <= set(table.index)  # fast with and without quack's MLP
+    assert set(table.index) >= {"stock", "liger", "fast"} and None not in table.index
     assert table.loc["fast", "1x8"] == "0.5 (5.0 GB, 350 J)"
-    assert table.loc["fast", "2x4"] == "0.4 (3.0 GB)"  # no energy read: the memory alone
+    assert table.loc["fast", "2x4"] == "0.4 (3.0 GB)"  # with quack's MLP; no energy read: the memory alone
+    assert table.loc["fast", "4x2"] == "0.3 (2.0 GB, 200 J)"  # replayed as a CUDA graph as well
     against = table.loc["fast vs the best of compile, liger, liger-compile"]
     assert against["1x8"] == "1.60x over liger (memory 1.25x)"
 

@@ -191,7 +191,8 @@ def profile_llama(
     if fast and recipe not in (None, "fast"):
         raise SpecError(f"--fast is --recipe fast; give one of --fast and --recipe {recipe}")
     if fast or recipe is not None:
-        setup = recipe_setup(parse_one("fast" if fast else recipe, str, "--recipe", RECIPES), dev.type)
+        setup = recipe_setup(parse_one("fast" if fast else recipe, str, "--recipe", RECIPES), dev.type,
+                             replayed=False)
         sdpa_backend = setup.pop("sdpa_backend", sdpa_backend)
         swaps = {**setup, "kv_heads": kv_heads}
     else:

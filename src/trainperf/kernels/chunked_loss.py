@@ -97,7 +97,9 @@ def _backward(ctx, grad_out, _g_hidden, _g_weight):  # noqa: ANN001, ANN202
     grad_hidden, grad_weight = ctx.saved_tensors
     if _traced(grad_hidden):  # a traced backward takes no mutation of what it saved
         return grad_hidden * grad_out, grad_weight * grad_out, None, None, None
-    return grad_hidden.mul_(grad_out), grad_weight.mul_(grad_out), None, None, None
+    # one vectorised pass over both (mul_ by a 0-d CUDA tensor takes PyTorch's generic kernel)
+    torch._foreach_mul_([grad_hidden, grad_weight], grad_out)
+    return grad_hidden, grad_weight, None, None, None
 
 
 def _traced(t: torch.Tensor) -> bool:

@@ -28,6 +28,7 @@ from trainperf.kernels.chunked_loss import chunked_lm_loss
 from trainperf.models import hf_llama, peers
 from trainperf.workloads.precision import DTYPES, check_compiler, compile_regions
 from trainperf.workloads.step import LOSSES, Phase, no_phase
+from trainperf.workloads.step_graph import GraphedIteration
 
 DEFAULT_GRID = ((1, 16384), (2, 8192), (3, 4096), (6, 2048), (12, 1024), (24, 768))
 CPU_GRID = ((1, 128), (2, 64))
@@ -42,7 +43,8 @@ REGION_OPTIONS = {"layers": None, "layers-tuned": TUNED}  # the per-layer modes:
 # trainperf's fastest Llama step (`llama --fast`, `profile llama --fast`): the settings that
 # measured fastest on the H100 (the seed-llama and peers suites, benchmarks/README.md): each decoder
 # layer compiled (Inductor fuses norms, RoPE and residual adds there), the fused chunked loss, and
-# where they run FlashAttention 4 and quack's MLP with SwiGLU in its GEMMs' epilogues (recipe_setup).
+# where they run FlashAttention 4, quack's MLP with SwiGLU in its GEMMs' epilogues and the whole
+# iteration replayed as a CUDA graph (recipe_setup).
 FAST = {"loss": "chunked", "compile": "layers"}
 INPUTS = ("embeds", "ids")
 # How grouped-query K/V heads reach SDPA: native (the backend's own GQA, enable_gqa; expanded when
@@ -50,7 +52,10 @@ INPUTS = ("embeds", "ids")
 KV_HEADS = ("native", "expanded")
 # The swappable parts as they are named in a record's swaps, and the spec field of each.
 SWAP_FIELDS = {"norm": "norm", "swiglu": "swiglu", "rope": "rope", "loss": "loss", "kv": "kv_heads",
-               "library": "library", "float8": "float8"}
+               "library": "library", "float8": "float8", "graph": "graph"}
+# How the timed iterations launch: off (kernel by kernel) | step (the whole iteration captured once
+# as a CUDA graph and replayed, workloads/step_graph.py: the same kernels without the gaps between)
+GRAPH_MODES = ("off", "step")
 # Named setups (`llama --recipe`): the stock step, what users pick instead, and trainperf's own.
 RECIPES: dict[str, dict[str, str]] = {
     "stock": {},
@@ -63,29 +68,41 @@ RECIPES: dict[str, dict[str, str]] = {
     "liger-fa4": {"library": "liger", "sdpa_backend": "FA4"},
 }
 # Recipes of trainperf's own that take FlashAttention 4 where it runs, the backend asked for elsewhere;
-# and those that take quack's fused MLP where it runs (fp8's MLP GEMMs are float8 ones instead).
+# those that take quack's fused MLP where it runs (fp8's MLP GEMMs are float8 ones instead); and
+# those whose timed iterations replay a CUDA graph on a GPU.
 FA4_WHERE_IT_RUNS = ("fast", "fp8")
 QUACK_WHERE_IT_RUNS = ("fast",)
+GRAPHED_ON_GPU = ("fast", "fp8")
 
 
-def recipe_setup(name: str, device: str) -> dict[str, str]:
+def recipe_setup(name: str, device: str, replayed: bool = True) -> dict[str, str]:
     """The spec fields of recipe `name` on `device` (a recipe that names an attention sets
-    `sdpa_backend`; the others run with the backend asked for)."""
+    `sdpa_backend`; the others run with the backend asked for). `replayed=False` leaves the CUDA
+    graph out, for callers that launch the iteration themselves (profiles need its launches to
+    see ranges; parity feeds new batches each step): the graph replays the same kernels."""
     from trainperf.attention.fa4 import fa4_runs
     from trainperf.kernels.quack_mlp import quack_runs
 
-    own, *with_quack = recipe_forms(name)
-    setup = dict(with_quack[0] if with_quack and quack_runs(torch.device(device)) else own)
-    if name in FA4_WHERE_IT_RUNS and fa4_runs(torch.device(device)):
+    dev = torch.device(device)
+    setup = dict(RECIPES[name])
+    if name in QUACK_WHERE_IT_RUNS and quack_runs(dev):
+        setup["swiglu"] = "quack"
+    if replayed and name in GRAPHED_ON_GPU and dev.type == "cuda":
+        setup["graph"] = "step"
+    if name in FA4_WHERE_IT_RUNS and fa4_runs(dev):
         setup["sdpa_backend"] = "FA4"
     return setup
 
 
 def recipe_forms(name: str) -> list[dict[str, str]]:
-    """Every setup that recipe `name` may run as, its attention aside: its own, and with quack's
-    MLP where that runs."""
-    own = RECIPES[name]
-    return [own, *([{**own, "swiglu": "quack"}] if name in QUACK_WHERE_IT_RUNS else [])]
+    """Every setup that recipe `name` may run as, its attention aside: its own, with quack's MLP
+    where that runs, each replayed as a CUDA graph where that runs."""
+    forms = [RECIPES[name]]
+    if name in QUACK_WHERE_IT_RUNS:
+        forms += [{**form, "swiglu": "quack"} for form in forms]
+    if name in GRAPHED_ON_GPU:
+        forms += [{**form, "graph": "step"} for form in forms]
+    return forms
 
 
 def setup_spec(setup: dict[str, str], backend: str, **fields: Any) -> LlamaSpec:
@@ -117,6 +134,7 @@ class LlamaSpec:
     kv_heads: str = "native"  # one of KV_HEADS
     library: str = "none"  # a kernel library patched in (models/peers.py)
     float8: str = "off"  # float8 training of the decoder's linear layers (models/peers.py)
+    graph: str = "off"  # one of GRAPH_MODES
 
     def swap_names(self) -> list[str]:
         """trainperf's changes to the stock step as `part=choice` (a part off its default, the
@@ -147,6 +165,9 @@ def validate(spec: LlamaSpec) -> None:
     check_choice("kv-heads", spec.kv_heads, KV_HEADS)
     check_choice("library", spec.library, peers.LIBRARIES)
     check_choice("float8", spec.float8, peers.FLOAT8)
+    check_choice("graph", spec.graph, GRAPH_MODES)
+    if spec.graph != "off" and spec.device != "cuda":
+        raise SpecError(f"graph={spec.graph} replays a CUDA graph: it needs a CUDA GPU, not {spec.device}")
     if spec.library != "none" and spec.loss != "torch":
         raise SpecError(f"--library {spec.library} brings its own loss; leave --loss at torch")
     try:
@@ -280,14 +301,15 @@ def _measure(spec: LlamaSpec, step: LlamaStep) -> dict[str, Any]:
     decomposed = spec.sdpa_backend == "MATH" and spec.compile != "off" and not ops  # compiled into matmuls
     if not (decomposed or any(op.startswith(expected) for op in ops)):
         raise RuntimeError(f"{spec.sdpa_backend} was asked for but the profiler saw {ops or 'no SDPA op'}")
+    run, capture_peak = (_graphed(step, device) if spec.graph == "step" else (step, 0))
     for _ in range(max(spec.warmup - 2, 0)):  # two iterations already ran above
-        step()
+        run()
     timer = PhaseTimer(device)
     start_measured_window(device)
     with GpuMonitor(device) as monitor:
         for _ in range(spec.iters):
             with timer.phase("iter"):
-                loss = step()
+                loss = run()
         samples = timer.samples()["iter"]  # waits for the GPU, inside the monitored window
     s = summarize([ms / 1e3 for ms in samples])
     tokens = spec.batch * spec.seq
@@ -303,11 +325,20 @@ def _measure(spec: LlamaSpec, step: LlamaStep) -> dict[str, Any]:
                    swaps=",".join(step.swaps) or "none",
                    params_m=round(sum(p.numel() for p in step.model.parameters()) / 1e6, 1))
     if device.type == "cuda":
-        metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
+        metrics["peak_mem_gb"] = max(torch.cuda.max_memory_allocated(device), capture_peak) / 2**30
     metrics.update(monitor.metrics())
     if "energy_j" in metrics:  # the window is the timed iterations: under the power cap, time follows it
         metrics["iter_energy_j"] = metrics["energy_j"] / spec.iters
     return metrics
+
+
+def _graphed(step: LlamaStep, device: torch.device) -> tuple[GraphedIteration, int]:
+    """The iteration captured as a CUDA graph, and the peak memory (bytes) of capturing it: replays
+    allocate nothing, so the step's working set shows only there."""
+    torch.cuda.empty_cache()  # the eager iterations' cached blocks: the graph keeps a pool of its own
+    torch.cuda.reset_peak_memory_stats(device)
+    graphed = GraphedIteration(step)
+    return graphed, torch.cuda.max_memory_allocated(device)
 
 
 CSV_COLUMNS = ["backend", "batch_size", "seq_len", "mean_s", "median_s", "std_s", "tokens_per_s",

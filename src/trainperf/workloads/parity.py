@@ -62,9 +62,10 @@ class ParitySpec:
         return f"{self.recipe} {self.train_steps} steps {self.batch}x{self.seq} lr={self.lr:g}{again}"
 
     def llama_spec(self) -> LlamaSpec:
-        return setup_spec(recipe_setup(self.recipe, self.device), self.sdpa_backend, batch=self.batch,
-                         seq=self.seq, dtype=self.dtype, optimizer="none", inputs="ids", model=self.model,
-                         layers=self.layers, device=self.device)
+        setup = recipe_setup(self.recipe, self.device, replayed=False)  # each step feeds a new batch
+        return setup_spec(setup, self.sdpa_backend, batch=self.batch, seq=self.seq, dtype=self.dtype,
+                          optimizer="none", inputs="ids", model=self.model, layers=self.layers,
+                          device=self.device)
 
 
 def validate(spec: ParitySpec) -> None:
