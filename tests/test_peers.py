@@ -250,6 +250,9 @@ def test_a_cuda_graph_is_refused_off_a_gpu():
         validate(spec)
     with pytest.raises(SpecError, match="graph"):
         validate(setup_spec({"graph": "always"}, "MATH", batch=1, seq=8, model="tiny", device="cpu"))
+    with pytest.raises(SpecError, match="from token ids its backward does not capture"):
+        validate(setup_spec({"graph": "step"}, "MATH", batch=1, seq=8, model="tiny", device="cuda",
+                            inputs="ids"))
 
 
 def test_a_suite_part_whose_package_is_missing_is_left_out_and_said(tmp_path, monkeypatch):

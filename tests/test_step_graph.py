@@ -2,13 +2,24 @@ import pytest
 import torch
 from conftest import rel_err
 
-from trainperf.workloads.llama_sdpa import LlamaSpec, LlamaStep, measure_llama
+from trainperf.workloads.llama_sdpa import LlamaSpec, LlamaStep, measure_llama, recipe_setup, setup_spec
 from trainperf.workloads.step_graph import GraphedIteration
 
 pytestmark = pytest.mark.gpu
 
-SPEC = dict(sdpa_backend="CUDNN_ATTENTION", batch=2, seq=128, model="llama-3.2-1b", layers=2, loss="chunked",
-            inputs="ids", device="cuda")
+
+# `fast` as it runs here (2 layers): its step from input embeddings, captured whole
+def _spec(**fields) -> LlamaSpec:
+    setup = {**recipe_setup("fast", "cuda"), **fields}
+    return setup_spec(setup, "FA4", batch=2, seq=256, model="llama-3.2-1b", layers=2, device="cuda")
+
+
+@pytest.fixture(autouse=True)
+def _fa4_here():
+    from trainperf.attention.fa4 import fa4_runs
+
+    if not fa4_runs(torch.device("cuda")):
+        pytest.skip("needs FlashAttention 4 on a Hopper or newer GPU")
 
 
 def _grads(step: LlamaStep) -> dict[str, torch.Tensor]:
@@ -16,7 +27,7 @@ def _grads(step: LlamaStep) -> dict[str, torch.Tensor]:
 
 
 def test_a_replayed_iteration_gives_the_eager_loss_and_gradients_and_sees_new_inputs():
-    step = LlamaStep(LlamaSpec(**SPEC, optimizer="none"), torch.device("cuda"))  # weights stay put
+    step = LlamaStep(_spec(optimizer="none"), torch.device("cuda"))  # weights stay put
     eager_loss, eager_grads = step().clone(), _grads(step)
     graphed = GraphedIteration(step)
     loss, grads = graphed().clone(), _grads(step)
@@ -24,14 +35,14 @@ def test_a_replayed_iteration_gives_the_eager_loss_and_gradients_and_sees_new_in
     assert grads.keys() == eager_grads.keys() and grads
     for name, g in grads.items():
         assert rel_err(g.double(), eager_grads[name].double()) < 1e-2, name
-    step.inputs["input_ids"].copy_(step.inputs["input_ids"].roll(1, dims=1))  # a new batch, in place
+    step.inputs["inputs_embeds"].copy_(step.inputs["inputs_embeds"].roll(1, dims=1))  # a new batch, in place
     replayed = graphed().clone()
     assert not torch.equal(replayed, eager_loss)
     assert torch.equal(replayed, step().detach())
 
 
 def test_a_graphed_case_reports_the_memory_its_iteration_needs():
-    eager, graphed = (measure_llama(LlamaSpec(**SPEC, warmup=3, iters=3, graph=g)) for g in ("off", "step"))
+    eager, graphed = (measure_llama(_spec(warmup=3, iters=3, graph=g)) for g in ("off", "step"))
     assert graphed["loss"] == pytest.approx(eager["loss"], rel=1e-3)
     # replays allocate nothing: without the capture's peak the record would show only what stays alive
     assert graphed["peak_mem_gb"] == pytest.approx(eager["peak_mem_gb"], rel=0.05)

@@ -371,7 +371,8 @@ def llama(
         clash = [flag for flag, value in given.items() if value != stock.get(flag, "torch")]
         if clash:
             raise SpecError(f"--recipe sets {', '.join(clash)} itself; give one or the other")
-        setups = [recipe_setup(r, dev.type) for r in parse_list(recipe, str, "--recipe", RECIPES)]
+        setups = [recipe_setup(r, dev.type, replayed=inputs == "embeds")
+                  for r in parse_list(recipe, str, "--recipe", RECIPES)]
     else:
         parts = {"swiglu": swiglu, "rope": rope, "loss": loss, "library": library, "float8": float8}
         setups = [{"compile": c, "norm": nm, **parts}
@@ -382,7 +383,8 @@ def llama(
     specs = list(dict.fromkeys(setup_spec(setup, be, batch=b, seq=n, kv_heads=kv, **common)
                                for setup in setups for kv in kv_modes for (b, n) in grid for be in backends))
     if fast:
-        specs += [setup_spec(recipe_setup("fast", dev.type), backends[0], batch=b, seq=n, **common)
+        specs += [setup_spec(recipe_setup("fast", dev.type, replayed=inputs == "embeds"), backends[0],
+                             batch=b, seq=n, **common)
                   for (b, n) in grid]
     for s in specs:
         validate(s)

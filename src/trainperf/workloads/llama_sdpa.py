@@ -79,7 +79,8 @@ def recipe_setup(name: str, device: str, replayed: bool = True) -> dict[str, str
     """The spec fields of recipe `name` on `device` (a recipe that names an attention sets
     `sdpa_backend`; the others run with the backend asked for). `replayed=False` leaves the CUDA
     graph out, for callers that launch the iteration themselves (profiles need its launches to
-    see ranges; parity feeds new batches each step): the graph replays the same kernels."""
+    see ranges; parity feeds new batches each step) and for steps from token ids (validate): the
+    graph replays the same kernels."""
     from trainperf.attention.fa4 import fa4_runs
     from trainperf.kernels.quack_mlp import quack_runs
 
@@ -168,6 +169,9 @@ def validate(spec: LlamaSpec) -> None:
     check_choice("graph", spec.graph, GRAPH_MODES)
     if spec.graph != "off" and spec.device != "cuda":
         raise SpecError(f"graph={spec.graph} replays a CUDA graph: it needs a CUDA GPU, not {spec.device}")
+    if spec.graph != "off" and spec.inputs != "embeds":
+        raise SpecError(f"graph={spec.graph} replays the step from input embeddings; from token ids its "
+                        "backward does not capture (torch 2.11): run --inputs ids without the graph")
     if spec.library != "none" and spec.loss != "torch":
         raise SpecError(f"--library {spec.library} brings its own loss; leave --loss at torch")
     try:
