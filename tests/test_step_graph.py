@@ -2,7 +2,14 @@ import pytest
 import torch
 from conftest import rel_err
 
-from trainperf.workloads.llama_sdpa import LlamaSpec, LlamaStep, measure_llama, recipe_setup, setup_spec
+from trainperf.workloads.llama_sdpa import (
+    LlamaSpec,
+    LlamaStep,
+    choose_kv_mode,
+    measure_llama,
+    recipe_setup,
+    setup_spec,
+)
 from trainperf.workloads.step_graph import GraphedIteration
 
 pytestmark = pytest.mark.gpu
@@ -27,7 +34,9 @@ def _grads(step: LlamaStep) -> dict[str, torch.Tensor]:
 
 
 def test_a_replayed_iteration_gives_the_eager_loss_and_gradients_and_sees_new_inputs():
-    step = LlamaStep(_spec(optimizer="none"), torch.device("cuda"))  # weights stay put
+    spec = _spec(optimizer="none")  # the weights stay put
+    step = LlamaStep(spec, torch.device("cuda"))
+    choose_kv_mode(step, spec.sdpa_backend)  # the attention it asks for, and the layers compiled
     eager_loss, eager_grads = step().clone(), _grads(step)
     graphed = GraphedIteration(step)
     loss, grads = graphed().clone(), _grads(step)
