@@ -37,7 +37,9 @@ def test_a_replayed_iteration_gives_the_eager_loss_and_gradients_and_sees_new_in
     spec = _spec(optimizer="none")  # the weights stay put
     step = LlamaStep(spec, torch.device("cuda"))
     choose_kv_mode(step, spec.sdpa_backend)  # the attention it asks for, and the layers compiled
-    eager_loss, eager_grads = step().clone(), _grads(step)
+    # detached: a loss kept with its autograd graph keeps that iteration's AccumulateGrad nodes,
+    # made on the eager stream, and the capture's backward would then run them there
+    eager_loss, eager_grads = step().detach().clone(), _grads(step)
     graphed = GraphedIteration(step)
     loss, grads = graphed().clone(), _grads(step)
     assert torch.equal(loss, eager_loss)  # the same kernels in the same order

@@ -5,7 +5,9 @@ leaving the GPU a few microseconds between kernels, and host-side work (Python, 
 argument packing) that the GPU waits for wherever the host falls behind. A replayed graph launches
 the same kernels in the same order with the same inputs, so the numerics do not change; only the
 gaps go. The step must be static: fixed shapes, no host reads of device values, its inputs in
-tensors it reuses.
+tensors it reuses. And no tensor of an earlier eager iteration may hold on to its autograd graph
+(a loss kept undetached does): that graph's AccumulateGrad nodes were made on the eager stream,
+and the captured backward would run them there, which the capture refuses.
 """
 
 from __future__ import annotations
