@@ -232,6 +232,9 @@ def test_the_fastest_step_takes_fa4_and_quack_only_where_they_run(monkeypatch):
     monkeypatch.setattr(quack_mlp, "quack_runs", lambda device: False)
     graphed = {**FAST, "sdpa_backend": "FA4", "graph": "step"}
     assert recipe_setup("fast", "cuda") == graphed
+    monkeypatch.setattr(fa4, "fa4_runs", lambda device: False)  # PyTorch's SDPA reads the mask: no graph
+    assert recipe_setup("fast", "cuda") == FAST
+    monkeypatch.setattr(fa4, "fa4_runs", lambda device: True)
     monkeypatch.setattr(quack_mlp, "quack_runs", lambda device: True)
     assert recipe_setup("fast", "cuda") == {**graphed, "swiglu": "quack"}
     assert "swiglu" not in recipe_setup("fp8", "cuda")  # its MLP GEMMs are float8 ones
@@ -240,7 +243,7 @@ def test_the_fastest_step_takes_fa4_and_quack_only_where_they_run(monkeypatch):
     assert recipe_setup("fast", "cuda", replayed=False) == {**FAST, "sdpa_backend": "FA4", "swiglu": "quack"}
 
 
-def test_a_cuda_graph_is_refused_off_a_gpu():
+def test_a_cuda_graph_is_refused_where_it_cannot_capture():
     from trainperf.core.errors import SpecError
     from trainperf.workloads.llama_sdpa import validate
 
@@ -250,8 +253,11 @@ def test_a_cuda_graph_is_refused_off_a_gpu():
         validate(spec)
     with pytest.raises(SpecError, match="graph"):
         validate(setup_spec({"graph": "always"}, "MATH", batch=1, seq=8, model="tiny", device="cpu"))
-    with pytest.raises(SpecError, match="from token ids its backward does not capture"):
-        validate(setup_spec({"graph": "step"}, "MATH", batch=1, seq=8, model="tiny", device="cuda",
+    with pytest.raises(SpecError, match="reads the attention mask on the host"):
+        validate(setup_spec({"graph": "step"}, "CUDNN_ATTENTION", batch=1, seq=8, model="tiny",
+                            device="cuda"))
+    with pytest.raises(SpecError, match="the only inputs it was captured from here"):
+        validate(setup_spec({"graph": "step"}, "FA4", batch=1, seq=8, model="tiny", device="cuda",
                             inputs="ids"))
 
 

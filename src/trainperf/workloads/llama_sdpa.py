@@ -69,7 +69,7 @@ RECIPES: dict[str, dict[str, str]] = {
 }
 # Recipes of trainperf's own that take FlashAttention 4 where it runs, the backend asked for elsewhere;
 # those that take quack's fused MLP where it runs (fp8's MLP GEMMs are float8 ones instead); and
-# those whose timed iterations replay a CUDA graph on a GPU.
+# those whose timed iterations replay a CUDA graph where FlashAttention 4 runs.
 FA4_WHERE_IT_RUNS = ("fast", "fp8")
 QUACK_WHERE_IT_RUNS = ("fast",)
 GRAPHED_ON_GPU = ("fast", "fp8")
@@ -80,7 +80,8 @@ def recipe_setup(name: str, device: str, replayed: bool = True) -> dict[str, str
     `sdpa_backend`; the others run with the backend asked for). `replayed=False` leaves the CUDA
     graph out, for callers that launch the iteration themselves (profiles need its launches to
     see ranges; parity feeds new batches each step) and for steps from token ids (validate): the
-    graph replays the same kernels."""
+    graph replays the same kernels. The graph comes only with FlashAttention 4, whose step reads
+    nothing on the host."""
     from trainperf.attention.fa4 import fa4_runs
     from trainperf.kernels.quack_mlp import quack_runs
 
@@ -88,10 +89,10 @@ def recipe_setup(name: str, device: str, replayed: bool = True) -> dict[str, str
     setup = dict(RECIPES[name])
     if name in QUACK_WHERE_IT_RUNS and quack_runs(dev):
         setup["swiglu"] = "quack"
-    if replayed and name in GRAPHED_ON_GPU and dev.type == "cuda":
-        setup["graph"] = "step"
     if name in FA4_WHERE_IT_RUNS and fa4_runs(dev):
         setup["sdpa_backend"] = "FA4"
+        if replayed and name in GRAPHED_ON_GPU:  # a graph needs trainperf's own attention (validate)
+            setup["graph"] = "step"
     return setup
 
 
@@ -169,9 +170,13 @@ def validate(spec: LlamaSpec) -> None:
     check_choice("graph", spec.graph, GRAPH_MODES)
     if spec.graph != "off" and spec.device != "cuda":
         raise SpecError(f"graph={spec.graph} replays a CUDA graph: it needs a CUDA GPU, not {spec.device}")
+    if spec.graph != "off" and spec.sdpa_backend not in hf_llama.OWN_BACKENDS:
+        raise SpecError(f"graph={spec.graph} needs one of trainperf's own attentions "
+                        f"({', '.join(hf_llama.OWN_BACKENDS)}): on PyTorch's SDPA path transformers reads "
+                        "the attention mask on the host, which no CUDA graph can hold")
     if spec.graph != "off" and spec.inputs != "embeds":
-        raise SpecError(f"graph={spec.graph} replays the step from input embeddings; from token ids its "
-                        "backward does not capture (torch 2.11): run --inputs ids without the graph")
+        raise SpecError(f"graph={spec.graph} replays the step from input embeddings, the only inputs it "
+                        "was captured from here: run --inputs ids without the graph")
     if spec.library != "none" and spec.loss != "torch":
         raise SpecError(f"--library {spec.library} brings its own loss; leave --loss at torch")
     try:
