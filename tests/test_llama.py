@@ -150,6 +150,9 @@ def test_iteration_plot_has_one_series_per_backend(tmp_path):
     (["--batch-seq", "1x0"], "cannot read '1x0'"),
     (["--model", "llama-99b"], "not a preset (llama-3.2-1b, llama-3.1-8b, tiny)"),
     (["--model", "/nonexistent/config.json"], "an existing config.json or model folder"),
+    (["--graph", "always"], "valid choices: off, step"),
+    (["--graph", "step"], "graph=step replays a CUDA graph: it needs a CUDA GPU, not cpu"),
+    (["--graph", "step", "--recipe", "stock"], "--recipe sets --graph itself"),
 ])
 def test_bad_llama_input(db, args, message):
     res = runner.invoke(app, ["llama", "--device", "cpu", "--db", str(db), *args])

@@ -59,6 +59,8 @@ GLOSSARY: dict[str, str] = {
     "--lr": "Learning rate.",
     "--library": "Kernel library patched into the model: none, liger (Liger Kernel).",
     "--float8": "Float8 training of the decoder's linear layers: off, torchao.",
+    "--graph": "How the timed iterations launch: off (kernel by kernel), step (the whole iteration "
+               "captured once as a CUDA graph and replayed; with FA4 or CUDNN_FE and input embeddings).",
     "--op": "Collectives.",
     "--bytes": "Message sizes: 4096, 64K, 1M, 1G (binary, as nccl-tests reads them; KB, MB, GB are "
                "decimal); MIN:MAX doubles from MIN to MAX.",

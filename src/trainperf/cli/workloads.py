@@ -328,6 +328,7 @@ def llama(
     recipe: str = option("--recipe", None, "Comma-separated; instead of --compile, the swaps, --library "
                                            "and --float8."),
     library: str = option("--library", "none"), float8: str = option("--float8", "off"),
+    graph: str = option("--graph", "off", "Comma list ok."),
     out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
 ) -> None:
@@ -337,6 +338,7 @@ def llama(
         COMPILE_MODES,
         CPU_GRID,
         DEFAULT_GRID,
+        GRAPH_MODES,
         KV_HEADS,
         RECIPES,
         measure_llama,
@@ -366,8 +368,8 @@ def llama(
                   iters=(100 if gpu else 5) if iters is None else iters)
     if recipe is not None:
         given = {"--compile": compile, "--norm": norm, "--swiglu": swiglu, "--rope": rope, "--loss": loss,
-                 "--library": library, "--float8": float8}
-        stock = {"--compile": "off", "--library": "none", "--float8": "off"}
+                 "--library": library, "--float8": float8, "--graph": graph}
+        stock = {"--compile": "off", "--library": "none", "--float8": "off", "--graph": "off"}
         clash = [flag for flag, value in given.items() if value != stock.get(flag, "torch")]
         if clash:
             raise SpecError(f"--recipe sets {', '.join(clash)} itself; give one or the other")
@@ -375,9 +377,10 @@ def llama(
                   for r in parse_list(recipe, str, "--recipe", RECIPES)]
     else:
         parts = {"swiglu": swiglu, "rope": rope, "loss": loss, "library": library, "float8": float8}
-        setups = [{"compile": c, "norm": nm, **parts}
+        setups = [{"compile": c, "norm": nm, "graph": g, **parts}
                   for c in parse_list(compile, str, "--compile", COMPILE_MODES)
-                  for nm in parse_list(norm, str, "--norm", NORM_SWAPS)]
+                  for nm in parse_list(norm, str, "--norm", NORM_SWAPS)
+                  for g in parse_list(graph, str, "--graph", GRAPH_MODES)]
     kv_modes = parse_list(kv_heads, str, "--kv-heads", KV_HEADS)
     # a recipe that names its attention (fa4) runs once per shape, whatever --sdpa-backend says
     specs = list(dict.fromkeys(setup_spec(setup, be, batch=b, seq=n, kv_heads=kv, **common)
