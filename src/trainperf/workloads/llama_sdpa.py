@@ -72,7 +72,7 @@ RECIPES: dict[str, dict[str, str]] = {
 # those whose timed iterations replay a CUDA graph where FlashAttention 4 runs.
 FA4_WHERE_IT_RUNS = ("fast", "fp8")
 QUACK_WHERE_IT_RUNS = ("fast",)
-GRAPHED_ON_GPU = ("fast", "fp8")
+REPLAYED_WITH_FA4 = ("fast", "fp8")
 
 
 def recipe_setup(name: str, device: str, replayed: bool = True) -> dict[str, str]:
@@ -91,7 +91,7 @@ def recipe_setup(name: str, device: str, replayed: bool = True) -> dict[str, str
         setup["swiglu"] = "quack"
     if name in FA4_WHERE_IT_RUNS and fa4_runs(dev):
         setup["sdpa_backend"] = "FA4"
-        if replayed and name in GRAPHED_ON_GPU:  # a graph needs trainperf's own attention (validate)
+        if replayed and name in REPLAYED_WITH_FA4:  # a graph needs trainperf's own attention (validate)
             setup["graph"] = "step"
     return setup
 
@@ -102,7 +102,7 @@ def recipe_forms(name: str) -> list[dict[str, str]]:
     forms = [RECIPES[name]]
     if name in QUACK_WHERE_IT_RUNS:
         forms += [{**form, "swiglu": "quack"} for form in forms]
-    if name in GRAPHED_ON_GPU:
+    if name in REPLAYED_WITH_FA4:
         forms += [{**form, "graph": "step"} for form in forms]
     return forms
 
