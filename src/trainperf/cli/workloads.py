@@ -366,6 +366,7 @@ def llama(
                   inputs=inputs, model=("llama-3.2-1b" if gpu else "tiny") if model is None else model,
                   layers=layers, device=dev.type, warmup=warmup,
                   iters=(100 if gpu else 5) if iters is None else iters)
+    replayed = inputs == "embeds"  # a recipe's CUDA graph is captured from input embeddings only
     if recipe is not None:
         given = {"--compile": compile, "--norm": norm, "--swiglu": swiglu, "--rope": rope, "--loss": loss,
                  "--library": library, "--float8": float8, "--graph": graph}
@@ -373,8 +374,7 @@ def llama(
         clash = [flag for flag, value in given.items() if value != stock.get(flag, "torch")]
         if clash:
             raise SpecError(f"--recipe sets {', '.join(clash)} itself; give one or the other")
-        setups = [recipe_setup(r, dev.type, replayed=inputs == "embeds")
-                  for r in parse_list(recipe, str, "--recipe", RECIPES)]
+        setups = [recipe_setup(r, dev.type, replayed) for r in parse_list(recipe, str, "--recipe", RECIPES)]
     else:
         parts = {"swiglu": swiglu, "rope": rope, "loss": loss, "library": library, "float8": float8}
         setups = [{"compile": c, "norm": nm, "graph": g, **parts}
@@ -386,8 +386,7 @@ def llama(
     specs = list(dict.fromkeys(setup_spec(setup, be, batch=b, seq=n, kv_heads=kv, **common)
                                for setup in setups for kv in kv_modes for (b, n) in grid for be in backends))
     if fast:
-        specs += [setup_spec(recipe_setup("fast", dev.type, replayed=inputs == "embeds"), backends[0],
-                             batch=b, seq=n, **common)
+        specs += [setup_spec(recipe_setup("fast", dev.type, replayed), backends[0], batch=b, seq=n, **common)
                   for (b, n) in grid]
     for s in specs:
         validate(s)

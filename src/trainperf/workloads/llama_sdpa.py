@@ -168,15 +168,8 @@ def validate(spec: LlamaSpec) -> None:
     check_choice("library", spec.library, peers.LIBRARIES)
     check_choice("float8", spec.float8, peers.FLOAT8)
     check_choice("graph", spec.graph, GRAPH_MODES)
-    if spec.graph != "off" and spec.device != "cuda":
-        raise SpecError(f"graph={spec.graph} replays a CUDA graph: it needs a CUDA GPU, not {spec.device}")
-    if spec.graph != "off" and spec.sdpa_backend not in hf_llama.OWN_BACKENDS:
-        raise SpecError(f"graph={spec.graph} needs one of trainperf's own attentions "
-                        f"({', '.join(hf_llama.OWN_BACKENDS)}): on PyTorch's SDPA path transformers reads "
-                        "the attention mask on the host, which no CUDA graph can hold")
-    if spec.graph != "off" and spec.inputs != "embeds":
-        raise SpecError(f"graph={spec.graph} replays the step from input embeddings, the only inputs it "
-                        "was captured from here: run --inputs ids without the graph")
+    if spec.graph != "off":
+        _check_capturable(spec)
     if spec.library != "none" and spec.loss != "torch":
         raise SpecError(f"--library {spec.library} brings its own loss; leave --loss at torch")
     try:
@@ -189,6 +182,20 @@ def validate(spec: LlamaSpec) -> None:
         scores = spec.batch * cfg.num_attention_heads * spec.seq**2 * 2
         check_fits(training_step_bytes(params, spec.batch * spec.seq, 12 * h + 3 * inter, layers,
                                        cfg.vocab_size, scores), f"a Llama step at {spec.batch}x{spec.seq}")
+
+
+def _check_capturable(spec: LlamaSpec) -> None:
+    """SpecError unless a CUDA graph can hold `spec`'s step: on a GPU, trainperf's own attention,
+    input embeddings."""
+    if spec.device != "cuda":
+        raise SpecError(f"graph={spec.graph} replays a CUDA graph: it needs a CUDA GPU, not {spec.device}")
+    if spec.sdpa_backend not in hf_llama.OWN_BACKENDS:
+        raise SpecError(f"graph={spec.graph} needs one of trainperf's own attentions "
+                        f"({', '.join(hf_llama.OWN_BACKENDS)}): on PyTorch's SDPA path transformers reads "
+                        "the attention mask on the host, which no CUDA graph can hold")
+    if spec.inputs != "embeds":
+        raise SpecError(f"graph={spec.graph} replays the step from input embeddings, the only inputs it "
+                        "was captured from here: run --inputs ids without the graph")
 
 
 def _no_kernel(exc: BaseException) -> bool:
