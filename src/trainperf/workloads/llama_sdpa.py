@@ -44,9 +44,8 @@ REGION_OPTIONS = {"layers": None, "layers-tuned": TUNED}  # the per-layer modes:
 # measured fastest on the H100 (the seed-llama and peers suites, benchmarks/README.md): each decoder
 # layer compiled (Inductor fuses norms, RoPE and residual adds there), the fused chunked loss, and
 # where they run FlashAttention 4, quack's MLP with SwiGLU in its GEMMs' epilogues and the whole
-# iteration replayed as a CUDA graph (recipe_setup); the projections that share an input stacked
-# into one GEMM each (models/stacked.py).
-FAST = {"loss": "chunked", "compile": "layers", "proj": "stacked"}
+# iteration replayed as a CUDA graph (recipe_setup).
+FAST = {"loss": "chunked", "compile": "layers"}
 INPUTS = ("embeds", "ids")
 # How grouped-query K/V heads reach SDPA: native (the backend's own GQA, enable_gqa; expanded when
 # the backend refuses it) | expanded (repeat_kv to one K/V head per query head first).
