@@ -55,5 +55,8 @@ def test_a_replayed_iteration_gives_the_eager_loss_and_gradients_and_sees_new_in
 def test_a_graphed_case_reports_the_memory_its_iteration_needs():
     eager, graphed = (measure_llama(_spec(warmup=3, iters=3, graph=g)) for g in ("off", "step"))
     assert graphed["loss"] == pytest.approx(eager["loss"], rel=1e-3)
-    # replays allocate nothing: without the capture's peak the record would show only what stays alive
-    assert graphed["peak_mem_gb"] == pytest.approx(eager["peak_mem_gb"], rel=0.05)
+    # replays allocate nothing: without the capture's peak the record would show only what stays
+    # alive. The capture holds its working set in a pool of its own, beside the blocks the eager and
+    # side-stream iterations left, so it reads somewhat more: 0.5 GB at this size on an H100, 0.1 to
+    # 0.4 GB at the whole model's shapes (the peers suite)
+    assert eager["peak_mem_gb"] * 0.95 <= graphed["peak_mem_gb"] <= eager["peak_mem_gb"] + 1.0
