@@ -153,10 +153,6 @@ def test_iteration_plot_has_one_series_per_backend(tmp_path):
     (["--graph", "always"], "valid choices: off, step"),
     (["--graph", "step"], "graph=step replays a CUDA graph: it needs a CUDA GPU, not cpu"),
     (["--graph", "step", "--recipe", "stock"], "--recipe sets --graph itself"),
-    (["--proj", "wide"], "valid choices: separate, stacked"),
-    (["--proj", "stacked", "--swiglu", "triton"], "--swiglu triton runs apart"),
-    (["--proj", "stacked", "--library", "liger"], "--library liger patches transformers' separate"),
-    (["--proj", "stacked", "--recipe", "fast"], "--recipe sets --proj itself"),
 ])
 def test_bad_llama_input(db, args, message):
     res = runner.invoke(app, ["llama", "--device", "cpu", "--db", str(db), *args])
@@ -199,13 +195,13 @@ def test_fast_rows_sit_beside_the_stock_rows(db, tmp_path):
     df = pd.read_csv(tmp_path / "training_timing.csv")
     assert list(df.status) == ["ok", "ok"] and list(df.backend) == ["MATH", "MATH"]
     stock, fast = df.iloc[0], df.iloc[1]
-    assert stock.swaps == "none" and fast.swaps == "loss=chunked,proj=stacked"
+    assert stock.swaps == "none" and fast.swaps == "loss=chunked"
     assert (stock.compile, fast.compile) == ("off", "layers")
     assert stock.speedup == pytest.approx(1.0)  # the baseline is the stock eager row, not the fast one
     assert fast.speedup == pytest.approx(stock.mean_s / fast.mean_s)
     summary = llama_sdpa.summary_table(df)  # what the terminal shows beside the per-case table
-    assert list(summary.columns) == ["shape", "math", "math compiled per layer + loss=chunked,proj=stacked",
-                                     "math compiled per layer + loss=chunked,proj=stacked vs best stock"]
+    assert list(summary.columns) == ["shape", "math", "math compiled per layer + loss=chunked",
+                                     "math compiled per layer + loss=chunked vs best stock"]
     assert summary.iloc[0, 3] == pytest.approx(fast.vs_best_stock)
 
 

@@ -165,7 +165,7 @@ def test_profile_llama_takes_a_recipe_and_names_a_missing_package(tmp_path, monk
     assert res.exit_code == 2 and "give one of --fast and --recipe liger" in res.output
     res = runner.invoke(app, [*profile, "--recipe", "fast"])
     assert res.exit_code == 0, res.output
-    assert (tmp_path / "profile_llama_math_1x64_loss-chunked_compile-layers_proj-stacked.json").exists()
+    assert (tmp_path / "profile_llama_math_1x64_loss-chunked_compile-layers.json").exists()
 
 
 def test_kernels_are_sorted_into_kinds_by_name():
@@ -282,9 +282,8 @@ def test_the_peers_headline_names_each_recipe_s_rows_in_every_form_it_runs(tmp_p
     (tmp_path / "llama").mkdir()
     pd.DataFrame({"backend": ["CUDNN_ATTENTION", "CUDNN_ATTENTION", "FA4", "FA4", "FA4"],
                   "compile": ["off", "off", "layers", "layers", "layers"],
-                  "swaps": [None, "library=liger", "loss=chunked,proj=stacked",
-                            "swiglu=quack,loss=chunked,proj=stacked",
-                            "swiglu=quack,loss=chunked,graph=step,proj=stacked"],
+                  "swaps": [None, "library=liger", "loss=chunked", "swiglu=quack,loss=chunked",
+                            "swiglu=quack,loss=chunked,graph=step"],
                   "batch_size": [1, 1, 1, 2, 4], "seq_len": [8, 8, 8, 4, 2],
                   "mean_s": [1.0, 0.8, 0.5, 0.4, 0.3],
                   "peak_mem_gb": [10.0, 4.0, 5.0, 3.0, 2.0],

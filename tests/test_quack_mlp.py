@@ -11,8 +11,8 @@ import torch
 
 from trainperf.core.errors import Unsupported
 from trainperf.kernels import quack_mlp
-from trainperf.models import hf_llama, stacked
-from trainperf.models.stacked import StackedMLP
+from trainperf.kernels.quack_mlp import FusedSwiGLUMLP
+from trainperf.models import hf_llama
 
 
 def _tiny(dtype=torch.float64):
@@ -22,7 +22,7 @@ def _tiny(dtype=torch.float64):
 
 def test_the_fused_mlp_computes_what_the_llama_mlp_does_with_the_same_gradients():
     mlp = _tiny().model.layers[0].mlp
-    fused = StackedMLP(mlp)
+    fused = FusedSwiGLUMLP(mlp)
     x = torch.randn(3, 5, mlp.gate_proj.in_features, dtype=torch.float64)
     dy = torch.randn(3, 5, mlp.down_proj.out_features, dtype=torch.float64)
     mlp(x).backward(dy)
@@ -37,8 +37,8 @@ def test_fusing_every_mlp_keeps_the_model_s_loss_and_its_matmul_weights():
     model, ids = _tiny(), torch.randint(0, 100, (2, 16))
     ref = model(input_ids=ids, labels=ids).loss
     matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-    stacked.stack_mlps(model)
-    assert all(isinstance(layer.mlp, StackedMLP) for layer in model.model.layers)
+    hf_llama.fuse_mlps(model)
+    assert all(isinstance(layer.mlp, FusedSwiGLUMLP) for layer in model.model.layers)
     assert sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)) == matmul
     torch.testing.assert_close(model(input_ids=ids, labels=ids).loss, ref, rtol=1e-12, atol=0)
 
@@ -51,7 +51,7 @@ def test_swiglu_quack_is_unsupported_without_the_package_or_off_hopper(monkeypat
     monkeypatch.setattr(quack_mlp, "_INSTALLED", True)
     with pytest.raises(Unsupported, match="Hopper or newer GPU"):
         hf_llama.apply_swaps(model, swiglu="quack")
-    assert not any(isinstance(m, StackedMLP) for m in model.modules())
+    assert not any(isinstance(m, FusedSwiGLUMLP) for m in model.modules())
 
 
 def test_quack_gets_keys_for_the_dsl_s_objects_and_still_refuses_others(monkeypatch):
@@ -89,7 +89,7 @@ def test_quack_s_fused_mlp_matches_float64_in_bf16():
     torch.manual_seed(0)
     cfg = hf_llama.load_config("llama-3.2-1b", 1)
     model = hf_llama.build_model(cfg, torch.bfloat16, torch.device("cuda"))
-    fused = StackedMLP(model.model.layers[0].mlp, quack=True)
+    fused = FusedSwiGLUMLP(model.model.layers[0].mlp)
     x = torch.randn(2, 512, cfg.hidden_size, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn(2, 512, cfg.hidden_size, device="cuda", dtype=torch.bfloat16)
     y = fused(x)

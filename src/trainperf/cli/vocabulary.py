@@ -61,8 +61,6 @@ GLOSSARY: dict[str, str] = {
     "--float8": "Float8 training of the decoder's linear layers: off, torchao.",
     "--graph": "How the timed iterations launch: off (kernel by kernel), step (the whole iteration "
                "captured once as a CUDA graph and replayed; with FA4 or CUDNN_FE and input embeddings).",
-    "--proj": "The projections that share an input: separate (transformers' own), stacked (query, key "
-              "and value as one GEMM, gate and up as one).",
     "--op": "Collectives.",
     "--bytes": "Message sizes: 4096, 64K, 1M, 1G (binary, as nccl-tests reads them; KB, MB, GB are "
                "decimal); MIN:MAX doubles from MIN to MAX.",

@@ -329,13 +329,11 @@ def llama(
                                            "and --float8."),
     library: str = option("--library", "none"), float8: str = option("--float8", "off"),
     graph: str = option("--graph", "off", "Comma list ok."),
-    proj: str = option("--proj", "separate", "Comma list ok."),
     out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Time a random-init Llama training iteration across SDPA backends and batch x seq pairs."""
     from trainperf.models.hf_llama import BACKENDS, NORM_SWAPS
-    from trainperf.models.stacked import PROJ_MODES
     from trainperf.workloads.llama_sdpa import (
         COMPILE_MODES,
         CPU_GRID,
@@ -371,20 +369,18 @@ def llama(
     replayed = inputs == "embeds"  # a recipe's CUDA graph is captured from input embeddings only
     if recipe is not None:
         given = {"--compile": compile, "--norm": norm, "--swiglu": swiglu, "--rope": rope, "--loss": loss,
-                 "--library": library, "--float8": float8, "--graph": graph, "--proj": proj}
-        stock = {"--compile": "off", "--library": "none", "--float8": "off", "--graph": "off",
-                 "--proj": "separate"}
+                 "--library": library, "--float8": float8, "--graph": graph}
+        stock = {"--compile": "off", "--library": "none", "--float8": "off", "--graph": "off"}
         clash = [flag for flag, value in given.items() if value != stock.get(flag, "torch")]
         if clash:
             raise SpecError(f"--recipe sets {', '.join(clash)} itself; give one or the other")
         setups = [recipe_setup(r, dev.type, replayed) for r in parse_list(recipe, str, "--recipe", RECIPES)]
     else:
         parts = {"swiglu": swiglu, "rope": rope, "loss": loss, "library": library, "float8": float8}
-        setups = [{"compile": c, "norm": nm, "graph": g, "proj": pj, **parts}
+        setups = [{"compile": c, "norm": nm, "graph": g, **parts}
                   for c in parse_list(compile, str, "--compile", COMPILE_MODES)
                   for nm in parse_list(norm, str, "--norm", NORM_SWAPS)
-                  for g in parse_list(graph, str, "--graph", GRAPH_MODES)
-                  for pj in parse_list(proj, str, "--proj", PROJ_MODES)]
+                  for g in parse_list(graph, str, "--graph", GRAPH_MODES)]
     kv_modes = parse_list(kv_heads, str, "--kv-heads", KV_HEADS)
     # a recipe that names its attention (fa4) runs once per shape, whatever --sdpa-backend says
     specs = list(dict.fromkeys(setup_spec(setup, be, batch=b, seq=n, kv_heads=kv, **common)

@@ -7,9 +7,8 @@ the SwiGLU derivative in its epilogue and recomputes h there for the down weight
 is never saved: 4 GB less at 16k tokens in Llama-3.2-1B on an H100 (docs/peers.md).
 
 quack-kernels comes with FlashAttention 4 (`trainperf[fa4]`) and runs on a Hopper or newer GPU;
-elsewhere `--swiglu quack` is an `unsupported` row. The module with the stacked weight is
-models/stacked.py's StackedMLP, which computes the same in PyTorch off the GPU, the reference the
-tests check this against.
+elsewhere `--swiglu quack` is an `unsupported` row. The same module computes in PyTorch off the
+GPU, the reference the tests check it against.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ import contextvars
 from importlib.util import find_spec
 
 import torch
+import torch.nn.functional as F
 
 from trainperf.core.errors import Unsupported
 
@@ -39,12 +39,32 @@ def require_quack(device: torch.device) -> None:
         raise Unsupported("--swiglu quack needs a Hopper or newer GPU (quack's GEMMs run on sm_90+)")
 
 
+class FusedSwiGLUMLP(torch.nn.Module):
+    """A Llama MLP whose gate and up projections are one Linear, `gate_up` (weights [gate; up])."""
+
+    def __init__(self, mlp: torch.nn.Module) -> None:
+        super().__init__()
+        gate, up = mlp.gate_proj, mlp.up_proj
+        if gate.bias is not None or mlp.down_proj.bias is not None:
+            raise Unsupported("--swiglu quack takes an MLP without biases")
+        self.gate_up = torch.nn.Linear(gate.in_features, 2 * gate.out_features, bias=False,
+                                       device=gate.weight.device, dtype=gate.weight.dtype)
+        with torch.no_grad():
+            self.gate_up.weight.copy_(torch.cat([gate.weight, up.weight]))
+        self.down_proj = mlp.down_proj
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda:
+            return _quack_mlp(x, self.gate_up.weight, self.down_proj.weight)
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
 # Outside torch.compile's graphs: in a compiled decoder layer, the step with this graph break was
 # faster than with Dynamo tracing quack's autograd functions (0.327 against 0.332 s at 1 x 16384 on
 # an H100, benchmarks/results/explorations).
 @torch._dynamo.disable
-def quack_mlp(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
-    """down(silu(gate)·up) with `gate_up` the stacked weights [gate; up], on quack's GEMMs."""
+def _quack_mlp(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
     _load_quack()
     from quack.mlp import mlp_func
 

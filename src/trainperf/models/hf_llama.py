@@ -27,7 +27,6 @@ import torch
 
 from trainperf.models.lm import IMPLS
 from trainperf.models.norms import NORMS
-from trainperf.models.stacked import check_proj, llama_mlps, replace_module, stack_attention, stack_mlps
 from trainperf.profiling.ranges import in_sub_range
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -169,18 +168,16 @@ NORM_SWAPS = tuple(NORMS)
 
 
 def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torch",
-                rope: str = "torch", proj: str = "separate") -> list[str]:
+                rope: str = "torch") -> list[str]:
     """Put another RMSNorm (PyTorch's fused one, trainperf's Triton one, cuDNN's: by the names of
-    models/norms.py), trainperf's Triton SwiGLU and RoPE kernels, quack's fused MLP
-    (kernels/quack_mlp.py) or stacked projections (models/stacked.py) into a transformers Llama, in
-    place. Weights stay where they are (the norm modules are replaced by ones sharing the weight),
-    except that quack's MLP and stacked projections stack theirs into one weight each. Returns what
-    was swapped, for the record.
+    models/norms.py), trainperf's Triton SwiGLU and RoPE kernels, or quack's fused MLP
+    (kernels/quack_mlp.py) into a transformers Llama, in place. Weights stay where they are (the
+    norm modules are replaced by ones sharing the weight), except that the fused MLP stacks gate
+    and up into one weight. Returns what was swapped, for the record.
     """
     import types
 
     done = []
-    check_proj(proj, swiglu)
     if swiglu != "torch" and getattr(model.config, "hidden_act", "silu") != "silu":
         raise ValueError(f"--swiglu {swiglu} needs hidden_act 'silu', not {model.config.hidden_act!r}")
     if norm != "torch":
@@ -188,16 +185,16 @@ def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torc
             if type(module).__name__.endswith("RMSNorm"):
                 swapped = NORMS[norm](module.weight.shape[0], eps=module.variance_epsilon)
                 swapped.weight = module.weight
-                replace_module(model, name, swapped)
+                _replace(model, name, swapped)
         done.append(f"norm={norm}")
     if swiglu == "quack":
         from trainperf.kernels.quack_mlp import require_quack
 
         require_quack(next(model.parameters()).device)
-        stack_mlps(model, quack=True)
+        fuse_mlps(model)
         done.append("swiglu=quack")
     if swiglu == "triton":
-        for _, module in llama_mlps(model):
+        for _, module in _mlps(model):
             module.forward = types.MethodType(_swiglu_mlp_forward, module)
         done.append("swiglu=triton")
     if rope == "triton":
@@ -205,12 +202,27 @@ def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torc
         model.register_forward_pre_hook(functools.partial(_count_triton_rope_forward, 1))
         model.register_forward_hook(functools.partial(_count_triton_rope_forward, -1), always_call=True)
         done.append("rope=triton")
-    if proj == "stacked":
-        stack_attention(model)
-        if swiglu == "torch":
-            stack_mlps(model)
-        done.append("proj=stacked")
     return done
+
+
+def fuse_mlps(model: torch.nn.Module) -> None:
+    """Replace every Llama MLP of `model` by a FusedSwiGLUMLP holding the same weights."""
+    from trainperf.kernels.quack_mlp import FusedSwiGLUMLP
+
+    for name, module in _mlps(model):
+        _replace(model, name, FusedSwiGLUMLP(module))
+
+
+def _mlps(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """The (name, module) of each gated Llama MLP in `model`."""
+    return [(name, m) for name, m in model.named_modules()
+            if type(m).__name__.endswith("MLP") and hasattr(m, "gate_proj")]
+
+
+def _replace(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
+    """Put `module` where the submodule `name` of `model` is."""
+    parent, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, child, module)
 
 
 # transformers' Llama calls the module-level apply_rotary_pos_emb; it is replaced once by a

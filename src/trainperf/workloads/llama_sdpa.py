@@ -25,7 +25,7 @@ from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
 from trainperf.core.timing import PhaseTimer, start_measured_window
 from trainperf.kernels.chunked_loss import chunked_lm_loss
-from trainperf.models import hf_llama, peers, stacked
+from trainperf.models import hf_llama, peers
 from trainperf.workloads.precision import DTYPES, check_compiler, compile_regions
 from trainperf.workloads.step import LOSSES, Phase, no_phase
 from trainperf.workloads.step_graph import GraphedIteration
@@ -52,7 +52,7 @@ INPUTS = ("embeds", "ids")
 KV_HEADS = ("native", "expanded")
 # The swappable parts as they are named in a record's swaps, and the spec field of each.
 SWAP_FIELDS = {"norm": "norm", "swiglu": "swiglu", "rope": "rope", "loss": "loss", "kv": "kv_heads",
-               "library": "library", "float8": "float8", "graph": "graph", "proj": "proj"}
+               "library": "library", "float8": "float8", "graph": "graph"}
 # How the timed iterations launch: off (kernel by kernel) | step (the whole iteration captured once
 # as a CUDA graph and replayed, workloads/step_graph.py: the same kernels without the gaps between)
 GRAPH_MODES = ("off", "step")
@@ -137,7 +137,6 @@ class LlamaSpec:
     library: str = "none"  # a kernel library patched in (models/peers.py)
     float8: str = "off"  # float8 training of the decoder's linear layers (models/peers.py)
     graph: str = "off"  # one of GRAPH_MODES
-    proj: str = "separate"  # one of stacked.PROJ_MODES
 
     def swap_names(self) -> list[str]:
         """trainperf's changes to the stock step as `part=choice` (a part off its default, the
@@ -169,13 +168,11 @@ def validate(spec: LlamaSpec) -> None:
     check_choice("library", spec.library, peers.LIBRARIES)
     check_choice("float8", spec.float8, peers.FLOAT8)
     check_choice("graph", spec.graph, GRAPH_MODES)
-    check_choice("proj", spec.proj, stacked.PROJ_MODES)
     if spec.graph != "off":
         _check_capturable(spec)
     if spec.library != "none" and spec.loss != "torch":
         raise SpecError(f"--library {spec.library} brings its own loss; leave --loss at torch")
     try:
-        stacked.check_proj(spec.proj, spec.swiglu, spec.library)
         cfg = hf_llama.load_config(spec.model, spec.layers)
     except (ValueError, OSError) as exc:
         raise SpecError(str(exc).splitlines()[0]) from None
@@ -212,7 +209,7 @@ class LlamaStep:
         torch.manual_seed(0)
         self.cfg = hf_llama.load_config(spec.model, spec.layers)
         self.model = hf_llama.build_model(self.cfg, DTYPES[spec.dtype], device)
-        hf_llama.apply_swaps(self.model, spec.norm, spec.swiglu, spec.rope, spec.proj)
+        hf_llama.apply_swaps(self.model, spec.norm, spec.swiglu, spec.rope)
         self.swaps = spec.swap_names()
         self.undo: list = []  # what close() takes back out of transformers
         self.hidden_loss = chunked_lm_loss if spec.loss == "chunked" else None
