@@ -67,12 +67,11 @@ RECIPES: dict[str, dict[str, str]] = {
     "fa4": {"sdpa_backend": "FA4"},  # the stock model with FlashAttention 4 as its attention
     "liger-fa4": {"library": "liger", "sdpa_backend": "FA4"},
 }
-# Recipes of trainperf's own that take FlashAttention 4 where it runs, the backend asked for elsewhere;
-# those that take quack's fused MLP where it runs (fp8's MLP GEMMs are float8 ones instead); and
-# those whose timed iterations replay a CUDA graph where FlashAttention 4 runs.
+# Recipes of trainperf's own that take FlashAttention 4 where it runs, the backend asked for elsewhere,
+# and with it their timed iterations replayed as a CUDA graph; and those that take quack's fused MLP
+# where it runs (fp8's MLP GEMMs are float8 ones instead).
 FA4_WHERE_IT_RUNS = ("fast", "fp8")
 QUACK_WHERE_IT_RUNS = ("fast",)
-REPLAYED_WITH_FA4 = ("fast", "fp8")
 
 
 def recipe_setup(name: str, device: str, replayed: bool = True) -> dict[str, str]:
@@ -91,7 +90,7 @@ def recipe_setup(name: str, device: str, replayed: bool = True) -> dict[str, str
         setup["swiglu"] = "quack"
     if name in FA4_WHERE_IT_RUNS and fa4_runs(dev):
         setup["sdpa_backend"] = "FA4"
-        if replayed and name in REPLAYED_WITH_FA4:  # a graph needs trainperf's own attention (validate)
+        if replayed:  # a graph needs trainperf's own attention (validate)
             setup["graph"] = "step"
     return setup
 
@@ -102,7 +101,7 @@ def recipe_forms(name: str) -> list[dict[str, str]]:
     forms = [RECIPES[name]]
     if name in QUACK_WHERE_IT_RUNS:
         forms += [{**form, "swiglu": "quack"} for form in forms]
-    if name in REPLAYED_WITH_FA4:
+    if name in FA4_WHERE_IT_RUNS:
         forms += [{**form, "graph": "step"} for form in forms]
     return forms
 
