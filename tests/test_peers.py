@@ -221,6 +221,19 @@ def test_the_fastest_step_is_set_against_the_best_peer_of_each_shape():
     assert row["2x4"] == "0.80x over liger (memory 0.50x)"  # slower than the peer: said so, not hidden
 
 
+def test_a_fastest_step_set_against_a_peer_measured_on_another_gpu_says_so():
+    from trainperf.suites.catalog import _against_best
+
+    ok = pd.DataFrame({"case": ["1x8"] * 2 + ["2x4"] * 2 + ["4x2"] * 2,
+                       "recipe": ["liger", "fast"] * 3, "mean_s": [0.8, 0.5] * 3,
+                       "peak_mem_gb": [4.0, 5.0] * 3,
+                       "gpu_uuid": ["GPU-a", "GPU-a", "GPU-a", "GPU-b", None, "GPU-b"]})
+    row = _against_best(ok, "fast", ("liger",))
+    assert row["1x8"] == "1.60x over liger (memory 1.25x)"
+    assert row["2x4"] == "1.60x over liger (memory 1.25x; on two different GPUs)"
+    assert row["4x2"] == "1.60x over liger (memory 1.25x)"  # a row without its GPU named: nothing to tell
+
+
 def test_the_fastest_step_takes_fa4_and_quack_only_where_they_run(monkeypatch):
     from trainperf.attention import fa4
     from trainperf.kernels import quack_mlp

@@ -79,7 +79,10 @@ def capture(device: torch.device) -> dict[str, Any]:
         props = torch.cuda.get_device_properties(device)
         env.update(gpu_name=props.name, gpu_memory_gb=round(props.total_memory / 2**30, 1),
                    sm_count=props.multi_processor_count,
-                   compute_capability=f"{props.major}.{props.minor}")
+                   compute_capability=f"{props.major}.{props.minor}",
+                   # which GPU it was: rows of one suite resumed on another machine must not be
+                   # set against each other unsaid
+                   gpu_uuid=str(getattr(props, "uuid", "")) or None)
         env.update(_nvml_state(device.index or 0))
     else:
         env["gpu_name"] = None

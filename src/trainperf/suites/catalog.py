@@ -144,7 +144,8 @@ FA4_PEERS = ("fa4", "liger-fa4")
 
 def _against_best(ok: pd.DataFrame, recipe: str, peers: tuple[str, ...]) -> pd.Series:
     """Per shape: the best peer's time over `recipe`'s (its speed-up), and `recipe`'s peak memory
-    over that peer's."""
+    over that peer's; said when the two rows were measured on different GPUs (a suite resumed on
+    another machine), which no speed-up survives."""
     cells = {}
     for case, df in ok.groupby("case", sort=False):
         rows = df.set_index("recipe")
@@ -152,8 +153,12 @@ def _against_best(ok: pd.DataFrame, recipe: str, peers: tuple[str, ...]) -> pd.S
         if recipe in rows.index and not best.empty:
             mine, peer = rows.loc[recipe], rows.loc[best.idxmin()]
             memory = mine.peak_mem_gb / peer.peak_mem_gb
+            notes = [f"memory {memory:.2f}x"] if pd.notna(memory) else []
+            uuids = (mine.get("gpu_uuid"), peer.get("gpu_uuid"))
+            if all(pd.notna(u) for u in uuids) and uuids[0] != uuids[1]:
+                notes.append("on two different GPUs")
             cells[case] = (f"{peer.mean_s / mine.mean_s:.2f}x over {best.idxmin()}"
-                           + (f" (memory {memory:.2f}x)" if pd.notna(memory) else ""))
+                           + (f" ({'; '.join(notes)})" if notes else ""))
     return pd.Series(cells, dtype=object)
 
 

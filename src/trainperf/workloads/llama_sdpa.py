@@ -358,8 +358,8 @@ def _graphed(step: LlamaStep, device: torch.device) -> tuple[GraphedIteration, i
 
 CSV_COLUMNS = ["backend", "batch_size", "seq_len", "mean_s", "median_s", "std_s", "tokens_per_s",
                "tflops", "peak_mem_gb", "energy_j_per_iter", "status", "speedup", "vs_best_stock", "kv_heads",
-               "swaps", "reason", "gpu", "torch", "cuda", "cudnn", "sm_clock_mhz", "dtype", "compile",
-               "inputs", "optimizer", "layers"]
+               "swaps", "reason", "gpu", "gpu_uuid", "torch", "cuda", "cudnn", "sm_clock_mhz", "dtype",
+               "compile", "inputs", "optimizer", "layers"]
 
 
 _METRIC_COLUMNS = {"mean_s": "iter_s_mean", "median_s": "iter_s_median", "std_s": "iter_s_std",
@@ -409,7 +409,7 @@ def timing_table(records: list[Record], baseline: str = "EFFICIENT_ATTENTION") -
                "dtype": r.spec["dtype"], "compile": compile_mode(r.spec["compile"]),
                **{k: r.spec.get(k) for k in ("inputs", "optimizer", "layers")}}
         row.update({col: r.metrics.get(key) for col, key in _METRIC_COLUMNS.items()})
-        row.update({col: r.env.get(col) for col in ("torch", "cuda", "cudnn")})
+        row.update({col: r.env.get(col) for col in ("gpu_uuid", "torch", "cuda", "cudnn")})
         rows.append(row)
     df = pd.DataFrame(rows, columns=[c for c in CSV_COLUMNS if c not in ("speedup", "vs_best_stock")])
     stock = (df.status == "ok") & _stock(df)
