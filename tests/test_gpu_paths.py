@@ -1,6 +1,7 @@
-"""The GPU paths users rely on, run where a GPU is: CUDA-event timing against a known sleep kernel,
-the launch-bound flag, fp16 with a grad scaler that skips on inf, peak memory of a known
-allocation, a real out-of-memory error and the case after it, and NCCL collectives and DDP.
+"""The GPU paths users rely on, run where a GPU is: the GPU a record names, CUDA-event timing
+against a known sleep kernel, the launch-bound flag, fp16 with a grad scaler that skips on inf,
+peak memory of a known allocation, a real out-of-memory error and the case after it, and NCCL
+collectives and DDP.
 Run them with `PYTHONPATH=src pytest -m gpu`."""
 
 import statistics
@@ -36,6 +37,16 @@ def test_cuda_event_times_follow_a_known_sleep_kernel():
     torch.cuda.synchronize()
     wall_ms = (time.perf_counter() - t0) * 1e3
     assert one == pytest.approx(wall_ms, rel=0.15)
+
+
+def test_a_gpu_record_names_the_gpu_it_ran_on():
+    import uuid
+
+    from trainperf.core.env import capture
+
+    named = capture(DEVICE)["gpu_uuid"]
+    assert uuid.UUID(named.removeprefix("GPU-"))  # NVML's form or the bare one, a real UUID either way
+    assert capture(DEVICE)["gpu_uuid"] == named
 
 
 def test_launch_bound_is_flagged_for_tiny_kernels_and_not_for_a_large_gemm():
