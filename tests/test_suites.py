@@ -155,3 +155,19 @@ def test_a_section_shows_each_part_s_first_plot_before_any_part_s_second(tmp_pat
     shown = [p.relative_to(tmp_path).as_posix() for p in shown_plots(tmp_path)]
     assert shown == ["llama/iteration_time.png", "llama-more/iteration_time.png", "parity/parity_losses.png",
                      "llama/speedup.png"]
+
+
+def test_the_machine_line_names_each_part_s_gpus_only_where_a_suite_ran_on_several(tmp_path):
+    from trainperf.suites.page import machine_line
+
+    env = {"gpu_name": "NVIDIA H100 80GB HBM3", "torch": "2.11"}
+    for part, uuids in {"llama": ["26662266-04c5", "26662266-04c5"], "parity": ["26662266-04c5"],
+                        "profile": []}.items():
+        (tmp_path / part).mkdir()
+        pd.DataFrame({"status": ["ok"] * len(uuids), "env_gpu_uuid": uuids}).to_csv(
+            tmp_path / part / "records.csv", index=False)
+    assert "GPUs" not in machine_line(env, tmp_path)  # one GPU: nothing to say
+    pd.DataFrame({"gpu_uuid": ["GPU-13268013-9009", None]}).to_csv(tmp_path / "parity" / "timing.csv",
+                                                                    index=False)
+    assert machine_line(env, tmp_path).endswith(
+        "; records from several GPUs: llama on 26662266, parity on 13268013 and 26662266")

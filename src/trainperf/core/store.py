@@ -238,7 +238,7 @@ def _json_number(value: Any) -> Any:
         return str(value)
 
 
-ENV_COLUMNS = ("gpu_name", "torch", "cuda", "git_commit")
+ENV_COLUMNS = ("gpu_name", "gpu_uuid", "torch", "cuda", "git_commit")
 
 
 def to_frame(records: Iterable[Record]) -> pd.DataFrame:

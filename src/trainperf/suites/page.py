@@ -48,7 +48,25 @@ def machine_line(env: dict[str, Any], folder: Path) -> str:
              f"CUDA {env['cuda']}" if env.get("cuda") else None,
              f"cuDNN {env['cudnn']}" if env.get("cudnn") else None,
              f"power limit {env['power_limit_w']:.0f} W" if env.get("power_limit_w") else None]
-    return ", ".join(p for p in parts if p) + f"; observed {_observed(folder)}"
+    return ", ".join(p for p in parts if p) + f"; observed {_observed(folder)}" + _several_gpus(folder)
+
+
+GPU_COLUMNS = ("env_gpu_uuid", "gpu_uuid")  # a record table's, a workload's own table's
+
+
+def _several_gpus(folder: Path) -> str:
+    """Where a suite's records come from more than one GPU (a run resumed on another machine), which
+    GPU each part ran on, by the start of its UUID; nothing where they share one."""
+    by_part = {}
+    for part in sorted(p for p in folder.iterdir() if p.is_dir()):
+        uuids = {str(u).removeprefix("GPU-")[:8] for csv in part.glob("*.csv")
+                 for u in pd.read_csv(csv, usecols=lambda c: c in GPU_COLUMNS).stack().dropna()}
+        if uuids:
+            by_part[part.name] = sorted(uuids)
+    if len({u for found in by_part.values() for u in found}) < 2:
+        return ""
+    return "; records from several GPUs: " + ", ".join(f"{name} on {' and '.join(found)}"
+                                                      for name, found in by_part.items())
 
 
 def headline(folder: Path, meta: dict[str, Any]) -> pd.DataFrame:
