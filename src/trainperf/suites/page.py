@@ -29,10 +29,19 @@ def _load(folder: Path, name: str) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def _observed(folder: Path) -> str:
+def _part_tables(folder: Path) -> dict[str, pd.DataFrame]:
+    """Every CSV of each part folder, concatenated per part (read once for the machine line)."""
+    tables = {}
+    for part in sorted(p for p in folder.iterdir() if p.is_dir()):
+        frames = [pd.read_csv(csv) for csv in sorted(part.glob("*.csv"))]
+        if frames:
+            tables[part.name] = pd.concat(frames, ignore_index=True)
+    return tables
+
+
+def _observed(tables: dict[str, pd.DataFrame]) -> str:
     """Median SM clock and power over the suite's cases, as NVML sampled them during timing."""
-    frames = [pd.read_csv(p) for p in sorted(folder.glob("*/*.csv"))]
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    df = pd.concat(tables.values(), ignore_index=True) if tables else pd.DataFrame()
     found = []
     for col, unit in (("sm_clock_mhz", "MHz SM clock"), ("power_w", "W")):
         if col in df and df[col].notna().any():
@@ -48,21 +57,21 @@ def machine_line(env: dict[str, Any], folder: Path) -> str:
              f"CUDA {env['cuda']}" if env.get("cuda") else None,
              f"cuDNN {env['cudnn']}" if env.get("cudnn") else None,
              f"power limit {env['power_limit_w']:.0f} W" if env.get("power_limit_w") else None]
-    return ", ".join(p for p in parts if p) + f"; observed {_observed(folder)}" + _several_gpus(folder)
+    tables = _part_tables(folder)
+    return ", ".join(p for p in parts if p) + f"; observed {_observed(tables)}" + _several_gpus(tables)
 
 
 GPU_COLUMNS = ("env_gpu_uuid", "gpu_uuid")  # a record table's, a workload's own table's
 
 
-def _several_gpus(folder: Path) -> str:
+def _several_gpus(tables: dict[str, pd.DataFrame]) -> str:
     """Where a suite's records come from more than one GPU (a run resumed on another machine), which
     GPU each part ran on, by the start of its UUID; nothing where they share one."""
     by_part = {}
-    for part in sorted(p for p in folder.iterdir() if p.is_dir()):
-        uuids = {str(u).removeprefix("GPU-")[:8] for csv in part.glob("*.csv")
-                 for u in pd.read_csv(csv, usecols=lambda c: c in GPU_COLUMNS).stack().dropna()}
+    for name, df in tables.items():
+        uuids = {str(u).removeprefix("GPU-")[:8] for u in df.reindex(columns=GPU_COLUMNS).stack().dropna()}
         if uuids:
-            by_part[part.name] = sorted(uuids)
+            by_part[name] = sorted(uuids)
     if len({u for found in by_part.values() for u in found}) < 2:
         return ""
     return "; records from several GPUs: " + ", ".join(f"{name} on {' and '.join(found)}"
