@@ -58,7 +58,8 @@ GLOSSARY: dict[str, str] = {
                  "moves between runs.",
     "--lr": "Learning rate.",
     "--library": "Kernel library patched into the model: none, liger (Liger Kernel).",
-    "--float8": "Float8 training of the decoder's linear layers: off, torchao.",
+    "--float8": ("Float8 training: off, torchao (every decoder Linear, scales from each tensor's "
+                 "amax), trainperf (the MLP, trainperf's kernels, scales from earlier iterations' amax)."),
     "--graph": "How the timed iterations launch: off (kernel by kernel), step (the whole iteration "
                "captured once as a CUDA graph and replayed; with FA4 or CUDNN_FE and input embeddings).",
     "--op": "Collectives.",

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from trainperf.core.errors import Unsupported
 from trainperf.models.lm import IMPLS
 from trainperf.models.norms import NORMS
 from trainperf.profiling.ranges import in_sub_range
@@ -211,6 +212,21 @@ def fuse_mlps(model: torch.nn.Module) -> None:
 
     for name, module in _mlps(model):
         _replace(model, name, FusedSwiGLUMLP(module))
+
+
+def float8_mlps(model: torch.nn.Module) -> None:
+    """Replace every Llama MLP of `model` by trainperf's float8 MLP (kernels/float8_mlp.py) on the
+    same weights; unsupported without Triton or off a GPU with float8 tensor cores (sm_89+)."""
+    from trainperf.kernels import require_triton
+
+    device = next(model.parameters()).device
+    require_triton(device, "--float8 trainperf")
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
+        raise Unsupported("--float8 trainperf needs a GPU with float8 tensor cores (sm_89 or newer)")
+    from trainperf.kernels.float8_mlp import Float8SwiGLUMLP
+
+    for name, module in _mlps(model):
+        _replace(model, name, Float8SwiGLUMLP(module))
 
 
 def _mlps(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:

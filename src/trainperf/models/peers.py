@@ -16,7 +16,7 @@ import torch
 from trainperf.core.errors import Unsupported
 
 LIBRARIES = ("none", "liger")
-FLOAT8 = ("off", "torchao")
+FLOAT8 = ("off", "torchao", "trainperf")  # trainperf: its own float8 MLP (kernels/float8_mlp.py)
 INSTALL = {"liger": "pip install 'trainperf[liger]' (liger-kernel)",
            "torchao": "pip install 'trainperf[float8]' (torchao)"}
 _LIGER_PATCHED = ("apply_rotary_pos_emb", "LlamaRMSNorm", "LlamaMLP")

@@ -63,14 +63,16 @@ RECIPES: dict[str, dict[str, str]] = {
     "liger": {"library": "liger"},
     "liger-compile": {"library": "liger", "compile": "on"},
     "fast": FAST,
-    "fp8": {**FAST, "float8": "torchao", "compile": "layers-tuned"},
+    "fp8": {**FAST, "float8": "trainperf"},
+    # the same step with torchao's float8 training of every decoder Linear instead of trainperf's
+    "fp8-torchao": {**FAST, "float8": "torchao", "compile": "layers-tuned"},
     "fa4": {"sdpa_backend": "FA4"},  # the stock model with FlashAttention 4 as its attention
     "liger-fa4": {"library": "liger", "sdpa_backend": "FA4"},
 }
 # Recipes of trainperf's own that take FlashAttention 4 where it runs, the backend asked for elsewhere,
 # and with it their timed iterations replayed as a CUDA graph; and those that take quack's fused MLP
-# where it runs (fp8's MLP GEMMs are float8 ones instead).
-FA4_WHERE_IT_RUNS = ("fast", "fp8")
+# where it runs (the float8 recipes' MLP GEMMs are float8 ones instead).
+FA4_WHERE_IT_RUNS = ("fast", "fp8", "fp8-torchao")
 QUACK_WHERE_IT_RUNS = ("fast",)
 
 
@@ -169,6 +171,8 @@ def validate(spec: LlamaSpec) -> None:
     check_choice("graph", spec.graph, GRAPH_MODES)
     if spec.graph != "off":
         _check_capturable(spec)
+    if spec.float8 == "trainperf" and spec.swiglu != "torch":
+        raise SpecError("--float8 trainperf computes SwiGLU in its own float8 MLP; leave --swiglu at torch")
     if spec.library != "none" and spec.loss != "torch":
         raise SpecError(f"--library {spec.library} brings its own loss; leave --loss at torch")
     try:
@@ -217,6 +221,8 @@ class LlamaStep:
             self.undo.append(undo)
         if spec.float8 == "torchao":
             peers.apply_float8(self.model)
+        if spec.float8 == "trainperf":
+            hf_llama.float8_mlps(self.model)
         # a loss from the hidden states stops the model there (no full logits)
         run = self.model.model if self.hidden_loss else self.model
         if spec.compile != "off":

@@ -1,0 +1,261 @@
+"""The Llama MLP on float8 GEMMs with delayed scaling (`--float8 trainperf`).
+
+torchao's float8 training scales each tensor from its own amax (dynamic tensorwise scaling): every
+cast reads its tensor once for the amax and once more to cast it, and the transposed copies the
+weight-gradient GEMMs need cost further passes. In the `fp8` step at 16k tokens on an H100 those
+passes took about as long as the float8 GEMMs saved (docs/peers.md). Here each tensor's scale comes
+from the largest amax of its last `HISTORY` iterations (delayed scaling, Transformer Engine's
+default recipe), so the kernel that produces a tensor casts it as it goes, writes the transposed
+copy beside it and records its amax for the iterations after:
+
+  forward   x → x8, x8ᵀ;  gu = x8·W_guᵀ (bf16);  h = silu(g)·u → h8, h8ᵀ;  y = h8·W_dᵀ
+  backward  dy → dy8, dy8ᵀ;  dh = dy8·W_d;  dW_d = dy8ᵀ·h8;  (dg, du) → dgu8, dgu8ᵀ;
+            dx = dgu8·W_gu;  dW_gu = dgu8ᵀ·x8
+
+Activations and weights are e4m3, gradients e5m2; GEMMs accumulate in fp32 (fast accumulation in
+the forward ones only, as torchao's default). A tensor's first cast calibrates: its scale then
+comes from its current amax. A value beyond its history's amax saturates at the float8 maximum.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from trainperf.kernels.quack_mlp import FusedSwiGLUMLP
+
+HISTORY = 16  # iterations of amax a scale looks back over
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+# The tensors with a scale each, by their row in a module's scale state.
+X, H, DY, DGU, W_GU, W_D = range(6)
+ROLES = 6
+TILE = (64, 64)  # (rows, columns) of a cast tile
+WARPS = 8  # per cast program: 0.31 against 0.35 ms with 4 for SwiGLU at 16k tokens on an H100
+
+
+def float8_max(dtype: torch.dtype) -> float:
+    return torch.finfo(dtype).max
+
+
+# Each kernel computes its tile twice, as [rows, cols] and as [cols, rows] from loads in that
+# order, and stores each as float8: Triton 3.6 on Hopper misplaces a quarter of a tile that it
+# transposes in registers (tl.trans) when the tile comes from two loads, and the second read of
+# the tile comes from L2.
+@triton.jit
+def _store8(v, Y, at, mask, scale, FMAX: tl.constexpr):
+    tl.store(Y + at, tl.clamp(v * scale, -FMAX, FMAX).to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _amax(AMAX, v, mask):
+    tl.atomic_max(AMAX, tl.max(tl.max(tl.where(mask, tl.abs(v), 0.0), 1), 0))
+
+
+@triton.jit
+def _orient(M, N, BM: tl.constexpr, BN: tl.constexpr, TRANSPOSED: tl.constexpr):
+    """This program's tile of an [M, N] tensor as row and column indices shaped [BM, 1] and
+    [1, BN], or [1, BM] and [BN, 1] for the transposed tile, with its mask."""
+    rows = (tl.program_id(0) * BM + tl.arange(0, BM)).to(tl.int64)
+    cols = (tl.program_id(1) * BN + tl.arange(0, BN)).to(tl.int64)
+    if TRANSPOSED:
+        r, c = rows[None, :], cols[:, None]
+    else:
+        r, c = rows[:, None], cols[None, :]
+    return r, c, (r < M) & (c < N)
+
+
+@triton.jit
+def _cast_kernel(X, Y, YT, SCALE, AMAX, M, N, FMAX: tl.constexpr, BM: tl.constexpr,
+                 BN: tl.constexpr):
+    """Y = X·scale and YT = Yᵀ as float8, the amax of X into AMAX."""
+    scale = tl.load(SCALE)
+    r, c, mask = _orient(M, N, BM, BN, False)
+    x = tl.load(X + r * N + c, mask=mask, other=0.0).to(tl.float32)
+    _amax(AMAX, x, mask)
+    _store8(x, Y, r * N + c, mask, scale, FMAX)
+    r, c, mask = _orient(M, N, BM, BN, True)
+    x = tl.load(X + r * N + c, mask=mask, other=0.0).to(tl.float32)
+    _store8(x, YT, c * M + r, mask, scale, FMAX)
+
+
+@triton.jit
+def _gate_up(GU, r, c, mask, F):
+    at = GU + r * (2 * F) + c
+    g = tl.load(at, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(at + F, mask=mask, other=0.0).to(tl.float32)
+    return g, u
+
+
+@triton.jit
+def _swiglu_kernel(GU, Y, YT, SCALE, AMAX, T, F, FMAX: tl.constexpr, BM: tl.constexpr,
+                   BN: tl.constexpr):
+    """h = silu(g)·u from gu = [g | u] (rows of 2F), cast into Y [T, F] and YT [F, T]."""
+    scale = tl.load(SCALE)
+    r, c, mask = _orient(T, F, BM, BN, False)
+    g, u = _gate_up(GU, r, c, mask, F)
+    h = g * tl.sigmoid(g) * u
+    _amax(AMAX, h, mask)
+    _store8(h, Y, r * F + c, mask, scale, FMAX)
+    r, c, mask = _orient(T, F, BM, BN, True)
+    g, u = _gate_up(GU, r, c, mask, F)
+    _store8(g * tl.sigmoid(g) * u, YT, c * T + r, mask, scale, FMAX)
+
+
+@triton.jit
+def _swiglu_grads(DH, GU, r, c, mask, F):
+    g, u = _gate_up(GU, r, c, mask, F)
+    dh = tl.load(DH + r * F + c, mask=mask, other=0.0).to(tl.float32)
+    sig = tl.sigmoid(g)
+    return dh * u * sig * (1 + g * (1 - sig)), dh * g * sig
+
+
+@triton.jit
+def _swiglu_bwd_kernel(DH, GU, Y, YT, SCALE, AMAX, T, F, FMAX: tl.constexpr, BM: tl.constexpr,
+                       BN: tl.constexpr):
+    """(dg, du) of h = silu(g)·u, cast into Y = [dg | du] (rows of 2F) and YT [2F, T]."""
+    scale = tl.load(SCALE)
+    r, c, mask = _orient(T, F, BM, BN, False)
+    dg, du = _swiglu_grads(DH, GU, r, c, mask, F)
+    _amax(AMAX, tl.maximum(tl.abs(dg), tl.abs(du)), mask)
+    _store8(dg, Y, r * (2 * F) + c, mask, scale, FMAX)
+    _store8(du, Y, r * (2 * F) + c + F, mask, scale, FMAX)
+    r, c, mask = _orient(T, F, BM, BN, True)
+    dg, du = _swiglu_grads(DH, GU, r, c, mask, F)
+    _store8(dg, YT, c * T + r, mask, scale, FMAX)
+    _store8(du, YT, (c + F) * T + r, mask, scale, FMAX)
+
+
+@triton.jit
+def _next_scale_kernel(HIST, NOW, SCALE, INV, FMAX: tl.constexpr, LEN: tl.constexpr):
+    """Push NOW (the amax of the last cast, if there was one) onto HIST, zero NOW, and set SCALE
+    = FMAX / max(HIST) and INV = 1 / SCALE."""
+    i = tl.arange(0, LEN)
+    now = tl.load(NOW)
+    hist = tl.load(HIST + i)
+    older = tl.load(HIST + i - 1, mask=i > 0, other=0.0)
+    tl.debug_barrier()  # every thread has read HIST before any writes it
+    hist = tl.where(now > 0, tl.where(i == 0, now, older), hist)
+    tl.store(HIST + i, hist)
+    amax = tl.max(hist, 0)
+    scale = tl.where(amax > 0, FMAX / amax, 1.0)
+    tl.store(SCALE, scale)
+    tl.store(INV, 1.0 / scale)
+    tl.store(NOW, 0.0)
+
+
+class ScaleState:
+    """The amax histories of a module's six tensors and the scales taken from them."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.hist = torch.zeros(ROLES, HISTORY, device=device)
+        self.now = torch.zeros(ROLES, device=device)  # amax of each tensor's latest cast
+        self.scale = torch.ones(ROLES, device=device)
+        # cuBLAS reads a float8 GEMM's scales from 16-byte aligned addresses: a row each
+        self.inv = torch.ones(ROLES, 4, device=device)
+        self.calibrated = [False] * ROLES
+
+    def next(self, role: int, dtype: torch.dtype, current: torch.Tensor | None = None) -> None:
+        """The scale of `role`'s next cast. Uncalibrated, it comes from `current`'s amax."""
+        if not self.calibrated[role]:
+            self.now[role] = current.abs().amax().float()
+            self.calibrated[role] = True
+        _next_scale_kernel[(1,)](self.hist[role], self.now[role:], self.scale[role:],
+                                 self.inv[role], FMAX=float8_max(dtype), LEN=HISTORY, num_warps=1)
+
+
+def cast_transposed(x: torch.Tensor, state: ScaleState, role: int,
+                    dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, N] as float8 at `role`'s scale, and its transpose [N, M], in one pass."""
+    state.next(role, dtype, x)
+    m, n = x.shape
+    y = torch.empty(m, n, dtype=dtype, device=x.device)
+    yt = torch.empty(n, m, dtype=dtype, device=x.device)
+    _cast_kernel[_grid(m, n)](x, y, yt, state.scale[role:], state.now[role:], m, n,
+                              FMAX=float8_max(dtype), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
+    return y, yt
+
+
+def swiglu_reference(gu: torch.Tensor) -> torch.Tensor:
+    g, u = gu.float().chunk(2, dim=-1)
+    return torch.nn.functional.silu(g) * u
+
+
+def swiglu_grad_reference(dh: torch.Tensor, gu: torch.Tensor) -> torch.Tensor:
+    g, u = gu.float().chunk(2, dim=-1)
+    sig, dh = torch.sigmoid(g), dh.float()
+    return torch.cat([dh * u * sig * (1 + g * (1 - sig)), dh * g * sig], dim=-1)
+
+
+def _grid(m: int, n: int) -> tuple[int, int]:
+    return triton.cdiv(m, TILE[0]), triton.cdiv(n, TILE[1])
+
+
+def _mm(a: torch.Tensor, b_t: torch.Tensor, state: ScaleState, ra: int, rb: int,
+        fast: bool = False) -> torch.Tensor:
+    """a [M, K] · b_tᵀ (b_t [N, K], both float8 and K-contiguous), dequantized to bf16."""
+    return torch._scaled_mm(a, b_t.t(), scale_a=state.inv[ra, 0], scale_b=state.inv[rb, 0],
+                            out_dtype=torch.bfloat16, use_fast_accum=fast)
+
+
+class _Float8MLP(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w_gu, w_d, state):  # noqa: ANN001, ANN205
+        shape = x.shape
+        x = x.reshape(-1, shape[-1]).contiguous()
+        t, f = x.shape[0], w_d.shape[1]
+        x8, x8t = cast_transposed(x, state, X, E4M3)
+        w_gu8, w_gu8t = cast_transposed(w_gu, state, W_GU, E4M3)
+        w_d8, w_d8t = cast_transposed(w_d, state, W_D, E4M3)
+        gu = _mm(x8, w_gu8, state, X, W_GU, fast=True)
+        state.next(H, E4M3, swiglu_reference(gu) if not state.calibrated[H] else None)
+        h8 = torch.empty(t, f, dtype=E4M3, device=x.device)
+        h8t = torch.empty(f, t, dtype=E4M3, device=x.device)
+        _swiglu_kernel[_grid(t, f)](gu, h8, h8t, state.scale[H:], state.now[H:], t, f,
+                                    FMAX=float8_max(E4M3), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
+        y = _mm(h8, w_d8, state, H, W_D, fast=True)
+        ctx.save_for_backward(x8t, gu, h8t, w_gu8t, w_d8t)
+        ctx.state, ctx.shape = state, shape
+        return y.reshape(*shape[:-1], y.shape[-1]).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):  # noqa: ANN001, ANN205
+        x8t, gu, h8t, w_gu8t, w_d8t = ctx.saved_tensors
+        state = ctx.state
+        dy = dy.reshape(-1, dy.shape[-1]).contiguous()
+        t, f = dy.shape[0], h8t.shape[0]
+        dy8, dy8t = cast_transposed(dy, state, DY, E5M2)
+        dh = _mm(dy8, w_d8t, state, DY, W_D)
+        grad_w_d = _mm(dy8t, h8t, state, DY, H)
+        state.next(DGU, E5M2, swiglu_grad_reference(dh, gu) if not state.calibrated[DGU] else None)
+        dgu8 = torch.empty(t, 2 * f, dtype=E5M2, device=dy.device)
+        dgu8t = torch.empty(2 * f, t, dtype=E5M2, device=dy.device)
+        _swiglu_bwd_kernel[_grid(t, f)](dh, gu, dgu8, dgu8t, state.scale[DGU:], state.now[DGU:],
+                                        t, f, FMAX=float8_max(E5M2), BM=TILE[0], BN=TILE[1],
+                                        num_warps=WARPS)
+        dx = _mm(dgu8, w_gu8t, state, DGU, W_GU)
+        grad_w_gu = _mm(dgu8t, x8t, state, DGU, X)
+        return dx.reshape(ctx.shape), grad_w_gu, grad_w_d, None
+
+
+class Float8SwiGLUMLP(FusedSwiGLUMLP):
+    """A Llama MLP (gate and up stacked into `gate_up`) whose three GEMMs each way are float8."""
+
+    def __init__(self, mlp: torch.nn.Module) -> None:
+        super().__init__(mlp)
+        dims = (self.gate_up.in_features, self.down_proj.in_features)
+        if any(dim % 16 for dim in dims):
+            raise ValueError(f"float8 GEMMs take dims that are multiples of 16, not {dims}")
+        self.state = ScaleState(self.gate_up.weight.device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.numel() // x.shape[-1] % 16:
+            raise ValueError(f"float8 GEMMs take a token count that is a multiple of 16, not "
+                             f"{x.numel() // x.shape[-1]}")
+        return _float8_mlp(x, self.gate_up.weight, self.down_proj.weight, self.state)
+
+
+@torch._dynamo.disable  # Triton launches and _scaled_mm calls outside the compiled layers' graphs
+def _float8_mlp(x: torch.Tensor, w_gu: torch.Tensor, w_d: torch.Tensor,
+                state: ScaleState) -> torch.Tensor:
+    return _Float8MLP.apply(x, w_gu, w_d, state)
