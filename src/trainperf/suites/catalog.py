@@ -98,7 +98,21 @@ def step_headline(parts: dict[str, Path]) -> pd.DataFrame:
 
 
 def peers_headline(parts: dict[str, Path]) -> pd.DataFrame:
-    """One row per recipe: seconds per iteration (peak GB) at each shape, then its loss parity."""
+    """One row per recipe: seconds per iteration (peak GB) at each shape, then its loss parity;
+    and the fastest step against the best of the peers its target names, then of every peer."""
+    return recipes_headline(parts, [("fast", peers) for peers in (PEERS, PEERS + FA4_PEERS)])
+
+
+def float8_headline(parts: dict[str, Path]) -> pd.DataFrame:
+    """peers_headline's table for the float8 recipes: trainperf's float8 step against torchao's
+    float8 in the same step, and against the bf16 fastest step."""
+    return recipes_headline(parts, [("fp8", ("fp8-torchao",)), ("fp8", ("fast",))])
+
+
+def recipes_headline(parts: dict[str, Path], against: list[tuple[str, tuple[str, ...]]]) -> pd.DataFrame:
+    """One row per recipe of the `llama` parts: seconds per iteration (peak GB, J) at each shape,
+    then its loss parity (the `parity` part); and a row for each (recipe, others) of `against`:
+    its speed-up over the best of the others at each shape."""
     from trainperf.workloads.llama_sdpa import RECIPES, recipe_forms, setup_label, setup_spec
 
     table = pd.concat([_read(parts[p], "training_timing.csv") for p in ("llama", "llama-more") if p in parts],
@@ -117,8 +131,8 @@ def peers_headline(parts: dict[str, Path]) -> pd.DataFrame:
                                                                               strict=True)]
     out = table.pivot_table(index="recipe", columns="case", values="cell", aggfunc="first", sort=False)
     ok = table[table.status == "ok"]
-    for peers in (PEERS, PEERS + FA4_PEERS):
-        out.loc[f"fast vs the best of {', '.join(peers)}"] = _against_best(ok, "fast", peers)
+    for recipe, others in against:
+        out.loc[f"{recipe} vs the best of {', '.join(others)}"] = _against_best(ok, recipe, others)
     losses = _read(parts["parity"], "parity_losses.csv") if "parity" in parts else pd.DataFrame()
     if not losses.empty:
         from trainperf.workloads.parity import parity_table, verdict
@@ -385,6 +399,28 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "the largest deviation of the recipe's smoothed loss from stock's over 100 AdamW steps (2 "
           "decoder layers, 8 x 1024 tokens), of the worst run where the cell names several; ok within 3% "
           "in every run."),
+    Suite("float8",
+          "trainperf's float8 step (its own float8 MLP: delayed scaling, casts in the kernels that "
+          "produce each tensor) beside the same step with torchao's float8 training of every decoder "
+          "Linear and beside the bf16 fastest step, on Llama-3.2-1B at the longest and a short shape; "
+          "and the float8 step's loss curve from the same weights and batches beside stock's.",
+          (Part("llama", ("llama",),
+                gpu={"--recipe": "fast,fp8,fp8-torchao", "--batch-seq": "1x16384",
+                     "--sdpa-backend": "CUDNN_ATTENTION", "--warmup": "3", "--iters": "10"},
+                cpu={"--recipe": "stock,fp8", "--batch-seq": "1x32", "--sdpa-backend": "MATH",
+                     **_TINY}),
+           Part("llama-more", ("llama",),
+                gpu={"--recipe": "fast,fp8", "--batch-seq": "12x1024",
+                     "--sdpa-backend": "CUDNN_ATTENTION", "--warmup": "3", "--iters": "10"},
+                cpu={"--recipe": "fp8", "--batch-seq": "1x16", "--sdpa-backend": "MATH", **_TINY}),
+           Part("parity", ("parity",),
+                gpu={"--recipe": "stock,fp8", "--layers": "2", "--train-steps": "100", "--repeats": "3"},
+                cpu={"--recipe": "stock,fp8", "--train-steps": "4", "--seq": "16", "--batch": "2",
+                     "--dtype": "fp32", "--repeats": "2"})),
+          float8_headline,
+          "Seconds per iteration (mean of 10 after 3 warm-up), peak memory and the GPU's energy per "
+          "iteration at each shape; loss parity as in the peers suite (2 decoder layers, 100 AdamW "
+          "steps, ok within 3% in every run)."),
     Suite("peers-explain",
           "Where each recipe's gain over the stock Llama-3.2-1B step comes from: one profiled iteration "
           "of stock, Liger Kernel, FlashAttention 4, trainperf's fastest step and its float8 form at "
