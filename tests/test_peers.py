@@ -320,3 +320,23 @@ def test_the_peers_headline_reads_results_from_before_energy_was_read(tmp_path):
                  ).to_csv(tmp_path / "llama" / "training_timing.csv", index=False)
     table = peers_headline({"llama": tmp_path / "llama"}).set_index("recipe")
     assert table.loc["stock", "1x8"] == "1 (10.0 GB)"
+
+
+def test_the_float8_headline_sets_trainperf_s_float8_against_torchao_s_and_bf16(tmp_path):
+    from trainperf.suites.catalog import float8_headline
+
+    (tmp_path / "llama").mkdir()
+    rows = pd.DataFrame({"backend": ["FA4"] * 3, "compile": ["layers", "layers", "layers-tuned"],
+                         "swaps": ["swiglu=quack,loss=chunked,graph=step", "loss=chunked,float8=trainperf,graph=step",
+                                   "loss=chunked,float8=torchao,graph=step"],
+                         "batch_size": [1] * 3, "seq_len": [8] * 3, "mean_s": [0.32, 0.28, 0.30],
+                         "peak_mem_gb": [21.0, 23.1, 19.0], "status": ["ok"] * 3})
+    rows.to_csv(tmp_path / "llama" / "training_timing.csv", index=False)
+    table = float8_headline({"llama": tmp_path / "llama"}).set_index("recipe")
+    assert table.loc["fp8", "1x8"] == "0.28 (23.1 GB)" and table.loc["fp8-torchao", "1x8"] == "0.3 (19.0 GB)"
+    assert table.loc["fp8 vs the best of fp8-torchao", "1x8"] == "1.07x over fp8-torchao (memory 1.22x)"
+    assert table.loc["fp8 vs the best of fast", "1x8"] == "1.14x over fast (memory 1.10x)"
+    # a run whose every case failed (an error row records no swaps) has no row to compare
+    nothing = {"mean_s": float("nan"), "peak_mem_gb": float("nan"), "swaps": None, "status": "error"}
+    rows.assign(**nothing).to_csv(tmp_path / "llama" / "training_timing.csv", index=False)
+    assert float8_headline({"llama": tmp_path / "llama"}).empty

@@ -131,7 +131,7 @@ def recipes_headline(parts: dict[str, Path], against: list[tuple[str, tuple[str,
                                                                               strict=True)]
     out = table.pivot_table(index="recipe", columns="case", values="cell", aggfunc="first", sort=False)
     ok = table[table.status == "ok"]
-    for recipe, others in against:
+    for recipe, others in against if not out.empty else ():  # rows only where some case ran
         out.loc[f"{recipe} vs the best of {', '.join(others)}"] = _against_best(ok, recipe, others)
     losses = _read(parts["parity"], "parity_losses.csv") if "parity" in parts else pd.DataFrame()
     if not losses.empty:
