@@ -52,7 +52,7 @@ GLOSSARY: dict[str, str] = {
     "--fast": "trainperf's fastest step: its best swaps and compile mode, and FlashAttention 4 and "
               "quack's fused MLP where they run.",
     "--recipe": "Named setups, each a row of the same run: stock, compile, liger, liger-compile, fast, fp8, "
-                "fa4, liger-fa4.",
+                "fp8-trainperf, fa4, liger-fa4.",
     "--train-steps": "Optimizer steps of a loss-parity run (untimed).",
     "--repeats": "Loss-parity runs of each recipe: the same training again, to see how far a curve "
                  "moves between runs.",

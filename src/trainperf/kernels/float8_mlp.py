@@ -26,6 +26,7 @@ import triton.language as tl
 from trainperf.kernels.quack_mlp import FusedSwiGLUMLP
 
 HISTORY = 16  # iterations of amax a scale looks back over
+MARGIN = 0  # a scale leaves room for values 2**MARGIN times its history's amax
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 # The tensors with a scale each, by their row in a module's scale state.
 X, H, DY, DGU, W_GU, W_D = range(6)
@@ -161,7 +162,8 @@ class ScaleState:
             self.now[role] = current.abs().amax().float()
             self.calibrated[role] = True
         _next_scale_kernel[(1,)](self.hist[role], self.now[role:], self.scale[role:],
-                                 self.inv[role], FMAX=float8_max(dtype), LEN=HISTORY, num_warps=1)
+                                 self.inv[role], FMAX=float8_max(dtype) / 2**MARGIN, LEN=HISTORY,
+                                 num_warps=1)
 
 
 def cast_transposed(x: torch.Tensor, state: ScaleState, role: int,

@@ -1,7 +1,7 @@
 """The float8 MLP (kernels/float8_mlp.py) alone on the GPU: error against float64 and fwd + bwd time
 against the bf16 MLP of `torch.compile`, at the Llama-3.2-1B MLP (2048 -> 2 x 8192 -> 2048).
 
-python3 benchmarks/probes/float8-mlp.py TOKENS...
+python3 benchmarks/results/explorations/h100-2026-11-25/float8-mlp.py TOKENS...
 """
 
 import sys
@@ -65,7 +65,7 @@ def main() -> None:
         xb = x.bfloat16().requires_grad_()
         g = dy.bfloat16()
         for name, mod in (("compile-bf16", compiled), ("float8", f8)) * 2:
-            ms = timed(lambda mod=mod: mod(xb).backward(g))
+            ms = timed(lambda mod=mod, xb=xb, g=g: mod(xb).backward(g))
             flops = 6 * tokens * D * 3 * FF
             print(f"{tokens} {name:14s} fwd+bwd {ms:.3f} ms ({flops / ms / 1e9:.0f} TFLOP/s)", flush=True)
         ref.zero_grad()
