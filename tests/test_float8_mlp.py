@@ -8,7 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import rel_err
+from typer.testing import CliRunner
 
+from trainperf.cli import app
 from trainperf.kernels import float8_mlp as f8
 from trainperf.kernels.float8_mlp import Float8SwiGLUMLP, ScaleState
 from trainperf.models import hf_llama
@@ -137,3 +139,9 @@ def test_the_float8_mlp_keeps_the_model_s_weights():
     gate, up = fp8.gate_up.weight.double().chunk(2)
     ref = F.linear(F.silu(x @ gate.t()) * (x @ up.t()), mlp.down_proj.weight.double())
     assert rel_err(fp8(x.bfloat16().to(DEVICE)).cpu(), ref) < 0.25
+
+
+def test_the_float8_mlp_leaves_swiglu_to_itself(db):
+    res = CliRunner().invoke(app, ["llama", "--device", "cpu", "--quiet", "--float8", "trainperf",
+                                   "--swiglu", "triton", "--batch-seq", "1x32", "--db", str(db)])
+    assert res.exit_code == 2 and "--float8 trainperf computes SwiGLU in its own float8 MLP" in res.output
