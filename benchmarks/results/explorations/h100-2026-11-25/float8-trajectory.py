@@ -7,7 +7,8 @@ the gradient is shrunk along float32's); for trainperf's MLP, each tensor's amax
 scale was taken from (above 1: values saturated).
 
 PYTHONPATH=src python3 float8-trajectory.py VARIANT STEPS   (VARIANT: bf16, torchao-mlp,
-trainperf, trainperf-dynamic)
+torchao-all, trainperf, trainperf-dynamic; a trainperf one ending -pow2 rounds its scales down to
+powers of two, as the fp8 recipe has torchao do)
 """
 
 import sys
@@ -15,7 +16,7 @@ import sys
 import torch
 
 from trainperf.kernels import float8_mlp as f8
-from trainperf.models import hf_llama
+from trainperf.models import hf_llama, peers
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 grads_probe = __import__("float8-grads")
@@ -33,6 +34,18 @@ def dynamic() -> None:
 
     f8.ScaleState.next = each_from_its_own
     f8.HISTORY = 1
+
+
+def pow2() -> None:
+    """Each scale rounded down to a power of two."""
+    scale_from = f8.ScaleState.next
+
+    def rounded(self, role, dtype, current=None):  # noqa: ANN001, ANN202
+        scale_from(self, role, dtype, current)
+        self.scale[role] = torch.exp2(torch.floor(torch.log2(self.scale[role])))
+        self.inv[role] = 1 / self.scale[role]
+
+    f8.ScaleState.next = rounded
 
 
 def load_into(ref: torch.nn.Module, model: torch.nn.Module) -> None:
@@ -70,8 +83,10 @@ def saturation(model: torch.nn.Module) -> str:
 
 def main() -> None:
     variant, steps = sys.argv[1], int(sys.argv[2])
-    if variant == "trainperf-dynamic":
+    if variant.startswith("trainperf-dynamic"):
         dynamic()
+    if variant.endswith("-pow2"):
+        pow2()
     device = torch.device("cuda")
     torch.manual_seed(0)
     cfg = hf_llama.load_config("llama-3.2-1b", layers=2)
@@ -81,6 +96,8 @@ def main() -> None:
         hf_llama.float8_mlps(model)
     elif variant == "torchao-mlp":
         grads_probe.torchao_mlps(model)
+    elif variant == "torchao-all":
+        peers.apply_float8(model)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
     print(f"{variant}: per group, relative L2 error / ratio along float32's gradient")
     for step, tokens in enumerate(grads_probe.markov_batches(cfg.vocab_size, BATCH, SEQ, steps)):
