@@ -7,8 +7,9 @@ the gradient is shrunk along float32's); for trainperf's MLP, each tensor's amax
 scale was taken from (above 1: values saturated).
 
 PYTHONPATH=src python3 float8-trajectory.py VARIANT STEPS   (VARIANT: bf16, torchao-mlp,
-torchao-all, trainperf, trainperf-dynamic; a trainperf one ending -pow2 rounds its scales down to
-powers of two, as the fp8 recipe has torchao do)
+torchao-all, trainperf, trainperf-dynamic; a trainperf one may end in -pow2: its scales rounded
+down to powers of two, as the fp8 recipe has torchao do; -e4m3: gradients in e4m3 too; -exact:
+no fast accumulation in the forward GEMMs)
 """
 
 import sys
@@ -87,6 +88,11 @@ def main() -> None:
         dynamic()
     if variant.endswith("-pow2"):
         pow2()
+    if variant.endswith("-e4m3"):
+        f8.E5M2 = f8.E4M3
+    if variant.endswith("-exact"):
+        mm = f8._mm
+        f8._mm = lambda *args, fast=False: mm(*args)
     device = torch.device("cuda")
     torch.manual_seed(0)
     cfg = hf_llama.load_config("llama-3.2-1b", layers=2)
