@@ -9,9 +9,11 @@ scale was taken from (above 1: values saturated).
 PYTHONPATH=src python3 float8-trajectory.py VARIANT STEPS   (VARIANT: bf16, torchao-mlp,
 torchao-all, trainperf, trainperf-dynamic; a trainperf one may end in -pow2: its scales rounded
 down to powers of two, as the fp8 recipe has torchao do; -e4m3: gradients in e4m3 too; -exact:
-no fast accumulation in the forward GEMMs)
+no fast accumulation in the forward GEMMs). With WARMUP=N in the environment the learning rate
+rises linearly over the first N steps.
 """
 
+import os
 import sys
 
 import torch
@@ -105,6 +107,8 @@ def main() -> None:
     elif variant == "torchao-all":
         peers.apply_float8(model)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
+    warmup = int(os.environ.get("WARMUP", "0"))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / max(warmup, 1)))
     print(f"{variant}: per group, relative L2 error / ratio along float32's gradient")
     for step, tokens in enumerate(grads_probe.markov_batches(cfg.vocab_size, BATCH, SEQ, steps)):
         tokens = tokens.to(device)
@@ -117,6 +121,7 @@ def main() -> None:
             line += " | amax/scale's " + saturation(model)
         print(line, flush=True)
         opt.step()
+        sched.step()
 
 
 if __name__ == "__main__":
