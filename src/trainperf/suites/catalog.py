@@ -403,7 +403,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "trainperf's fastest step with its own float8 MLP (delayed scaling, casts in the kernels "
           "that produce each tensor) beside the same step with torchao's float8 training of every "
           "decoder Linear (`fp8`) and beside the bf16 fastest step, on Llama-3.2-1B at the longest and "
-          "a short shape; and its loss curve from the same weights and batches beside stock's.",
+          "a short shape; and both float8 steps' loss curves from the same weights and batches beside "
+          "stock's.",
           (Part("llama", ("llama",),
                 gpu={"--recipe": "fast,fp8,fp8-trainperf", "--batch-seq": "1x16384",
                      "--sdpa-backend": "CUDNN_ATTENTION", "--warmup": "3", "--iters": "10"},
@@ -415,7 +416,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                 cpu={"--recipe": "fp8-trainperf", "--batch-seq": "1x16", "--sdpa-backend": "MATH",
                      **_TINY}),
            Part("parity", ("parity",),
-                gpu={"--recipe": "stock,fp8-trainperf", "--layers": "2", "--train-steps": "100",
+                gpu={"--recipe": "stock,fp8,fp8-trainperf", "--layers": "2", "--train-steps": "100",
                      "--repeats": "3"},
                 cpu={"--recipe": "stock,fp8-trainperf", "--train-steps": "4", "--seq": "16", "--batch": "2",
                      "--dtype": "fp32", "--repeats": "2"})),
