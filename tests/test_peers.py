@@ -102,9 +102,29 @@ def test_the_parity_plot_sets_each_run_beside_stock_s_run_of_its_number(tmp_path
     assert (tmp_path / "p.png").stat().st_size > 0
 
 
-def test_parity_repeats_must_be_positive(db, tmp_path):
-    res = runner.invoke(app, ["parity", *CPU, "--repeats", "0", "--db", str(db), "--out", str(tmp_path)])
-    assert res.exit_code != 0 and "--repeats must be positive, got 0" in res.output
+@pytest.mark.parametrize("option", ["--repeats", "--draws"])
+def test_parity_repeats_and_draws_must_be_positive(db, tmp_path, option):
+    res = runner.invoke(app, ["parity", *CPU, option, "0", "--db", str(db), "--out", str(tmp_path)])
+    assert res.exit_code != 0 and f"{option} must be positive, got 0" in res.output
+
+
+def test_parity_draws_train_each_recipe_on_another_language_beside_stock_s_of_the_same_draw(db, tmp_path):
+    res = runner.invoke(app, ["parity", *CPU, "--recipe", "fast", "--train-steps", "5", "--seq", "16",
+                              "--batch", "2", "--dtype", "fp32", "--draws", "2", "--db", str(db),
+                              "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    recs = {(r.spec["recipe"], r.spec["run"], r.spec["draw"]) for r in Store(db).records(workload="parity")}
+    assert recs == {("stock", 1, 1), ("fast", 1, 1), ("stock", 2, 2), ("fast", 2, 2)}
+    losses = pd.read_csv(tmp_path / "parity_losses.csv", index_col="step")
+    assert losses.stock.iloc[0] == pytest.approx(losses["stock #2"].iloc[0], rel=0.05)  # the same start
+    assert (losses.stock - losses["stock #2"]).abs().max() > 1e-3  # other batches after
+    table = pd.read_csv(tmp_path / "parity_table.csv").set_index("recipe")
+    # each draw of fast beside stock's of the same draw: the CPU's kernels keep fast on stock's curve
+    assert table.loc["fast", "runs"] == 2 and table.loc["fast", "max_rel_dev"] < 1e-4
+    # stock's runs are one a draw: none is set beside another draw's
+    assert table.loc["stock", "runs"] == 2 and pd.isna(table.loc["stock", "max_rel_dev"])
+    a, b = (parity.markov_batches(512, 2, 8, 1, seed=s)[0] for s in (0, 1))
+    assert not torch.equal(a, b) and a.max() < parity.LANGUAGE_TOKENS
 
 
 def test_parity_cli_trains_each_recipe_from_the_same_start(db, tmp_path):

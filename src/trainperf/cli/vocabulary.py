@@ -56,6 +56,8 @@ GLOSSARY: dict[str, str] = {
     "--train-steps": "Optimizer steps of a loss-parity run (untimed).",
     "--repeats": "Loss-parity runs of each recipe: the same training again, to see how far a curve "
                  "moves between runs.",
+    "--draws": "Loss-parity draws of the task: each another language and its batches, to see whether "
+               "a recipe keeps parity beyond one draw.",
     "--lr": "Learning rate.",
     "--library": "Kernel library patched into the model: none, liger (Liger Kernel).",
     "--float8": ("Float8 training: off, torchao (every decoder Linear, scales from each tensor's "

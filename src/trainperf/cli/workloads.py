@@ -405,7 +405,8 @@ def llama(
 
 
 PARITY_COLUMNS: list[report.Column] = [
-    ("recipe", report.spec("recipe")), ("run", report.spec("run")), ("model", report.spec("model")),
+    ("recipe", report.spec("recipe")), ("run", report.spec("run")), ("draw", report.spec("draw")),
+    ("model", report.spec("model")),
     ("layers", report.spec("layers")),
     ("batch", report.spec("batch")), ("seq", report.spec("seq")), ("steps", report.spec("train_steps")),
     ("lr", report.spec("lr")), ("first loss", report.metric("loss_first")),
@@ -427,6 +428,8 @@ def parity(
     train_steps: int = option("--train-steps", None, "Default 200 on a GPU, 30 on the CPU."),
     repeats: int = option("--repeats", 1, "Each run beside stock's run of the same number; a recipe "
                                           "keeps parity only if it does in every run."),
+    draws: int = option("--draws", 1, "Draws of the task (another language and its batches each), "
+                                      "each recipe's runs of a draw beside stock's of the same draw."),
     lr: float = option("--lr", None, "Of AdamW (default 3e-4 on a GPU, 3e-3 on the CPU)."),
     dtype: str = option("--dtype", "bf16", "The weights' own."),
     sdpa_backend: str = option("--sdpa-backend", None, "One; default CUDNN_ATTENTION on a GPU, MATH on the "
@@ -456,10 +459,11 @@ def parity(
     recipes = parse_list(opts.pop("recipe"), str, "--recipe", RECIPES)
     recipes = ["stock", *[r for r in recipes if r != "stock"]]
     dtype = parse_one(dtype, str, "--dtype", DTYPE_CHOICES, DTYPE_ALIASES)
-    if repeats < 1:
-        raise SpecError(f"--repeats must be positive, got {repeats}")
-    specs = [ParitySpec(recipe=r, dtype=dtype, device=dev.type, run=n, **opts)
-             for n in range(1, repeats + 1) for r in recipes]
+    for name, value in (("--repeats", repeats), ("--draws", draws)):
+        if value < 1:
+            raise SpecError(f"{name} must be positive, got {value}")
+    specs = [ParitySpec(recipe=r, dtype=dtype, device=dev.type, run=(d - 1) * repeats + n, draw=d, **opts)
+             for d in range(1, draws + 1) for n in range(1, repeats + 1) for r in recipes]
     for s in specs:
         validate(s)
     check_out_dir(out)

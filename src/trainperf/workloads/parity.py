@@ -5,7 +5,10 @@ steps on a language the model can learn; its loss curve is set beside stock's.
 Kernels that are not deterministic (atomics in a backward, a float8 scale that lands on the other
 side of a power of two) make a recipe's curve differ from run to run, so `--repeats N` trains every
 recipe N times, each run beside stock's run of the same number; a recipe keeps parity only if it
-does in every run.
+does in every run. Repeats make the same draw of the task again. Where the loss falls fastest,
+gradient noise of a few percent (float8's) moves the fall by a step or two, and whether that
+crosses the tolerance depends on the draw; so `--draws N` also trains every recipe on N draws of
+the task (another language and its batches each), beside stock's run of the same draw.
 
 The language: a fixed random Markov chain over the first 512 token ids, each token followed by
 one of four successors with fixed probabilities, so the loss falls from ln(vocab) towards the
@@ -55,7 +58,8 @@ class ParitySpec:
     sdpa_backend: str
     device: str
     layers: int | None = None
-    run: int = 1  # which of the `--repeats` runs: the same training again, for run-to-run spread
+    run: int = 1  # which of the runs (the `--repeats` of each draw, draw after draw)
+    draw: int = 1  # which draw of the task: the language and batches from seed draw - 1
 
     def label(self) -> str:
         again = f" #{self.run}" if self.run > 1 else ""
@@ -100,7 +104,8 @@ def measure_parity(spec: ParitySpec) -> dict[str, Any]:
         step.opt = torch.optim.AdamW(step.model.parameters(), lr=spec.lr, weight_decay=0.0)
         mask = torch.ones(spec.batch, spec.seq, dtype=torch.long, device=device)
         losses = []
-        for tokens in markov_batches(step.cfg.vocab_size, spec.batch, spec.seq, spec.train_steps):
+        for tokens in markov_batches(step.cfg.vocab_size, spec.batch, spec.seq, spec.train_steps,
+                                     seed=spec.draw - 1):
             tokens = tokens.to(device)
             step.inputs = {"input_ids": tokens[:, :-1], "attention_mask": mask}
             step.targets = tokens[:, 1:].contiguous()
@@ -123,10 +128,16 @@ def _recipe_and_run(name: str) -> tuple[str, int]:
 
 
 def curves(records: list) -> pd.DataFrame:
-    """Step x run-of-a-recipe losses of the finished records (columns named by `column`)."""
-    return pd.DataFrame({column(r.spec["recipe"], r.spec.get("run", 1)):
-                         [float(x) for x in r.metrics["loss_curve"].split(",")]
-                         for r in records if r.status == "ok"}).rename_axis("step")
+    """Step x run-of-a-recipe losses of the finished records (columns named by `column`); its
+    attrs["first_runs"] maps each run to the first run of its draw."""
+    done = [r for r in records if r.status == "ok"]
+    losses = pd.DataFrame({column(r.spec["recipe"], r.spec.get("run", 1)):
+                           [float(x) for x in r.metrics["loss_curve"].split(",")]
+                           for r in done}).rename_axis("step")
+    draws = {r.spec.get("run", 1): r.spec.get("draw", 1) for r in done}
+    losses.attrs["first_runs"] = {run: min(n for n, d in draws.items() if d == draw)
+                                  for run, draw in draws.items()}
+    return losses
 
 
 def _deviation(smooth: pd.DataFrame, name: str, reference: str, tail: int) -> tuple[float, float] | None:
@@ -148,11 +159,11 @@ def relative_deviation(smooth: pd.DataFrame, name: str, reference: str) -> pd.Se
     return (smooth[name] - smooth[reference]).abs() / smooth[reference]
 
 
-def _reference_of(name: str, reference: str) -> str:
+def _reference_of(name: str, reference: str, first_runs: dict[int, int]) -> str:
     """The reference column a loss column is compared with: the reference's run of the same number
-    (the reference's own later runs, with its first)."""
+    (the reference's own later runs, with its first of the same draw)."""
     recipe, run = _recipe_and_run(name)
-    return column(reference, 1 if recipe == reference else run)
+    return column(reference, first_runs.get(run, 1) if recipe == reference else run)
 
 
 def plot_parity(losses: pd.DataFrame, path: Path, reference: str = "stock") -> Figure:
@@ -170,7 +181,7 @@ def plot_parity(losses: pd.DataFrame, path: Path, reference: str = "stock") -> F
         recipe, run = _recipe_and_run(name)
         left.plot(losses.index, losses[name], color=colours[recipe], lw=1.2, alpha=0.8,
                   label=recipe if run == 1 else None)
-        ref = _reference_of(name, reference)
+        ref = _reference_of(name, reference, losses.attrs.get("first_runs", {}))
         if ref in smooth and ref != name:
             right.plot(smooth.index, 100 * relative_deviation(smooth, name, ref), color=colours[recipe],
                        lw=1.2, alpha=0.8)
@@ -194,9 +205,10 @@ def parity_table(losses: pd.DataFrame, reference: str = "stock") -> pd.DataFrame
     smoothed curve from the reference's run of the same number, worst over its runs (`parity` says
     whether every run stays within TOLERANCE; `flagged_runs` how many do not), and the mean
     deviation over the last fifth of the steps (whether it ends where the reference does), worst
-    over its runs. The reference's own row, with several runs, holds its runs' deviation from its
-    first: the spread that nondeterminism alone gives."""
+    over its runs. The reference's own row, with several runs of a draw, holds their deviation from
+    the draw's first: the spread that nondeterminism alone gives."""
     smooth = smoothed(losses)
+    first_runs = losses.attrs.get("first_runs", {})
     tail = max(len(losses) // 5, 1)
     runs: dict[str, list[int]] = {}
     for name in losses:
@@ -205,8 +217,8 @@ def parity_table(losses: pd.DataFrame, reference: str = "stock") -> pd.DataFrame
     rows = []
     for recipe, numbers in runs.items():
         names = [column(recipe, n) for n in numbers]
-        devs = [_deviation(smooth, name, _reference_of(name, reference), tail) for name in names
-                if name != reference]
+        pairs = [(name, _reference_of(name, reference, first_runs)) for name in names]
+        devs = [_deviation(smooth, name, ref, tail) for name, ref in pairs if ref != name]
         found = [d for d in devs if d is not None]
         flagged = sum(d[0] > TOLERANCE for d in found)
         first = losses[column(recipe, min(numbers))]
