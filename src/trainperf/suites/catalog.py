@@ -123,8 +123,9 @@ def recipes_headline(parts: dict[str, Path], against: list[tuple[str, tuple[str,
              for backend in sorted(set(table.backend)) for name in RECIPES for setup in recipe_forms(name)]
     label = {setup_label(s.sdpa_backend, s.compile, ",".join(s.swap_names()) or "none"): name
              for name, s in specs}
+    swaps = table.swaps.astype(object).fillna("none")
     table["recipe"] = [label.get(setup_label(b, c, s)) for b, c, s in
-                       zip(table.backend, table.compile, table.swaps.fillna("none"), strict=True)]
+                       zip(table.backend, table.compile, swaps, strict=True)]
     table["case"] = table.batch_size.astype(str) + "x" + table.seq_len.astype(str)
     energy = table["energy_j_per_iter"] if "energy_j_per_iter" in table else [float("nan")] * len(table)
     table["cell"] = _cell(table, "mean_s") + [_bracket(g, j) for g, j in zip(table.peak_mem_gb, energy,
@@ -264,7 +265,7 @@ def _pair_rows(llama: pd.DataFrame, label: str, stock: tuple[bool, str], cudnn: 
     `cudnn`; a key is (whether the attention is CUDNN_FE, the swaps)."""
     if llama.empty:
         return []
-    llama = llama.assign(swaps=llama.swaps.fillna("none"),
+    llama = llama.assign(swaps=llama.swaps.astype(object).fillna("none"),
                          case=llama.batch_size.astype(str) + "x" + llama.seq_len.astype(str))
     rows = []
     for case, df in llama.groupby("case", sort=False):
