@@ -175,8 +175,7 @@ def cast_transposed(x: torch.Tensor, state: ScaleState, role: int,
     """x [M, N] as float8 at `role`'s scale, and its transpose [N, M], in one pass."""
     state.next(role, dtype, x)
     m, n = x.shape
-    y = torch.empty(m, n, dtype=dtype, device=x.device)
-    yt = torch.empty(n, m, dtype=dtype, device=x.device)
+    y, yt = _with_transpose(m, n, dtype, x.device)
     _cast_kernel[_grid(m, n)](x, y, yt, state.scale[role:], state.now[role:], m, n,
                               FMAX=float8_max(dtype), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
     return y, yt
@@ -191,6 +190,13 @@ def swiglu_grad_reference(dh: torch.Tensor, gu: torch.Tensor) -> torch.Tensor:
     g, u = gu.float().chunk(2, dim=-1)
     sig, dh = torch.sigmoid(g), dh.float()
     return torch.cat([dh * u * sig * (1 + g * (1 - sig)), dh * g * sig], dim=-1)
+
+
+def _with_transpose(m: int, n: int, dtype: torch.dtype,
+                    device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Empty float8 tensors [m, n] and [n, m]: what a cast kernel writes."""
+    return (torch.empty(m, n, dtype=dtype, device=device),
+            torch.empty(n, m, dtype=dtype, device=device))
 
 
 def _grid(m: int, n: int) -> tuple[int, int]:
@@ -215,8 +221,7 @@ class _Float8MLP(torch.autograd.Function):
         w_d8, w_d8t = cast_transposed(w_d, state, W_D, E4M3)
         gu = _mm(x8, w_gu8, state, X, W_GU, fast=True)
         state.next(H, E4M3, swiglu_reference(gu) if not state.calibrated[H] else None)
-        h8 = torch.empty(t, f, dtype=E4M3, device=x.device)
-        h8t = torch.empty(f, t, dtype=E4M3, device=x.device)
+        h8, h8t = _with_transpose(t, f, E4M3, x.device)
         _swiglu_kernel[_grid(t, f)](gu, h8, h8t, state.scale[H:], state.now[H:], t, f,
                                     FMAX=float8_max(E4M3), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
         y = _mm(h8, w_d8, state, H, W_D, fast=True)
@@ -234,8 +239,7 @@ class _Float8MLP(torch.autograd.Function):
         dh = _mm(dy8, w_d8t, state, DY, W_D)
         grad_w_d = _mm(dy8t, h8t, state, DY, H)
         state.next(DGU, E5M2, swiglu_grad_reference(dh, gu) if not state.calibrated[DGU] else None)
-        dgu8 = torch.empty(t, 2 * f, dtype=E5M2, device=dy.device)
-        dgu8t = torch.empty(2 * f, t, dtype=E5M2, device=dy.device)
+        dgu8, dgu8t = _with_transpose(t, 2 * f, E5M2, dy.device)
         _swiglu_bwd_kernel[_grid(t, f)](dh, gu, dgu8, dgu8t, state.scale[DGU:], state.now[DGU:],
                                         t, f, FMAX=float8_max(E5M2), BM=TILE[0], BN=TILE[1],
                                         num_warps=WARPS)
