@@ -102,6 +102,28 @@ def test_the_parity_plot_sets_each_run_beside_stock_s_run_of_its_number(tmp_path
     assert (tmp_path / "p.png").stat().st_size > 0
 
 
+def test_the_parity_suite_headline_sets_each_draw_beside_stock_s_of_that_draw(tmp_path):
+    from trainperf.suites.catalog import draws_headline
+
+    stock = {1: [5.0 - 0.1 * i for i in range(20)], 2: [6.0 - 0.2 * i for i in range(20)]}
+    runs = [record("stock", stock[1]), record("fast", [x * 1.01 for x in stock[1]]),
+            record("fp8", [x * 1.2 for x in stock[1]]), record("stock", stock[2], run=2),
+            record("fast", [x * 1.02 for x in stock[2]], run=2), record("fp8", stock[2], run=2)]
+    for r in runs:
+        r.spec["draw"] = r.spec["run"]
+    parity.curves(runs).to_csv(tmp_path / "parity_losses.csv")
+    rows = [{"recipe": r.spec["recipe"], "run": r.spec["run"], "draw": r.spec["draw"], "status": "ok"}
+            for r in runs]
+    rows += [{"recipe": "liger", "run": n, "draw": n, "status": "unsupported"} for n in (1, 2)]
+    pd.DataFrame(rows).to_csv(tmp_path / "parity.csv", index=False)
+    table = draws_headline({"parity": tmp_path}).set_index("recipe")
+    assert list(table.columns) == ["draw 1", "draw 2", "draws flagged"]
+    assert table.loc["fast"].tolist() == ["1.00%", "2.00%", "0 of 2"]  # each beside its own draw's stock
+    assert table.loc["fp8"].tolist() == ["20.00% FLAGGED", "0.00%", "1 of 2"]
+    assert table.loc["liger"].tolist() == ["unsupported", "unsupported", "-"]
+    assert "stock" not in table.index  # the reference, one run a draw
+
+
 @pytest.mark.parametrize("option", ["--repeats", "--draws"])
 def test_parity_repeats_and_draws_must_be_positive(db, tmp_path, option):
     res = runner.invoke(app, ["parity", *CPU, option, "0", "--db", str(db), "--out", str(tmp_path)])

@@ -145,6 +145,34 @@ def recipes_headline(parts: dict[str, Path], against: list[tuple[str, tuple[str,
     return out.reset_index()
 
 
+def draws_headline(parts: dict[str, Path]) -> pd.DataFrame:
+    """One row per recipe, a column per draw of the parity task: the largest deviation of the
+    recipe's smoothed loss from stock's run of that draw (FLAGGED beyond the tolerance, or the
+    status of a run that did not finish), then in how many draws it was flagged."""
+    from trainperf.workloads.parity import TOLERANCE, first_runs, run_deviations
+
+    records = _read(parts["parity"], "parity.csv")
+    losses = _read(parts["parity"], "parity_losses.csv")
+    if losses.empty:
+        return losses
+    draw_of = dict(zip(records.run, records.draw, strict=True))
+    losses = losses.set_index("step")
+    losses.attrs["first_runs"] = first_runs(draw_of)
+    devs = run_deviations(losses)
+    devs = devs[devs.recipe != "stock"].assign(draw=devs.run.map(draw_of))
+    devs["cell"] = [f"{d:.2%}" + (" FLAGGED" if d > TOLERANCE else "") if pd.notna(d) else "no reference"
+                    for d in devs.max_rel_dev]
+    failed = records[(records.status != "ok") & (records.recipe != "stock")]
+    cells = pd.concat([devs[["recipe", "draw", "cell"]],
+                       failed.assign(cell=failed.status)[["recipe", "draw", "cell"]]], ignore_index=True)
+    out = cells.pivot_table(index="recipe", columns="draw", values="cell", aggfunc="first", sort=False)
+    out.columns = [f"draw {d}" for d in out.columns]
+    flagged = devs.groupby("recipe", sort=False).max_rel_dev.agg(
+        lambda d: f"{(d > TOLERANCE).sum()} of {len(d)}")
+    out["draws flagged"] = flagged.reindex(out.index).fillna("-")
+    return out.reset_index()
+
+
 def _bracket(peak_gb: float, energy_j: float) -> str:
     """' (peak GB, J per iteration)', of what a case has; results from before energy was read have
     only the memory."""
@@ -425,6 +453,19 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "Seconds per iteration (mean of 10 after 3 warm-up), peak memory and the GPU's energy per "
           "iteration at each shape; loss parity as in the peers suite (2 decoder layers, 100 AdamW "
           "steps, ok within 3% in every run)."),
+    Suite("parity",
+          "Every recipe's loss beside stock's on four draws of the parity task (another Markov "
+          "language and its batches each, from the same initial weights), Llama-3.2-1B with 2 decoder "
+          "layers: whether a recipe keeps parity beyond the one draw the peers and float8 suites train "
+          "on, where gradient noise moves the loss's fast fall by a step or two.",
+          (Part("parity", ("parity",),
+                gpu={"--recipe": "stock,compile,liger,liger-compile,fa4,liger-fa4,fast,fp8,fp8-trainperf",
+                     "--layers": "2", "--train-steps": "100", "--draws": "4"},
+                cpu={"--recipe": "stock,fast", "--train-steps": "4", "--seq": "16", "--batch": "2",
+                     "--dtype": "fp32", "--draws": "2"}),),
+          draws_headline,
+          "The largest deviation of each recipe's smoothed loss from stock's run of the same draw over "
+          "100 AdamW steps (8 x 1024 tokens), per draw; FLAGGED beyond 3%."),
     Suite("peers-explain",
           "Where each recipe's gain over the stock Llama-3.2-1B step comes from: one profiled iteration "
           "of stock, Liger Kernel, FlashAttention 4, trainperf's fastest step and its float8 form at "

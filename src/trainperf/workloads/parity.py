@@ -134,10 +134,13 @@ def curves(records: list) -> pd.DataFrame:
     losses = pd.DataFrame({column(r.spec["recipe"], r.spec.get("run", 1)):
                            [float(x) for x in r.metrics["loss_curve"].split(",")]
                            for r in done}).rename_axis("step")
-    draws = {r.spec.get("run", 1): r.spec.get("draw", 1) for r in done}
-    losses.attrs["first_runs"] = {run: min(n for n, d in draws.items() if d == draw)
-                                  for run, draw in draws.items()}
+    losses.attrs["first_runs"] = first_runs({r.spec.get("run", 1): r.spec.get("draw", 1) for r in done})
     return losses
+
+
+def first_runs(draw_of_run: dict[int, int]) -> dict[int, int]:
+    """Each run's first run of the same draw, from the draw of each run."""
+    return {run: min(n for n, d in draw_of_run.items() if d == draw) for run, draw in draw_of_run.items()}
 
 
 def _deviation(smooth: pd.DataFrame, name: str, reference: str, tail: int) -> tuple[float, float] | None:
@@ -200,6 +203,25 @@ def plot_parity(losses: pd.DataFrame, path: Path, reference: str = "stock") -> F
     return fig
 
 
+def run_deviations(losses: pd.DataFrame, reference: str = "stock") -> pd.DataFrame:
+    """One row per run compared with a reference run (every run of a recipe, the reference's
+    later runs of a draw): its recipe, run, the largest relative deviation of its smoothed curve
+    from the reference's run of the same number (or the draw's first, for the reference itself),
+    and the mean deviation over the last fifth of the steps; NaN where that reference run is
+    missing."""
+    smooth = smoothed(losses)
+    first = losses.attrs.get("first_runs", {})
+    tail = max(len(losses) // 5, 1)
+    rows = []
+    for name in losses:
+        recipe, run = _recipe_and_run(name)
+        ref = _reference_of(name, reference, first)
+        if ref != name:
+            dev = _deviation(smooth, name, ref, tail) or (math.nan, math.nan)
+            rows.append({"recipe": recipe, "run": run, "max_rel_dev": dev[0], "final_rel_dev": dev[1]})
+    return pd.DataFrame(rows, columns=["recipe", "run", "max_rel_dev", "final_rel_dev"])
+
+
 def parity_table(losses: pd.DataFrame, reference: str = "stock") -> pd.DataFrame:
     """Per recipe: first and last loss (of its first run), the largest relative deviation of its
     smoothed curve from the reference's run of the same number, worst over its runs (`parity` says
@@ -207,28 +229,23 @@ def parity_table(losses: pd.DataFrame, reference: str = "stock") -> pd.DataFrame
     deviation over the last fifth of the steps (whether it ends where the reference does), worst
     over its runs. The reference's own row, with several runs of a draw, holds their deviation from
     the draw's first: the spread that nondeterminism alone gives."""
-    smooth = smoothed(losses)
-    first_runs = losses.attrs.get("first_runs", {})
-    tail = max(len(losses) // 5, 1)
+    devs = run_deviations(losses, reference).dropna()
     runs: dict[str, list[int]] = {}
     for name in losses:
         recipe, run = _recipe_and_run(name)
         runs.setdefault(recipe, []).append(run)
     rows = []
     for recipe, numbers in runs.items():
-        names = [column(recipe, n) for n in numbers]
-        pairs = [(name, _reference_of(name, reference, first_runs)) for name in names]
-        devs = [_deviation(smooth, name, ref, tail) for name, ref in pairs if ref != name]
-        found = [d for d in devs if d is not None]
-        flagged = sum(d[0] > TOLERANCE for d in found)
+        found = devs[devs.recipe == recipe]
+        flagged = int((found.max_rel_dev > TOLERANCE).sum())
         first = losses[column(recipe, min(numbers))]
         rows.append({"recipe": recipe, "runs": len(numbers), "loss_first": first.iloc[0],
                      "loss_last": first.iloc[-1],
-                     "max_rel_dev": max((d[0] for d in found), default=None),
-                     "final_rel_dev": max((d[1] for d in found), default=None),
-                     "flagged_runs": None if recipe == reference or not found else flagged,
+                     "max_rel_dev": found.max_rel_dev.max() if len(found) else None,
+                     "final_rel_dev": found.final_rel_dev.max() if len(found) else None,
+                     "flagged_runs": None if recipe == reference or found.empty else flagged,
                      "parity": "reference" if recipe == reference else
-                     ("no reference" if not found else ("FLAGGED" if flagged else "ok"))})
+                     ("no reference" if found.empty else ("FLAGGED" if flagged else "ok"))})
     return pd.DataFrame(rows)
 
 

@@ -1,11 +1,12 @@
 """Which of the MLP's float8 GEMMs take the loss away from stock's in the parity task.
 
-FQ=fwd,dgrad,wgrad python3 float8-which-gemms.py parity --recipe stock,fq ...: `trainperf` with the float8 MLP
-(`--float8 trainperf`) in recipe `fq` (eager) replaced by a bf16 MLP that rounds the operands of the named GEMMs to
-float8 first (fake quantization, dynamic tensorwise scales rounded to powers of two, so each
-rounded value is exact in bf16): the forward GEMMs (x·W_guᵀ, h·W_dᵀ), the input-gradient GEMMs
-(dy·W_d, dgu·W_gu) or the weight-gradient GEMMs (dyᵀ·h, dguᵀ·x). Activations and weights round to
-e4m3, gradients to e5m2, as in trainperf's and torchao's float8.
+FQ=fwd,dgrad,wgrad python3 float8-which-gemms.py parity --recipe stock,fq ...: `trainperf`
+with the float8 MLP (`--float8 trainperf`) in recipe `fq` (eager) replaced by a bf16 MLP that
+rounds the operands of the named GEMMs to float8 first (fake quantization, dynamic tensorwise
+scales rounded to powers of two, so each rounded value is exact in bf16): the forward GEMMs
+(x·W_guᵀ, h·W_dᵀ), the input-gradient GEMMs (dy·W_d, dgu·W_gu) or the weight-gradient GEMMs
+(dyᵀ·h, dguᵀ·x). Activations and weights round to e4m3, gradients to e5m2, as in trainperf's
+and torchao's float8.
 """
 
 import os

@@ -13,11 +13,12 @@ import sys
 import pynvml
 import torch
 import torch.nn.functional as F
+
 from trainperf.kernels.quack_mlp import _load_quack
 
-_load_quack()  # noqa: E402 - keys the DSL objects quack's epilogue cache cannot key itself
-from quack.gemm_interface import gemm, gemm_dgated, gemm_gated
-from quack.mlp import mlp_func
+_load_quack()  # keys the DSL objects quack's epilogue cache cannot key itself
+from quack.gemm_interface import gemm, gemm_dgated, gemm_gated  # noqa: E402
+from quack.mlp import mlp_func  # noqa: E402
 
 HIDDEN, INTER = 2048, 8192
 pynvml.nvmlInit()
@@ -112,9 +113,11 @@ def main(tokens: int) -> None:
         for t in (xs, *ws):
             t.grad = None
         fn()
-        gw = ws[0].grad if fn is stock else ws[0].grad.view(INTER, 2, HIDDEN).transpose(0, 1).reshape(2 * INTER, HIDDEN)
+        gw = ws[0].grad
+        if fn is hybrid:
+            gw = gw.view(INTER, 2, HIDDEN).transpose(0, 1).reshape(2 * INTER, HIDDEN)
         ref.append((xs.grad.float(), gw.float(), ws[1].grad.float()))
-    for name, a, b in zip(("dx", "d gate_up", "d down"), *ref):
+    for name, a, b in zip(("dx", "d gate_up", "d down"), *ref, strict=True):
         print(f"hybrid vs stock {name}: relative error {((a - b).norm() / a.norm()).item():.2e}")
 
 
