@@ -426,8 +426,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "Seconds per iteration (mean of 10 after 3 warm-up), peak memory and, where it was read, the "
           "GPU's energy per iteration at each shape; loss parity: "
           "the largest deviation of the recipe's smoothed loss from stock's over 100 AdamW steps (2 "
-          "decoder layers, 8 x 1024 tokens), of the worst run where the cell names several; ok within 3% "
-          "in every run."),
+          "decoder layers, 8 x 1024 tokens), of the worst run where the cell names several (three runs of "
+          "one draw of the task: the `parity` suite trains on four); ok within 3% in every run."),
     Suite("float8",
           "trainperf's fastest step with its own float8 MLP (delayed scaling, casts in the kernels "
           "that produce each tensor) beside the same step with torchao's float8 training of every "
