@@ -134,30 +134,41 @@ def recipes_headline(parts: dict[str, Path], against: list[tuple[str, tuple[str,
     ok = table[table.status == "ok"]
     for recipe, others in against if not out.empty else ():  # rows only where some case ran
         out.loc[f"{recipe} vs the best of {', '.join(others)}"] = _against_best(ok, recipe, others)
-    losses = _read(parts["parity"], "parity_losses.csv") if "parity" in parts else pd.DataFrame()
+    losses = _parity_losses(parts["parity"])[0] if "parity" in parts else pd.DataFrame()
     if not losses.empty:
         from trainperf.workloads.parity import parity_table, verdict
 
-        parity = parity_table(losses.set_index("step")).set_index("recipe")
+        parity = parity_table(losses).set_index("recipe")
         out["loss parity (max deviation)"] = parity.apply(verdict, axis=1)
         out["deviation over the last fifth"] = parity.final_rel_dev.map(
             lambda d: f"{d:.2%}" if pd.notna(d) else "")
     return out.reset_index()
 
 
+def _parity_losses(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A parity part's step x run losses, with each run's first run of its draw in
+    attrs["first_runs"] as `trainperf parity` had them, and its records."""
+    from trainperf.workloads.parity import first_runs
+
+    records, losses = _read(folder, "parity.csv"), _read(folder, "parity_losses.csv")
+    if losses.empty:
+        return losses, records
+    losses = losses.set_index("step")
+    draws = records["draw"] if "draw" in records else pd.Series(1, records.index)  # runs before draws
+    losses.attrs["first_runs"] = first_runs(dict(zip(records.run, draws, strict=True)))
+    return losses, records
+
+
 def draws_headline(parts: dict[str, Path]) -> pd.DataFrame:
     """One row per recipe, a column per draw of the parity task: the largest deviation of the
     recipe's smoothed loss from stock's run of that draw (FLAGGED beyond the tolerance, or the
     status of a run that did not finish), then in how many draws it was flagged."""
-    from trainperf.workloads.parity import TOLERANCE, first_runs, run_deviations
+    from trainperf.workloads.parity import TOLERANCE, run_deviations
 
-    records = _read(parts["parity"], "parity.csv")
-    losses = _read(parts["parity"], "parity_losses.csv")
+    losses, records = _parity_losses(parts["parity"])
     if losses.empty:
         return losses
     draw_of = dict(zip(records.run, records.draw, strict=True))
-    losses = losses.set_index("step")
-    losses.attrs["first_runs"] = first_runs(draw_of)
     devs = run_deviations(losses)
     devs = devs[devs.recipe != "stock"].assign(draw=devs.run.map(draw_of))
     devs["cell"] = [f"{d:.2%}" + (" FLAGGED" if d > TOLERANCE else "") if pd.notna(d) else "no reference"
