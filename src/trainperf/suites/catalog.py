@@ -147,15 +147,17 @@ def recipes_headline(parts: dict[str, Path], against: list[tuple[str, tuple[str,
 
 def _parity_losses(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A parity part's step x run losses, with each run's first run of its draw in
-    attrs["first_runs"] as `trainperf parity` had them, and its records."""
+    attrs["first_runs"] as `trainperf parity` had them, and its records (runs from before
+    draws existed are of draw 1)."""
     from trainperf.workloads.parity import first_runs
 
     records, losses = _read(folder, "parity.csv"), _read(folder, "parity_losses.csv")
     if losses.empty:
         return losses, records
+    if "draw" not in records:
+        records = records.assign(draw=1)
     losses = losses.set_index("step")
-    draws = records["draw"] if "draw" in records else pd.Series(1, records.index)  # runs before draws
-    losses.attrs["first_runs"] = first_runs(dict(zip(records.run, draws, strict=True)))
+    losses.attrs["first_runs"] = first_runs(dict(zip(records.run, records.draw, strict=True)))
     return losses, records
 
 

@@ -65,7 +65,7 @@ RECIPES: dict[str, dict[str, str]] = {
     "fast": FAST,
     "fp8": {**FAST, "float8": "torchao", "compile": "layers-tuned"},
     # the same step with trainperf's own float8 MLP (delayed scaling) instead of torchao's float8:
-    # faster; its loss departs from stock's in the parity suites' draw of the task (docs/peers.md)
+    # faster; like torchao's, its loss departs from stock's in most draws of the parity task
     "fp8-trainperf": {**FAST, "float8": "trainperf"},
     "fa4": {"sdpa_backend": "FA4"},  # the stock model with FlashAttention 4 as its attention
     "liger-fa4": {"library": "liger", "sdpa_backend": "FA4"},
