@@ -418,29 +418,25 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "Llama-3.2-1B with what users pick instead of trainperf's step (torch.compile, Liger Kernel, "
           "Liger + compile, FlashAttention 4, Liger + FlashAttention 4) beside stock and trainperf's "
           "fastest step (FlashAttention 4 where it runs) at the six shapes of the seed grid, cuDNN "
-          "attention where a recipe names none; Liger + compile and trainperf's float8 step at the longest "
-          "and a short shape; each recipe's loss curve from the same weights and batches beside stock's; "
-          "and the fastest step's speed-up and memory against the best peer of each shape.",
+          "attention where a recipe names none; each recipe's loss curve beside stock's from the same "
+          "weights and batches, on four draws of the parity task; and the fastest step's speed-up and "
+          "memory against the best peer of each shape. The float8 steps are the `float8` suite's.",
           (Part("llama", ("llama",),
-                gpu={"--recipe": "stock,compile,liger,fa4,liger-fa4,fast",
+                gpu={"--recipe": "stock,compile,liger,liger-compile,fa4,liger-fa4,fast",
                      "--sdpa-backend": "CUDNN_ATTENTION", "--warmup": "3", "--iters": "10"},
                 cpu={"--recipe": "stock,compile,fast", "--batch-seq": "1x32", "--sdpa-backend": "MATH",
                      **_TINY}),
-           Part("llama-more", ("llama",),
-                gpu={"--recipe": "liger-compile,fp8", "--batch-seq": "1x16384,12x1024",
-                     "--sdpa-backend": "CUDNN_ATTENTION", "--warmup": "3", "--iters": "10"},
-                cpu={"--recipe": "stock", "--batch-seq": "1x16", "--sdpa-backend": "MATH", **_TINY}),
            Part("parity", ("parity",),
-                gpu={"--recipe": "stock,compile,liger,liger-compile,fa4,liger-fa4,fast,fp8", "--layers": "2",
-                     "--train-steps": "100", "--repeats": "3"},
+                gpu={"--recipe": "stock,compile,liger,liger-compile,fa4,liger-fa4,fast", "--layers": "2",
+                     "--train-steps": "100", "--draws": "4"},
                 cpu={"--recipe": "stock,fast", "--train-steps": "4", "--seq": "16", "--batch": "2",
-                     "--dtype": "fp32", "--repeats": "2"})),
+                     "--dtype": "fp32", "--draws": "2"})),
           peers_headline,
           "Seconds per iteration (mean of 10 after 3 warm-up), peak memory and, where it was read, the "
           "GPU's energy per iteration at each shape; loss parity: "
           "the largest deviation of the recipe's smoothed loss from stock's over 100 AdamW steps (2 "
-          "decoder layers, 8 x 1024 tokens), of the worst run where the cell names several (three runs of "
-          "one draw of the task: the `parity` suite trains on four); ok within 3% in every run."),
+          "decoder layers, 8 x 1024 tokens), of its worst draw, each draw beside stock's run of the same "
+          "draw (results from before draws name runs of one draw); ok within 3% in every draw."),
     Suite("float8",
           "trainperf's fastest step with its own float8 MLP (delayed scaling, casts in the kernels "
           "that produce each tensor) beside the same step with torchao's float8 training of every "
@@ -464,13 +460,14 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "--dtype": "fp32", "--repeats": "2"})),
           float8_headline,
           "Seconds per iteration (mean of 10 after 3 warm-up), peak memory and the GPU's energy per "
-          "iteration at each shape; loss parity as in the peers suite (2 decoder layers, 100 AdamW "
-          "steps, ok within 3% in every run)."),
+          "iteration at each shape; loss parity over three runs of one draw of the parity task (2 decoder "
+          "layers, 100 AdamW steps, 8 x 1024 tokens), ok within 3% in every run; the `parity` suite "
+          "trains on four draws."),
     Suite("parity",
           "Every recipe's loss beside stock's on four draws of the parity task (another Markov "
           "language and its batches each, from the same initial weights), Llama-3.2-1B with 2 decoder "
-          "layers: whether a recipe keeps parity beyond the one draw the peers and float8 suites train "
-          "on, where gradient noise moves the loss's fast fall by a step or two.",
+          "layers: whether a recipe keeps parity beyond the one draw the float8 suite trains on, "
+          "where gradient noise moves the loss's fast fall by a step or two.",
           (Part("parity", ("parity",),
                 gpu={"--recipe": "stock,compile,liger,liger-compile,fa4,liger-fa4,fast,fp8,fp8-trainperf",
                      "--layers": "2", "--train-steps": "100", "--draws": "4"},
