@@ -436,7 +436,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "GPU's energy per iteration at each shape; loss parity: "
           "the largest deviation of the recipe's smoothed loss from stock's over 100 AdamW steps (2 "
           "decoder layers, 8 x 1024 tokens), of its worst draw, each draw beside stock's run of the same "
-          "draw (results from before draws name runs of one draw); ok within 3% in every draw."),
+          "draw; ok within 3% in every draw."),
     Suite("float8",
           "trainperf's fastest step with its own float8 MLP (delayed scaling, casts in the kernels "
           "that produce each tensor) beside the same step with torchao's float8 training of every "
