@@ -124,6 +124,20 @@ def test_the_parity_suite_headline_sets_each_draw_beside_stock_s_of_that_draw(tm
     assert "stock" not in table.index  # the reference, one run a draw
 
 
+def test_the_parity_verdict_counts_draws_where_runs_trained_on_several():
+    stock = [5.0 - 0.1 * i for i in range(20)]
+    runs = [record(name, curve, run=n) for n in (1, 2, 3, 4)
+            for name, curve in (("stock", stock), ("fp8", [x * (1.2 if n == 3 else 1.01) for x in stock]))]
+    losses = parity.curves(runs)
+    losses.attrs["first_runs"] = {1: 1, 2: 2, 3: 3, 4: 4}  # one run a draw
+    row = parity.parity_table(losses).set_index("recipe").loc["fp8"]
+    assert (row.runs, row.draws) == (4, 4)
+    assert parity.verdict(row) == "FLAGGED (20.00%, 1 of 4 draws)"
+    losses.attrs["first_runs"] = {1: 1, 2: 1, 3: 3, 4: 3}  # two runs of each of two draws
+    row = parity.parity_table(losses).set_index("recipe").loc["fp8"]
+    assert parity.verdict(row) == "FLAGGED (20.00%, 1 of 4 runs of 2 draws)"
+
+
 @pytest.mark.parametrize("option", ["--repeats", "--draws"])
 def test_parity_repeats_and_draws_must_be_positive(db, tmp_path, option):
     res = runner.invoke(app, ["parity", *CPU, option, "0", "--db", str(db), "--out", str(tmp_path)])
@@ -143,6 +157,7 @@ def test_parity_draws_train_each_recipe_on_another_language_beside_stock_s_of_th
     table = pd.read_csv(tmp_path / "parity_table.csv").set_index("recipe")
     # each draw of fast beside stock's of the same draw: the CPU's kernels keep fast on stock's curve
     assert table.loc["fast", "runs"] == 2 and table.loc["fast", "max_rel_dev"] < 1e-4
+    assert table.loc["fast", "draws"] == 2
     # stock's runs are one a draw: none is set beside another draw's
     assert table.loc["stock", "runs"] == 2 and pd.isna(table.loc["stock", "max_rel_dev"])
     a, b = (parity.markov_batches(512, 2, 8, 1, seed=s)[0] for s in (0, 1))

@@ -227,9 +227,11 @@ def parity_table(losses: pd.DataFrame, reference: str = "stock") -> pd.DataFrame
     smoothed curve from the reference's run of the same number, worst over its runs (`parity` says
     whether every run stays within TOLERANCE; `flagged_runs` how many do not), and the mean
     deviation over the last fifth of the steps (whether it ends where the reference does), worst
-    over its runs. The reference's own row, with several runs of a draw, holds their deviation from
-    the draw's first: the spread that nondeterminism alone gives."""
+    over its runs; `draws` counts the draws of the task its runs trained on. The reference's own
+    row, with several runs of a draw, holds their deviation from the draw's first: the spread that
+    nondeterminism alone gives."""
     devs = run_deviations(losses, reference).dropna()
+    first = losses.attrs.get("first_runs", {})
     runs: dict[str, list[int]] = {}
     for name in losses:
         recipe, run = _recipe_and_run(name)
@@ -238,9 +240,10 @@ def parity_table(losses: pd.DataFrame, reference: str = "stock") -> pd.DataFrame
     for recipe, numbers in runs.items():
         found = devs[devs.recipe == recipe]
         flagged = int((found.max_rel_dev > TOLERANCE).sum())
-        first = losses[column(recipe, min(numbers))]
-        rows.append({"recipe": recipe, "runs": len(numbers), "loss_first": first.iloc[0],
-                     "loss_last": first.iloc[-1],
+        curve = losses[column(recipe, min(numbers))]
+        rows.append({"recipe": recipe, "runs": len(numbers),
+                     "draws": len({first.get(n, 1) for n in numbers}),
+                     "loss_first": curve.iloc[0], "loss_last": curve.iloc[-1],
                      "max_rel_dev": found.max_rel_dev.max() if len(found) else None,
                      "final_rel_dev": found.final_rel_dev.max() if len(found) else None,
                      "flagged_runs": None if recipe == reference or found.empty else flagged,
@@ -251,11 +254,13 @@ def parity_table(losses: pd.DataFrame, reference: str = "stock") -> pd.DataFrame
 
 def verdict(row: pd.Series) -> str:
     """A table row's parity in a few words: "ok (1.52%)", "ok (1.52%, 3 runs)", "FLAGGED (4.21%,
-    1 of 4 runs)"."""
+    1 of 4 runs)", and "draws" for runs each of its own draw ("3 of 4 draws", "8 runs of 4 draws")."""
     if pd.isna(row.max_rel_dev):
         return row.parity
-    runs = int(row.runs)
+    runs, draws = int(row.runs), int(row.get("draws", 1))
     if runs == 1:
         return f"{row.parity} ({row.max_rel_dev:.2%})"
     flagged = f"{int(row.flagged_runs)} of " if pd.notna(row.flagged_runs) and row.flagged_runs else ""
-    return f"{row.parity} ({row.max_rel_dev:.2%}, {flagged}{runs} runs)"
+    counted = (f"{runs} runs" if draws == 1 else f"{draws} draws" if draws == runs
+               else f"{runs} runs of {draws} draws")
+    return f"{row.parity} ({row.max_rel_dev:.2%}, {flagged}{counted})"
