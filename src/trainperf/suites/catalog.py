@@ -194,6 +194,15 @@ def _bracket(peak_gb: float, energy_j: float) -> str:
     return f" ({', '.join(shown)})" if shown else ""
 
 
+def _parity_part(recipes: str, cpu_recipes: str, times: str, gpu_times: int) -> Part:
+    """A `parity` part: `recipes` trained 100 AdamW steps with 2 decoder layers, `gpu_times`
+    draws or repeats (`times`), beside stock's; on the CPU `cpu_recipes` 4 steps, twice."""
+    return Part("parity", ("parity",),
+                gpu={"--recipe": recipes, "--layers": "2", "--train-steps": "100", times: str(gpu_times)},
+                cpu={"--recipe": cpu_recipes, "--train-steps": "4", "--seq": "16", "--batch": "2",
+                     "--dtype": "fp32", times: "2"})
+
+
 PEERS = ("compile", "liger", "liger-compile")  # the peers of the fastest step's performance target
 FA4_PEERS = ("fa4", "liger-fa4")
 
@@ -426,11 +435,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "--sdpa-backend": "CUDNN_ATTENTION", "--warmup": "3", "--iters": "10"},
                 cpu={"--recipe": "stock,compile,fast", "--batch-seq": "1x32", "--sdpa-backend": "MATH",
                      **_TINY}),
-           Part("parity", ("parity",),
-                gpu={"--recipe": "stock,compile,liger,liger-compile,fa4,liger-fa4,fast", "--layers": "2",
-                     "--train-steps": "100", "--draws": "4"},
-                cpu={"--recipe": "stock,fast", "--train-steps": "4", "--seq": "16", "--batch": "2",
-                     "--dtype": "fp32", "--draws": "2"})),
+           _parity_part("stock,compile,liger,liger-compile,fa4,liger-fa4,fast", "stock,fast", "--draws", 4)),
           peers_headline,
           "Seconds per iteration (mean of 10 after 3 warm-up), peak memory and, where it was read, the "
           "GPU's energy per iteration at each shape; loss parity: "
@@ -453,11 +458,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "--sdpa-backend": "CUDNN_ATTENTION", "--warmup": "3", "--iters": "10"},
                 cpu={"--recipe": "fp8-trainperf", "--batch-seq": "1x16", "--sdpa-backend": "MATH",
                      **_TINY}),
-           Part("parity", ("parity",),
-                gpu={"--recipe": "stock,fp8,fp8-trainperf", "--layers": "2", "--train-steps": "100",
-                     "--repeats": "3"},
-                cpu={"--recipe": "stock,fp8-trainperf", "--train-steps": "4", "--seq": "16", "--batch": "2",
-                     "--dtype": "fp32", "--repeats": "2"})),
+           _parity_part("stock,fp8,fp8-trainperf", "stock,fp8-trainperf", "--repeats", 3)),
           float8_headline,
           "Seconds per iteration (mean of 10 after 3 warm-up), peak memory and the GPU's energy per "
           "iteration at each shape; loss parity over three runs of one draw of the parity task (2 decoder "
@@ -468,11 +469,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "language and its batches each, from the same initial weights), Llama-3.2-1B with 2 decoder "
           "layers: whether a recipe keeps parity beyond the one draw the float8 suite trains on, "
           "where gradient noise moves the loss's fast fall by a step or two.",
-          (Part("parity", ("parity",),
-                gpu={"--recipe": "stock,compile,liger,liger-compile,fa4,liger-fa4,fast,fp8,fp8-trainperf",
-                     "--layers": "2", "--train-steps": "100", "--draws": "4"},
-                cpu={"--recipe": "stock,fast", "--train-steps": "4", "--seq": "16", "--batch": "2",
-                     "--dtype": "fp32", "--draws": "2"}),),
+          (_parity_part("stock,compile,liger,liger-compile,fa4,liger-fa4,fast,fp8,fp8-trainperf",
+                        "stock,fast", "--draws", 4),),
           draws_headline,
           "The largest deviation of each recipe's smoothed loss from stock's run of the same draw over "
           "100 AdamW steps (8 x 1024 tokens), per draw; FLAGGED beyond 3%."),
