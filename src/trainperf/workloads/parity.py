@@ -257,7 +257,7 @@ def verdict(row: pd.Series) -> str:
     1 of 4 runs)", and "draws" for runs each of its own draw ("3 of 4 draws", "8 runs of 4 draws")."""
     if pd.isna(row.max_rel_dev):
         return row.parity
-    runs, draws = int(row.runs), int(row.get("draws", 1))
+    runs, draws = int(row.runs), int(row.draws)
     if runs == 1:
         return f"{row.parity} ({row.max_rel_dev:.2%})"
     flagged = f"{int(row.flagged_runs)} of " if pd.notna(row.flagged_runs) and row.flagged_runs else ""
