@@ -118,6 +118,7 @@ def test_cli_writes_csv_and_plots(db, tmp_path):
     assert set(df[df.backend == "EFFICIENT_ATTENTION"].status) == {"unsupported"}
     ok = df[df.status == "ok"]
     assert set(ok.backend) == {"MATH", "FLASH_ATTENTION"}
+    assert (ok.iters == 2).all()  # the timed iterations behind each mean, for its standard error
     # EFFICIENT could not run, so there is no baseline to divide by
     assert df.speedup.isna().all()
     assert (out / "iteration_time.png").stat().st_size > 0 and (out / "speedup.png").exists()

@@ -3,6 +3,7 @@ recipes whose package is missing, the parity computation, and on a GPU each reci
 loss and gradients against stock's."""
 
 import json
+import math
 
 import pandas as pd
 import pytest
@@ -276,6 +277,18 @@ def test_the_fastest_step_is_set_against_the_best_peer_of_each_shape():
     row = _against_best(ok, "fast", ("liger", "compile"))
     assert row["1x8"] == "1.60x over liger (memory 1.25x)"
     assert row["2x4"] == "0.80x over liger (memory 0.50x)"  # slower than the peer: said so, not hidden
+
+
+def test_the_fastest_step_s_speed_up_carries_its_standard_error_where_the_rows_have_their_spread():
+    from trainperf.suites.catalog import _against_best
+
+    ok = pd.DataFrame({"case": ["1x8"] * 2 + ["2x4"] * 2, "recipe": ["liger", "fast"] * 2,
+                       "mean_s": [0.8, 0.5] * 2, "peak_mem_gb": [4.0, 5.0] * 2,
+                       "std_s": [0.024, 0.02, 0.024, 0.02], "iters": [10, 10, None, 10]})
+    row = _against_best(ok, "fast", ("liger",))
+    se = 1.6 * math.sqrt(0.03 ** 2 / 10 + 0.04 ** 2 / 10)  # 0.04: the two means' relative errors
+    assert row["1x8"] == f"1.60x ± {se:.2f} over liger (memory 1.25x)" and f"{se:.2f}" == "0.03"
+    assert row["2x4"] == "1.60x over liger (memory 1.25x)"  # the peer's count unknown: no error made up
 
 
 def test_a_fastest_step_set_against_a_peer_measured_on_another_gpu_says_so():

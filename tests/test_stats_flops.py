@@ -4,7 +4,7 @@ import statistics
 import pytest
 
 from trainperf.core.flops import peak_tflops, transformer_flops
-from trainperf.core.stats import is_noisy, summarize, t_quantile_975
+from trainperf.core.stats import is_noisy, ratio_se, summarize, t_quantile_975
 
 
 def test_summary_matches_statistics_module():
@@ -32,6 +32,27 @@ def test_empty_sample_is_an_error():
 def test_noise_flag():
     assert not is_noisy(summarize([10.0, 10.1, 9.9, 10.0]))
     assert is_noisy(summarize([10.0, 12.0, 8.0, 10.0]))
+
+
+def test_the_standard_error_of_a_speed_up_matches_its_spread_over_many_draws():
+    import random
+
+    rng = random.Random(0)
+    peer, mine, n = (0.30, 0.009), (0.25, 0.006), 10
+    ratios, errors = [], []
+    for _ in range(4000):
+        a = summarize([rng.gauss(*peer) for _ in range(n)])
+        b = summarize([rng.gauss(*mine) for _ in range(n)])
+        ratios.append(a["mean"] / b["mean"])
+        errors.append(ratio_se((a["mean"], a["std"], n), (b["mean"], b["std"], n)))
+    assert statistics.fmean(errors) == pytest.approx(statistics.stdev(ratios), rel=0.1)
+    four_times = ratio_se((0.3, 0.009, 40), (0.25, 0.006, 40))  # four times the iterations: half the error
+    assert four_times == pytest.approx(ratio_se((0.3, 0.009, 10), (0.25, 0.006, 10)) / 2)
+
+
+def test_a_speed_up_of_single_samples_or_unknown_counts_has_no_standard_error():
+    assert math.isnan(ratio_se((0.3, 0.0, 1), (0.25, 0.0, 1)))
+    assert math.isnan(ratio_se((0.3, 0.01, float("nan")), (0.25, 0.01, 10)))
 
 
 def test_t_quantile_tends_to_normal():

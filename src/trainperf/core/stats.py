@@ -44,6 +44,16 @@ def summarize(samples: Sequence[float]) -> dict[str, float]:
     }
 
 
+def ratio_se(num: Sequence[float], den: Sequence[float]) -> float:
+    """Standard error of mean(num) / mean(den) from two timings given as (mean, std, n), by the
+    delta method with the samples taken as independent: how far a speed-up of two measured means
+    is known. NaN where either has fewer than two samples."""
+    (m1, s1, n1), (m2, s2, n2) = num, den
+    if not (n1 >= 2 and n2 >= 2 and m1 and m2):
+        return float("nan")
+    return m1 / m2 * math.sqrt((s1 / m1) ** 2 / n1 + (s2 / m2) ** 2 / n2)
+
+
 def is_noisy(summary: dict[str, float], threshold: float = HIGH_CV) -> bool:
     """True when the spread is large enough that the median deserves a second look."""
     return summary["cv"] > threshold

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from trainperf.core.stats import ratio_se
+
 GPUS = "{gpus}"  # an option value filled in with the number of GPUs of the machine
 
 
@@ -208,9 +210,10 @@ FA4_PEERS = ("fa4", "liger-fa4")
 
 
 def _against_best(ok: pd.DataFrame, recipe: str, peers: tuple[str, ...]) -> pd.Series:
-    """Per shape: the best peer's time over `recipe`'s (its speed-up), and `recipe`'s peak memory
-    over that peer's; said when the two rows were measured on different GPUs (a suite resumed on
-    another machine), which no speed-up survives."""
+    """Per shape: the best peer's time over `recipe`'s (its speed-up, ± its standard error where the
+    rows have their iterations' spread and count), and `recipe`'s peak memory over that peer's;
+    said when the two rows were measured on different GPUs (a suite resumed on another machine),
+    which no speed-up survives."""
     cells = {}
     for case, df in ok.groupby("case", sort=False):
         rows = df.set_index("recipe")
@@ -222,8 +225,10 @@ def _against_best(ok: pd.DataFrame, recipe: str, peers: tuple[str, ...]) -> pd.S
             uuids = (mine.get("gpu_uuid"), peer.get("gpu_uuid"))
             if all(pd.notna(u) for u in uuids) and uuids[0] != uuids[1]:
                 notes.append("on two different GPUs")
-            cells[case] = (f"{peer.mean_s / mine.mean_s:.2f}x over {best.idxmin()}"
-                           + (f" ({'; '.join(notes)})" if notes else ""))
+            se = ratio_se(*(tuple(row.get(k, float("nan")) for k in ("mean_s", "std_s", "iters"))
+                            for row in (peer, mine)))
+            cells[case] = (f"{peer.mean_s / mine.mean_s:.2f}x" + (f" ± {se:.2f}" if pd.notna(se) else "")
+                           + f" over {best.idxmin()}" + (f" ({'; '.join(notes)})" if notes else ""))
     return pd.Series(cells, dtype=object)
 
 
@@ -432,13 +437,14 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "memory against the best peer of each shape. The float8 steps are the `float8` suite's.",
           (Part("llama", ("llama",),
                 gpu={"--recipe": "stock,compile,liger,liger-compile,fa4,liger-fa4,fast",
-                     "--sdpa-backend": "CUDNN_ATTENTION", "--warmup": "3", "--iters": "10"},
+                     "--sdpa-backend": "CUDNN_ATTENTION", "--warmup": "3", "--iters": "30"},
                 cpu={"--recipe": "stock,compile,fast", "--batch-seq": "1x32", "--sdpa-backend": "MATH",
                      **_TINY}),
            _parity_part("stock,compile,liger,liger-compile,fa4,liger-fa4,fast", "stock,fast", "--draws", 4)),
           peers_headline,
-          "Seconds per iteration (mean of 10 after 3 warm-up), peak memory and, where it was read, the "
-          "GPU's energy per iteration at each shape; loss parity: "
+          "Seconds per iteration (mean of 30 after 3 warm-up), peak memory and, where it was read, the "
+          "GPU's energy per iteration at each shape; the fastest step's speed-up ± its standard error "
+          "(from the iterations' spread, taken as independent); loss parity: "
           "the largest deviation of the recipe's smoothed loss from stock's over 100 AdamW steps (2 "
           "decoder layers, 8 x 1024 tokens), of its worst draw, each draw beside stock's run of the same "
           "draw; ok within 3% in every draw."),
