@@ -287,7 +287,7 @@ def test_the_fastest_step_s_speed_up_carries_its_standard_error_where_the_rows_h
                        "std_s": [0.024, 0.02, 0.024, 0.02], "iters": [10, 10, None, 10]})
     row = _against_best(ok, "fast", ("liger",))
     se = 1.6 * math.sqrt(0.03 ** 2 / 10 + 0.04 ** 2 / 10)  # 0.04: the two means' relative errors
-    assert row["1x8"] == f"1.60x ± {se:.2f} over liger (memory 1.25x)" and f"{se:.2f}" == "0.03"
+    assert row["1x8"] == f"1.600x ± {se:.3f} over liger (memory 1.25x)" and f"{se:.3f}" == "0.025"
     assert row["2x4"] == "1.60x over liger (memory 1.25x)"  # the peer's count unknown: no error made up
 
 

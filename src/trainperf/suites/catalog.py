@@ -227,8 +227,9 @@ def _against_best(ok: pd.DataFrame, recipe: str, peers: tuple[str, ...]) -> pd.S
                 notes.append("on two different GPUs")
             se = ratio_se(*(tuple(row.get(k, float("nan")) for k in ("mean_s", "std_s", "iters"))
                             for row in (peer, mine)))
-            cells[case] = (f"{peer.mean_s / mine.mean_s:.2f}x" + (f" ± {se:.2f}" if pd.notna(se) else "")
-                           + f" over {best.idxmin()}" + (f" ({'; '.join(notes)})" if notes else ""))
+            ratio = peer.mean_s / mine.mean_s
+            told = f"{ratio:.3f}x ± {se:.3f}" if pd.notna(se) else f"{ratio:.2f}x"
+            cells[case] = told + f" over {best.idxmin()}" + (f" ({'; '.join(notes)})" if notes else "")
     return pd.Series(cells, dtype=object)
 
 
