@@ -286,7 +286,7 @@ def test_the_fastest_step_s_speed_up_carries_its_standard_error_where_the_rows_h
                        "mean_s": [0.8, 0.5] * 2, "peak_mem_gb": [4.0, 5.0] * 2,
                        "std_s": [0.024, 0.02, 0.024, 0.02], "iters": [10, 10, None, 10]})
     row = _against_best(ok, "fast", ("liger",))
-    se = 1.6 * math.sqrt(0.03 ** 2 / 10 + 0.04 ** 2 / 10)  # 0.04: the two means' relative errors
+    se = 1.6 * math.sqrt(0.03 ** 2 / 10 + 0.04 ** 2 / 10)  # the rows' spreads relative to their means
     assert row["1x8"] == f"1.600x ± {se:.3f} over liger (memory 1.25x)" and f"{se:.3f}" == "0.025"
     assert row["2x4"] == "1.60x over liger (memory 1.25x)"  # the peer's count unknown: no error made up
 

@@ -371,9 +371,8 @@ CSV_COLUMNS = ["backend", "batch_size", "seq_len", "mean_s", "median_s", "std_s"
 
 _METRIC_COLUMNS = {"mean_s": "iter_s_mean", "median_s": "iter_s_median", "std_s": "iter_s_std",
                    "iters": "iter_s_n", "tokens_per_s": "tokens_per_s", "tflops": "tflops",
-                   "peak_mem_gb": "peak_mem_gb",
-                   "kv_heads": "kv_heads", "swaps": "swaps", "sm_clock_mhz": "sm_clock_mhz",
-                   "energy_j_per_iter": "iter_energy_j"}
+                   "peak_mem_gb": "peak_mem_gb", "kv_heads": "kv_heads", "swaps": "swaps",
+                   "sm_clock_mhz": "sm_clock_mhz", "energy_j_per_iter": "iter_energy_j"}
 
 
 COMPILED_LABELS = {"off": "", "on": " compiled", "layers": " compiled per layer",
