@@ -72,10 +72,60 @@ def test_chunked_loss_equals_full_cross_entropy(chunk):
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_chunked_loss_holds_one_logits_block_at_a_time(fused):
+    """Each chunk's [rows, vocab] block is freed before the next chunk's logits are made: the
+    loss's share of the step's memory peak is one block, not two."""
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from trainperf.kernels.chunked_loss import loss_and_grads
+
+    vocab = 300
+
+    class LiveBlocks(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks, self.most_alive = [], 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func is torch.ops.aten.mm.default and out.shape[-1] == vocab:  # a chunk's logits
+                self.most_alive = max(self.most_alive, sum(ref() is not None for ref in self.blocks))
+                self.blocks.append(weakref.ref(out))
+            return out
+
+    hidden, weight = torch.randn(40, 16, device=DEVICE), torch.randn(vocab, 16, device=DEVICE)
+    targets = torch.randint(0, vocab, (40,), device=DEVICE)
+    with LiveBlocks() as mode:
+        loss_and_grads(hidden, weight, targets, 8, fused)
+    assert len(mode.blocks) == 5
+    assert mode.most_alive == 0  # no earlier block was alive when a new one was made
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("scale", [1.0, 0.5, 3.0])
+def test_grad_scale_matches_multiplication(dtype, scale):
+    from trainperf.kernels.grad_scale import BLOCK, scale_
+    a = torch.randn(2 * BLOCK + 37, device=DEVICE).to(dtype)  # several blocks and a tail
+    b = torch.randn(3, 5, device=DEVICE).to(dtype)
+    want = [(t.float() * scale).to(dtype) for t in (a, b)]
+    scale_([a, b], torch.tensor(scale, device=DEVICE))
+    for got, w in zip((a, b), want, strict=True):
+        assert torch.equal(got, w)
+
+
+def test_grad_scale_refuses_a_strided_tensor():
+    from trainperf.kernels.grad_scale import scale_
+    with pytest.raises(ValueError, match="contiguous"):
+        scale_([torch.randn(4, 6, device=DEVICE).t()], torch.tensor(2.0, device=DEVICE))
+
+
 def test_chunk_rows_bound_the_logits_block():
     from trainperf.kernels.chunked_loss import LOGITS_BLOCK_BYTES, MAX_CHUNK, chunk_rows
-    assert chunk_rows(128256, torch.bfloat16) == 2048  # Llama 3's vocabulary: 2048 x 128256 x 2 B
-    assert chunk_rows(50257, torch.float32) == 2048
+    assert chunk_rows(128256, torch.bfloat16) == 8192  # Llama 3's vocabulary: 8192 x 128256 x 2 B
+    assert chunk_rows(128256, torch.float32) == 4096
     assert chunk_rows(100, torch.bfloat16) == MAX_CHUNK
     assert chunk_rows(10**9, torch.float32) == 128
     for vocab, dtype in ((128256, torch.bfloat16), (50257, torch.float32), (32000, torch.float16)):
@@ -122,7 +172,8 @@ def test_cross_entropy_kernel_matches_float64(vocab, dtype):
     assert rel_err(logits, 0.5 * ref_grad) < TOL[dtype]
 
 
-def test_fused_chunked_loss_matches_float64():
+@pytest.mark.parametrize("factor", [1.0, 3.0])  # 1: the backward's scaling pass is skipped on the device
+def test_fused_chunked_loss_matches_float64(factor):
     hidden = torch.randn(2, 25, 16, device=DEVICE, requires_grad=True)
     weight = torch.randn(3000, 16, device=DEVICE, requires_grad=True)
     targets = torch.randint(0, 3000, (2, 25), device=DEVICE)
@@ -130,8 +181,8 @@ def test_fused_chunked_loss_matches_float64():
     h64, w64 = hidden.detach().double().requires_grad_(), weight.detach().double().requires_grad_()
     ref = F.cross_entropy((h64 @ w64.t()).reshape(-1, 3000), targets.reshape(-1))
     assert abs(loss.item() - ref.item()) < 1e-5 * abs(ref.item())
-    for g, r in zip(torch.autograd.grad(3 * loss, (hidden, weight)), torch.autograd.grad(3 * ref, (h64, w64)),
-                    strict=True):
+    for g, r in zip(torch.autograd.grad(factor * loss, (hidden, weight)),
+                    torch.autograd.grad(factor * ref, (h64, w64)), strict=True):
         assert rel_err(g, r) < 1e-5
 
 

@@ -1,18 +1,20 @@
 """LM head + cross-entropy in row chunks, never materialising the [tokens, vocab] fp32 logits.
 
 Forward computes, chunk by chunk, the logits, the loss and the gradients of the hidden states
-and of the head weight (softmax − one-hot), so only one [chunk, vocab] block lives at a time;
-backward scales the stored gradients by the incoming gradient of the mean loss in place (no
-second [vocab, d] copy; a second backward through the same forward fails on the saved tensors'
-version check instead of scaling twice). The loss's share of the step's memory peak, which comes
-while every activation is held, is one logits block: at most LOGITS_BLOCK_BYTES (2048 rows of
-Llama 3's 128k vocabulary in bf16). Smaller blocks cost a read-modify-write of the head-weight
-gradient each.
+and of the head weight (softmax − one-hot), so only one [chunk, vocab] block lives at a time:
+each chunk's block is freed before the next one is made. Backward scales the stored gradients by
+the incoming gradient of the mean loss in place (no second [vocab, d] copy; a second backward
+through the same forward fails on the saved tensors' version check instead of scaling twice).
+The loss's share of the step's memory peak, which comes while every activation is held, is that
+one logits block: at most LOGITS_BLOCK_BYTES (8,192 rows of Llama 3's 128k vocabulary in bf16).
+Smaller blocks cost a read-modify-write of the head-weight gradient each (docs/peers.md).
 Where Triton runs, the softmax and its gradient are one kernel over the logits in their own
-dtype (`cross_entropy.py`), every matrix product stays in that dtype, and the head-weight
-gradient accumulates in place (`addmm_`: fp32 inside each product, one rounding per chunk), so no
-float32 copy of the [vocab, d] gradient is made and added per chunk (measured ~8 ms of a 16k-token
-step on an H100). Otherwise (the CPU) the block is taken to float32 and handled by PyTorch ops.
+dtype (`cross_entropy.py`), every matrix product stays in that dtype, the head-weight gradient
+accumulates in place (`addmm_`: fp32 inside each product, one rounding per chunk), so no float32
+copy of the [vocab, d] gradient is made and added per chunk (measured ~8 ms of a 16k-token step
+on an H100), and the backward's scaling skips its pass on the device when the incoming gradient
+is 1 (`grad_scale.py`). Otherwise (the CPU) the block is taken to float32 and handled by PyTorch
+ops.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import torch
 
 from trainperf.kernels import triton_runs
 
-LOGITS_BLOCK_BYTES = 512 * 2**20
-MAX_CHUNK = 4096
+LOGITS_BLOCK_BYTES = 2 * 2**30
+MAX_CHUNK = 8192
 
 
 def chunk_rows(vocab: int, dtype: torch.dtype) -> int:
@@ -59,29 +61,44 @@ def _loss_dtype(hidden: torch.Tensor) -> torch.dtype:
 def chunked_loss_op(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int,
                     fused: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The mean loss, and the gradients of the hidden states and of the head weight."""
+    return loss_and_grads(hidden, weight, targets, chunk, fused)
+
+
+def loss_and_grads(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int,
+                   fused: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """chunked_loss_op's computation, chunk by chunk (a plain function: what runs inside the op)."""
     n = hidden.shape[0]
     acc = _acc_dtype(hidden, fused)
-    grad_hidden = torch.empty_like(hidden)
+    grad_hidden = torch.empty_like(hidden, memory_format=torch.contiguous_format)  # as the fake says
     grad_weight = torch.empty(weight.shape, dtype=acc, device=weight.device)
     total = torch.zeros((), dtype=_loss_dtype(hidden), device=hidden.device)
     w = weight.to(hidden.dtype)
-    if fused:
-        from trainperf.kernels.cross_entropy import cross_entropy_grad_
     for i in range(0, n, chunk):
-        h, t = hidden[i:i + chunk], targets[i:i + chunk]
-        logits = h @ w.t()
-        if fused:  # the logits block becomes its own gradient, in place
-            total += cross_entropy_grad_(logits, t, 1.0 / n).sum()
-            g = logits
-        else:
-            loss, g = cross_entropy_grad_reference(logits, t, 1.0 / n)
-            total += loss.sum()
-        torch.mm(g.to(h.dtype), w, out=grad_hidden[i:i + chunk])
-        if i == 0:  # the first chunk writes the head-weight gradient: no zeroed [vocab, d] to read
-            torch.mm(g.t(), h.to(acc), out=grad_weight)
-        else:
-            grad_weight.addmm_(g.t(), h.to(acc))
+        rows = slice(i, i + chunk)
+        total += _chunk(hidden[rows], w, targets[rows], 1.0 / n, fused, grad_hidden[rows], grad_weight,
+                        first=i == 0)
     return total / n, grad_hidden, grad_weight.to(weight.dtype)
+
+
+def _chunk(h: torch.Tensor, w: torch.Tensor, t: torch.Tensor, scale: float, fused: bool,
+           grad_h: torch.Tensor, grad_weight: torch.Tensor, first: bool) -> torch.Tensor:
+    """One chunk: its summed loss; its rows of the hidden states' gradient written into `grad_h`,
+    its share of the head weight's added to `grad_weight` (written by the `first` chunk: no zeroed
+    [vocab, d] to read). Its logits block dies on return, before the next chunk makes its own."""
+    logits = h @ w.t()
+    if fused:  # the logits block becomes its own gradient, in place
+        from trainperf.kernels.cross_entropy import cross_entropy_grad_
+
+        loss, g = cross_entropy_grad_(logits, t, scale), logits
+    else:
+        loss, g = cross_entropy_grad_reference(logits, t, scale)
+    torch.mm(g.to(h.dtype), w, out=grad_h)
+    h = h.to(grad_weight.dtype)
+    if first:
+        torch.mm(g.t(), h, out=grad_weight)
+    else:
+        grad_weight.addmm_(g.t(), h)
+    return loss.sum()
 
 
 @chunked_loss_op.register_fake
@@ -94,16 +111,20 @@ def _(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: 
 def _setup(ctx, inputs, output) -> None:  # noqa: ANN001
     ctx.save_for_backward(output[1], output[2])
     ctx.mark_non_differentiable(output[1], output[2])
+    ctx.fused = inputs[4]
 
 
 def _backward(ctx, grad_out, _g_hidden, _g_weight):  # noqa: ANN001, ANN202
     grad_hidden, grad_weight = ctx.saved_tensors
     if _traced(grad_hidden):  # a traced backward takes no mutation of what it saved
         return grad_hidden * grad_out, grad_weight * grad_out, None, None, None
-    # One vectorised pass over both. The scale comes in the gradients' dtype, or PyTorch takes its
-    # generic per-tensor kernel (1.3 ms for Llama 3's head gradient on an H100); exact for 1, the
-    # gradient of a loss that is itself the objective, and for any power of two.
-    torch._foreach_mul_([grad_hidden, grad_weight], grad_out.to(grad_hidden.dtype))
+    if ctx.fused:  # no pass at all where grad_out is 1, the gradient of a loss that is the objective
+        from trainperf.kernels.grad_scale import scale_
+
+        scale_([grad_hidden, grad_weight], grad_out)
+    else:  # one vectorised pass over both, the scale in their dtype (PyTorch's generic per-tensor
+        # kernel otherwise: 1.3 ms for Llama 3's head gradient on an H100)
+        torch._foreach_mul_([grad_hidden, grad_weight], grad_out.to(grad_hidden.dtype))
     return grad_hidden, grad_weight, None, None, None
 
 
