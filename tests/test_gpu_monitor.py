@@ -174,3 +174,28 @@ def test_no_energy_is_reported_without_the_counter(fake_nvml):
         pass
     assert "energy_j" not in gpu.metrics()
     assert "power_w" in gpu.metrics()
+
+
+def test_monitored_calls_reports_seconds_and_joules_per_call(monkeypatch):
+    """The window's CUDA-event time and NVML energy, divided by the calls made between them."""
+    fake = FakeNvml().with_energy_counter()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+
+    class Event:  # the window between the two records is 400 ms
+        def __init__(self, enable_timing: bool) -> None:
+            assert enable_timing
+
+        def record(self) -> None:
+            pass
+
+        def elapsed_time(self, end: Event) -> float:
+            return 400.0
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    calls = []
+    got = gpu_monitor.monitored_calls(lambda: calls.append(1), 8, torch.device("cuda", 0))
+    assert len(calls) == 8
+    assert got["s"] == pytest.approx(0.05)
+    assert got["j"] == pytest.approx(7.5 / 8)
+    assert got["energy_j"] == pytest.approx(7.5) and "power_w" in got

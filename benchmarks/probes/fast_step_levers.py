@@ -22,7 +22,7 @@ import time
 import torch
 from flash_attn.cute import interface as fa
 
-from trainperf.core.gpu_monitor import GpuMonitor
+from trainperf.core.gpu_monitor import monitored_calls
 from trainperf.kernels import chunked_loss
 from trainperf.workloads import llama_sdpa
 from trainperf.workloads.step_graph import GraphedIteration
@@ -48,20 +48,6 @@ VARIANTS = {  # name: (rows per logits block, None for the default; foreach scal
     "foreach-scale": (None, True, False),
     "dqswap": (None, False, True),
 }
-
-
-def block(run, n: int = 10) -> dict:  # noqa: ANN001
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    with GpuMonitor(torch.device("cuda")) as monitor:
-        start.record()
-        for _ in range(n):
-            run()
-        end.record()
-        torch.cuda.synchronize()
-    m = monitor.metrics()
-    return {"s": start.elapsed_time(end) / 1e3 / n, "j": m.get("energy_j", float("nan")) / n,
-            "mhz": m.get("sm_clock_mhz"), "w": m.get("power_w")}
 
 
 def in_step(shape: str, deadline: float) -> None:
@@ -90,10 +76,11 @@ def in_step(shape: str, deadline: float) -> None:
             graphed = GraphedIteration(step)
             peaks[name] = torch.cuda.max_memory_allocated() / 2**30
             graphed()
-            r = block(graphed)
+            r = monitored_calls(graphed, 10, torch.device("cuda"))
             results[name].append(r)
-            print(f"  round {rnd} {name:13s}: {r['s']:.4f} s/iter, {r['j']:.1f} J/iter, {r['mhz']} MHz, "
-                  f"{r['w']} W, peak {peaks[name]:.2f} GiB, loss {float(graphed.output):.5f}", flush=True)
+            print(f"  round {rnd} {name:13s}: {r['s']:.4f} s/iter, {r['j']:.1f} J/iter, "
+                  f"{r.get('sm_clock_mhz')} MHz, {r.get('power_w')} W, peak {peaks[name]:.2f} GiB, "
+                  f"loss {float(graphed.output):.5f}", flush=True)
             del graphed
     use_loss_backward(False)
     fa._tile_size_bwd_sm90 = DEFAULT_BWD

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 import threading
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -135,3 +136,20 @@ class GpuMonitor:
         if len(self._energy_mj) == 2 and None not in self._energy_mj:
             out["energy_j"] = (self._energy_mj[1] - self._energy_mj[0]) / 1e3
         return out
+
+
+def monitored_calls(run: Callable[[], object], calls: int, device: torch.device) -> dict[str, Any]:
+    """`calls` back-to-back calls of `run` on the GPU between two CUDA events, under a GpuMonitor:
+    seconds and (where NVML's counter was read) joules per call, with the window's metrics. What
+    an A/B probe under the power cap sets side by side in alternating rounds."""
+    torch.cuda.synchronize(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with GpuMonitor(device) as monitor:
+        start.record()
+        for _ in range(calls):
+            run()
+        end.record()
+        torch.cuda.synchronize(device)
+    metrics = monitor.metrics()
+    return {**metrics, "s": start.elapsed_time(end) / 1e3 / calls,
+            "j": metrics.get("energy_j", float("nan")) / calls}
