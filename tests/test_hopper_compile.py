@@ -1,9 +1,9 @@
-"""The Triton kernels of the fastest step compile for Hopper (sm_90) here, without a GPU.
+"""trainperf's Triton kernels compile for Hopper (sm_90) here, without a GPU.
 
 The CPU tests run Triton kernels in its interpreter, which executes them as Python: it checks the
 numerics but not that Triton's compiler takes the kernel (a construct the interpreter runs, the
 compiler may refuse). Triton's compiler and its ptxas need no GPU, so each kernel is compiled to
-sm_90 machine code with the Triton installed here, for the argument types the step gives it. The
+sm_90 machine code with the Triton installed here, for the argument types the steps give it. The
 compiles run in a process of their own: the interpreter, on in this one, patches Triton's
 language objects in ways its compiler does not survive.
 """
@@ -37,15 +37,46 @@ print(json.dumps(out))
 """
 
 CE = {"X": "*bf16", "T": "*i64", "LOSS": "*fp32", "stride": "i32", "V": "i32", "scale": "fp32"}
-CASES = {  # name: (module, kernel, signature, constexprs, warps), as the fastest step launches them
+NORM_BWD = {"X": "*bf16", "W": "*bf16", "DY": "*bf16", "RSTD": "*fp32", "DX": "*bf16", "DW_PARTIAL": "*fp32",
+            "N_ROWS": "i32", "N_COLS": "i32", "ROWS_PER_PROG": "i32"}
+ROPE = {"X": "*bf16", "COS": "*bf16", "SIN": "*bf16", "Y": "*bf16", **dict.fromkeys(
+    ("N_ROWS", "HEADS", "SEQ", "HALF", "sxb", "sxh", "sxn", "scb", "scn"), "i32"), "SIGN": "fp32"}
+F8 = "trainperf.kernels.float8_mlp"
+TILE = {"BM": 64, "BN": 64}
+
+
+def _float8(x: str, y: str, names: tuple[str, ...], sizes: tuple[str, ...]) -> dict:
+    """A float8 MLP kernel's signature: bf16 inputs `names`, float8 outputs of type `y`."""
+    return {**dict.fromkeys(names, x), "Y": y, "YT": y, "SCALE": "*fp32", "AMAX": "*fp32",
+            **dict.fromkeys(sizes, "i32")}
+
+
+CASES = {  # name: (module, kernel, signature, constexprs, warps), as the workloads launch them
     **{f"scale {t}": ("trainperf.kernels.grad_scale", "_scale_kernel", {"X": t, "S": "*fp32", "N": "i32"},
                       {"BLOCK": 4096}, 8) for t in ("*bf16", "*fp16", "*fp32")},
     **{f"cross-entropy {b}x{w}": ("trainperf.kernels.cross_entropy", "_ce_kernel", CE, {"BLOCK": b}, w)
        for b, w in ((2048, 8), (16384, 32))},
+    "rmsnorm": ("trainperf.kernels.rmsnorm", "_rmsnorm_fwd", {"X": "*bf16", "W": "*bf16", "Y": "*bf16",
+                "RSTD": "*fp32", "N_COLS": "i32", "eps": "fp32"}, {"BLOCK": 2048}, 4),
+    "rmsnorm backward": ("trainperf.kernels.rmsnorm", "_rmsnorm_bwd", NORM_BWD, {"BLOCK": 2048}, 4),
+    "swiglu": ("trainperf.kernels.swiglu", "_swiglu_fwd", {"A": "*bf16", "B": "*bf16", "H": "*bf16",
+               "N": "i32"}, {"BLOCK": 1024}, 4),
+    "swiglu backward": ("trainperf.kernels.swiglu", "_swiglu_bwd",
+                        {**dict.fromkeys(("A", "B", "DH", "DA", "DB"), "*bf16"), "N": "i32"},
+                        {"BLOCK": 1024}, 4),
+    "rope": ("trainperf.kernels.rope", "_rope_kernel", ROPE, {"ROWS": 16, "BLOCK": 32}, 4),
+    "float8 cast": (F8, "_cast_kernel", _float8("*bf16", "*fp8e4nv", ("X",), ("M", "N")),
+                    {"FMAX": 448.0, **TILE}, 8),
+    "float8 swiglu": (F8, "_swiglu_kernel", _float8("*bf16", "*fp8e4nv", ("GU",), ("T", "F")),
+                      {"FMAX": 448.0, **TILE}, 8),
+    "float8 swiglu backward": (F8, "_swiglu_bwd_kernel", _float8("*bf16", "*fp8e5", ("DH", "GU"),
+                               ("T", "F")), {"FMAX": 57344.0, **TILE}, 8),
+    "float8 next scale": (F8, "_next_scale_kernel", {"HIST": "*fp32", "NOW": "*fp32", "SCALE": "*fp32",
+                          "INV": "*fp32"}, {"FMAX": 448.0, "LEN": 16}, 1),
 }
 
 
-def test_the_fastest_steps_triton_kernels_compile_for_hopper():
+def test_the_triton_kernels_compile_for_hopper():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", COMPILE, json.dumps(CASES)], env=env, capture_output=True,
                           text=True, timeout=600)
