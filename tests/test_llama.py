@@ -401,3 +401,17 @@ def test_own_attention_builds_no_mask_and_reads_nothing_on_the_host(monkeypatch)
         reads[backend] = mode.reads
     assert reads["FA4"] == 0 and reads["MATH"] > 0
     torch.testing.assert_close(outputs["FA4"], outputs["MATH"], rtol=1e-10, atol=1e-12)
+
+
+def test_recipe_step_builds_the_recipe_as_llama_runs_it_without_the_graph():
+    """What probes capture themselves: `fast` on the CPU is per-layer compile and the chunked loss,
+    its attention chosen, the first iteration run; the graph is theirs to add."""
+    step = llama_sdpa.recipe_step("fast", 1, 16, device="cpu", backend="MATH", model="tiny")
+    try:
+        assert step.swaps == ["loss=chunked"] and step.hidden_loss is not None
+        assert all(layer._compiled_call_impl is not None for layer in step.model.model.layers)
+        assert torch.isfinite(step())
+    finally:
+        step.close()
+    with pytest.raises(SpecError, match="batch"):
+        llama_sdpa.recipe_step("fast", 0, 16, device="cpu", backend="MATH", model="tiny")

@@ -15,18 +15,18 @@ and the capture's peak memory.
 """
 
 import functools
-import gc
 import sys
 import time
 
 import torch
 from flash_attn.cute import interface as fa
 
-from trainperf.core.gpu_monitor import monitored_calls
+from trainperf.core.ab_rounds import alternating_rounds, summary
 from trainperf.kernels import chunked_loss
 from trainperf.workloads import llama_sdpa
 from trainperf.workloads.step_graph import GraphedIteration
 
+BUILD_S = 180
 DEFAULT_BWD = fa._tile_size_bwd_sm90
 DQSWAP = fa.BwdConfig(128, 128, 2, 2, 2, True, False, True, 1, 2, 2)
 
@@ -50,59 +50,41 @@ VARIANTS = {  # name: (rows per logits block, None for the default; foreach scal
 }
 
 
+def variant(step: llama_sdpa.LlamaStep, rows: int | None, foreach: bool, dqswap: bool):  # noqa: ANN201
+    """The maker of one variant: sets the step's loss and FA4's backward tile, captures the graph."""
+    def make() -> GraphedIteration:
+        step.hidden_loss = functools.partial(chunked_loss.chunked_lm_loss, chunk=rows)
+        use_loss_backward(foreach)
+        fa._tile_size_bwd_sm90 = (lambda *a, **k: DQSWAP) if dqswap else DEFAULT_BWD
+        return GraphedIteration(step)
+    return make
+
+
 def in_step(shape: str, deadline: float) -> None:
-    batch, seq = map(int, shape.split("x"))
-    spec = llama_sdpa.setup_spec(llama_sdpa.recipe_setup("fast", "cuda", replayed=False), "CUDNN_ATTENTION",
-                                 batch=batch, seq=seq)
     t0 = time.time()
-    step = llama_sdpa.LlamaStep(spec, torch.device("cuda"))
-    llama_sdpa.choose_kv_mode(step, spec.sdpa_backend)
-    for _ in range(2):
-        step()
-    print(f"{shape} {spec.label()}: built in {time.time() - t0:.0f} s", flush=True)
-    results = {name: [] for name in VARIANTS}
-    peaks = {}
-    for rnd in range(3):
-        for name, (rows, foreach, dqswap) in VARIANTS.items():
-            if time.time() > deadline:
-                print("deadline reached", flush=True)
-                break
-            step.hidden_loss = functools.partial(chunked_loss.chunked_lm_loss, chunk=rows)
-            use_loss_backward(foreach)
-            fa._tile_size_bwd_sm90 = (lambda *a, **k: DQSWAP) if dqswap else DEFAULT_BWD
-            gc.collect()
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-            graphed = GraphedIteration(step)
-            peaks[name] = torch.cuda.max_memory_allocated() / 2**30
-            graphed()
-            r = monitored_calls(graphed, 10, torch.device("cuda"))
-            results[name].append(r)
-            print(f"  round {rnd} {name:13s}: {r['s']:.4f} s/iter, {r['j']:.1f} J/iter, "
-                  f"{r.get('sm_clock_mhz')} MHz, {r.get('power_w')} W, peak {peaks[name]:.2f} GiB, "
-                  f"loss {float(graphed.output):.5f}", flush=True)
-            del graphed
-    use_loss_backward(False)
-    fa._tile_size_bwd_sm90 = DEFAULT_BWD
-    base = min(r["s"] for r in results["now"]) if results["now"] else float("nan")
-    for name, rs in results.items():
-        if rs:
-            best, mean = min(r["s"] for r in rs), sum(r["s"] for r in rs) / len(rs)
-            print(f"{shape} {name:13s}: best {best:.4f} s/iter, mean {mean:.4f}, {base / best:.4f}x over now,"
-                  f" peak {peaks[name]:.2f} GiB", flush=True)
-    step.close()
+    step = llama_sdpa.recipe_step("fast", *map(int, shape.split("x")))
+    step()
+    print(f"{shape} {', '.join(step.swaps)}: built in {time.time() - t0:.0f} s", flush=True)
+    makers = {name: variant(step, *settings) for name, settings in VARIANTS.items()}
+    try:
+        results = alternating_rounds(makers, 3, 10, torch.device("cuda"), deadline,
+                                     say=lambda line: print(line, flush=True))
+    finally:
+        use_loss_backward(False)
+        fa._tile_size_bwd_sm90 = DEFAULT_BWD
+        step.close()
+    for line in summary(results, "now"):
+        print(shape, line, flush=True)
 
 
 def main() -> None:
-    deadline = float(sys.argv[1])
+    deadline, shapes = float(sys.argv[1]), sys.argv[2:]
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    for shape in sys.argv[2:]:
-        if time.time() > deadline - 120:
+    for shape in shapes:  # a shape starts only with time left to build its step (up to 3 minutes)
+        if time.time() < deadline - BUILD_S:
+            in_step(shape, deadline)
+        else:
             print("deadline: skipping", shape, flush=True)
-            break
-        in_step(shape, deadline)
-        gc.collect()
-        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

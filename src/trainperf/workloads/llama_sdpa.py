@@ -295,6 +295,19 @@ def choose_kv_mode(step: LlamaStep, backend: str, kv_heads: str = "native") -> s
     raise Unsupported(f"{backend}: {refusals[0]}{also}")
 
 
+def recipe_step(name: str, batch: int, seq: int, device: str = "cuda", backend: str = "CUDNN_ATTENTION",
+                **fields: Any) -> LlamaStep:
+    """Recipe `name`'s step at batch × seq, built and run once with its attention chosen, for
+    callers that launch or capture it themselves (probes): the recipe as `llama` runs it, without
+    the CUDA graph."""
+    setup = recipe_setup(name, device, replayed=False)
+    spec = setup_spec(setup, backend, batch=batch, seq=seq, device=device, **fields)
+    validate(spec)
+    step = LlamaStep(spec, torch.device(device))
+    choose_kv_mode(step, spec.sdpa_backend, spec.kv_heads)
+    return step
+
+
 def attention_ops_seen(step: LlamaStep) -> list[str]:
     """The aten SDPA ops one iteration really dispatched to, read from the profiler."""
     from torch.profiler import ProfilerActivity, profile

@@ -1,0 +1,50 @@
+"""alternating_rounds: variants made afresh and timed in turn, so that drift under the power cap
+falls on every variant alike (the GPU parts faked here)."""
+
+import pytest
+import torch
+
+from trainperf.core import ab_rounds
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """CUDA's memory calls and the timed calls faked: variant B's calls take 0.9 of A's."""
+    timed = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 3 * 2**30)
+
+    def monitored(run, calls, device):
+        name = run()
+        timed.append((name, calls))
+        return {"s": 0.2 if name == "A" else 0.18, "j": 140.0, "sm_clock_mhz": 1500, "power_w": 700.0}
+    monkeypatch.setattr(ab_rounds, "monitored_calls", monitored)
+    return timed
+
+
+def test_variants_are_made_afresh_and_timed_in_alternating_rounds(fake_gpu):
+    made, lines = [], []
+
+    def maker(name):
+        def make():
+            made.append(name)
+            return lambda: name
+        return make
+
+    results = ab_rounds.alternating_rounds({"A": maker("A"), "B": maker("B")}, 3, 10, torch.device("cuda"),
+                                           say=lines.append)
+    assert made == ["A", "B"] * 3
+    assert fake_gpu == [("A", 10), ("B", 10)] * 3
+    assert [len(results[n]) for n in "AB"] == [3, 3]
+    assert results["B"][0]["peak_gib"] == pytest.approx(3.0) and len(lines) == 6
+    summary = ab_rounds.summary(results, "A")
+    assert "1.1111x over A" in summary[1] and "1.0000x over A" in summary[0]
+
+
+def test_rounds_stop_at_the_deadline(fake_gpu):
+    lines = []
+    results = ab_rounds.alternating_rounds({"A": lambda: lambda: "A"}, 3, 10, torch.device("cuda"),
+                                           deadline=0.0, say=lines.append)
+    assert results == {"A": []} and lines == ["deadline reached"]
+    assert ab_rounds.summary(results, "A") == []
