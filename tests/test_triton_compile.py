@@ -1,9 +1,10 @@
-"""trainperf's Triton kernels compile for Hopper (sm_90) here, without a GPU.
+"""trainperf's Triton kernels compile for Hopper (sm_90) and Ampere (sm_80) here, without a GPU.
 
 The CPU tests run Triton kernels in its interpreter, which executes them as Python: it checks the
 numerics but not that Triton's compiler takes the kernel (a construct the interpreter runs, the
 compiler may refuse). Triton's compiler and its ptxas need no GPU, so each kernel is compiled to
-sm_90 machine code with the Triton installed here, for the argument types the steps give it. The
+sm_90 machine code (and sm_80, but for the float8 casts, which need sm_89 or newer) with the
+Triton installed here, for the argument types the steps give it. The
 compiles run in a process of their own: the interpreter, on in this one, patches Triton's
 language objects in ways its compiler does not survive.
 """
@@ -25,13 +26,14 @@ from triton.backends.compiler import GPUTarget
 from triton.runtime.jit import JITFunction
 
 out = {}
+arch, warp = json.loads(sys.argv[2])
 for name, (module, kernel, signature, constexprs, warps) in json.loads(sys.argv[1]).items():
     fn = getattr(import_module(module), kernel)
     while not isinstance(fn, JITFunction):  # through the autotuner to the jitted function
         fn = fn.fn
     signature.update(dict.fromkeys(constexprs, "constexpr"))
     source = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs)
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 64), options={"num_warps": warps})
+    compiled = triton.compile(source, target=GPUTarget("cuda", arch, warp), options={"num_warps": warps})
     out[name] = len(compiled.asm["cubin"])
 print(json.dumps(out))
 """
@@ -76,11 +78,13 @@ CASES = {  # name: (module, kernel, signature, constexprs, warps), as the worklo
 }
 
 
-def test_the_triton_kernels_compile_for_hopper():
+@pytest.mark.parametrize("arch", [90, 80])
+def test_the_triton_kernels_compile_for_hopper_and_ampere(arch):
+    cases = {name: case for name, case in CASES.items() if arch >= 89 or not name.startswith("float8")}
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", COMPILE, json.dumps(CASES)], env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-c", COMPILE, json.dumps(cases), json.dumps([arch, 32])], env=env,
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     sizes = json.loads(done.stdout.strip().splitlines()[-1])
-    assert set(sizes) == set(CASES)
+    assert set(sizes) == set(cases)
     assert all(size > 1000 for size in sizes.values()), sizes
