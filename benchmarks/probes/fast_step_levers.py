@@ -7,8 +7,8 @@ chunked loss) and captured as a CUDA graph once per variant, as the suite runs i
 take turns in three rounds of 10 replays: CUDA-event time, energy, clock and power (GpuMonitor),
 and the capture's peak memory.
 - `now`: the step as trainperf runs it.
-- `rows2048`: logits blocks of 2,048 rows instead of the default 8,192 (more read-modify-writes of
-  the head-weight gradient, a quarter of the block's memory).
+- `rows2048`, `rows4096`: logits blocks of 2,048 or 4,096 rows instead of the default 8,192 (more
+  read-modify-writes of the head-weight gradient, a quarter or half of the block's memory).
 - `foreach-scale`: the chunked loss's backward scales its stored gradients in one
   `_foreach_mul_` pass even when the incoming gradient is 1, instead of the kernel that skips it.
 - `dqswap`: FA4's Hopper backward with dQ's MMA swapped (BwdConfig 128x128, dQ_swapAB).
@@ -45,6 +45,7 @@ def use_loss_backward(foreach: bool) -> None:
 VARIANTS = {  # name: (rows per logits block, None for the default; foreach scaling; dQ swap)
     "now": (None, False, False),
     "rows2048": (2048, False, False),
+    "rows4096": (4096, False, False),
     "foreach-scale": (None, True, False),
     "dqswap": (None, False, True),
 }
