@@ -134,11 +134,13 @@ def test_chunk_rows_bound_the_logits_block():
         assert block <= LOGITS_BLOCK_BYTES < 2 * block or rows == MAX_CHUNK
 
 
-def test_chunked_loss_backward_twice_through_one_forward_fails_loudly():
+@pytest.mark.parametrize("fused", [False, True])  # the foreach pass, and the Triton kernel (as on a GPU)
+def test_chunked_loss_backward_twice_through_one_forward_fails_loudly(fused):
     """The stored gradients are scaled in place: a second backward must not scale them again."""
-    hidden = torch.randn(30, 8, dtype=torch.float64, requires_grad=True)
-    weight = torch.randn(20, 8, dtype=torch.float64, requires_grad=True)
-    loss = chunked_lm_loss(hidden, weight, torch.randint(0, 20, (30,)), chunk=7)
+    dtype = torch.float32 if fused else torch.float64
+    hidden = torch.randn(30, 8, dtype=dtype, device=DEVICE, requires_grad=True)
+    weight = torch.randn(20, 8, dtype=dtype, device=DEVICE, requires_grad=True)
+    loss = chunked_lm_loss(hidden, weight, torch.randint(0, 20, (30,), device=DEVICE), chunk=7, fused=fused)
     torch.autograd.grad(2 * loss, (hidden, weight), retain_graph=True)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         torch.autograd.grad(2 * loss, (hidden, weight))

@@ -43,9 +43,12 @@ def _programs(t: torch.Tensor) -> int:
 
 def scale_(tensors: list[torch.Tensor], scale: torch.Tensor) -> None:
     """Multiply each contiguous tensor of `tensors` in place by the one-element tensor `scale`
-    (on the same device), skipping the work on the device when `scale` is 1."""
+    (on the same device), skipping the work on the device when `scale` is 1. Each tensor's
+    version counter moves, as with any in-place op, so autograd refuses a saved tensor that this
+    changed (the kernel writes through a pointer, which autograd does not see)."""
     for t in tensors:
         if not t.is_contiguous():
             raise ValueError(f"scale_ takes contiguous tensors, got strides {t.stride()}")
         if t.numel():
             _scale_kernel[(_programs(t),)](t, scale, t.numel(), BLOCK=BLOCK, num_warps=8)
+        torch.autograd.graph.increment_version(t)
