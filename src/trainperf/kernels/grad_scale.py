@@ -6,8 +6,8 @@ training step's `loss.backward()`), and then a pass would read and write the 600
 head-weight and hidden-state gradients to multiply them by 1 (0.5 ms of a 24 × 768 step on an
 H100). The scale is a GPU tensor: reading it on the host would stall the stream, and cannot
 happen inside a CUDA graph. So every program of this kernel reads it and returns at once when it
-is 1; the programs stride over the tensor, a few per SM, so that returning costs a few
-microseconds. Any other scale multiplies in float32 and rounds once to the tensor's dtype.
+is 1; the programs stride over the tensor, a few per SM, so that there are few programs to
+return. Any other scale multiplies in float32 and rounds once to the tensor's dtype.
 """
 
 from __future__ import annotations
