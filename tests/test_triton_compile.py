@@ -3,10 +3,10 @@
 The CPU tests run Triton kernels in its interpreter, which executes them as Python: it checks the
 numerics but not that Triton's compiler takes the kernel (a construct the interpreter runs, the
 compiler may refuse). Triton's compiler and its ptxas need no GPU, so each kernel is compiled to
-sm_90 machine code (and sm_80, but for the float8 casts, which need sm_89 or newer) with the
-Triton installed here, for the argument types the steps give it. The
-compiles run in a process of their own: the interpreter, on in this one, patches Triton's
-language objects in ways its compiler does not survive.
+sm_90 machine code, and to sm_80 but for what needs Hopper or Ada (the float8 casts, the
+FlashAttention-2 backward's tensor descriptors), with the Triton installed here, for the argument
+types the workloads give it. The compiles run in a process of their own: the interpreter, on in
+this one, patches Triton's language objects in ways its compiler does not survive.
 """
 
 import json
@@ -27,13 +27,13 @@ from triton.runtime.jit import JITFunction
 
 out = {}
 arch, warp = json.loads(sys.argv[2])
-for name, (module, kernel, signature, constexprs, warps) in json.loads(sys.argv[1]).items():
+for name, (module, kernel, signature, constexprs, options) in json.loads(sys.argv[1]).items():
     fn = getattr(import_module(module), kernel)
     while not isinstance(fn, JITFunction):  # through the autotuner to the jitted function
         fn = fn.fn
     signature.update(dict.fromkeys(constexprs, "constexpr"))
     source = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs)
-    compiled = triton.compile(source, target=GPUTarget("cuda", arch, warp), options={"num_warps": warps})
+    compiled = triton.compile(source, target=GPUTarget("cuda", arch, warp), options=options)
     out[name] = len(compiled.asm["cubin"])
 print(json.dumps(out))
 """
@@ -53,7 +53,7 @@ def _float8(x: str, y: str, names: tuple[str, ...], sizes: tuple[str, ...]) -> d
             **dict.fromkeys(sizes, "i32")}
 
 
-CASES = {  # name: (module, kernel, signature, constexprs, warps), as the workloads launch them
+CASES = {  # name: (module, kernel, signature, constexprs, warps or compile options), as launched
     **{f"scale {t}": ("trainperf.kernels.grad_scale", "_scale_kernel", {"X": t, "S": "*fp32", "N": "i32"},
                       {"BLOCK": 4096}, 8) for t in ("*bf16", "*fp16", "*fp32")},
     **{f"cross-entropy {b}x{w}": ("trainperf.kernels.cross_entropy", "_ce_kernel", CE, {"BLOCK": b}, w)
@@ -78,9 +78,41 @@ CASES = {  # name: (module, kernel, signature, constexprs, warps), as the worklo
 }
 
 
+FA2 = "trainperf.attention.flash_triton"
+FA2_ARGS = {"HEAD_DIM": 64, "BLOCK_D": 64, "CAUSAL": True, "PRECISION": "tf32", "HEAD_GROUP": 4}
+SCALES = {"qk_scale": "fp32", "sm_scale": "fp32", "N_CTX": "i32"}
+QKV = dict.fromkeys(("Q", "K", "V"), "*bf16")
+ROWS = {"L": "*fp32", "Delta": "*fp32"}
+TILES = {"num_warps": 4, "num_stages": 3}
+# FlashAttention-2 in Triton, bf16 causal at head dim 64, a tile of each kernel's candidates; its
+# backward reads its tiles through tensor descriptors (TMA) on Hopper only
+FA2_OUT = {"O": "*bf16", "L": "*fp32", "qk_scale": "fp32", "N_CTX": "i32"}
+FA2_CASES = {
+    "fa2 forward": (FA2, "_fwd_kernel", {**QKV, **FA2_OUT}, {**FA2_ARGS, "BLOCK_M": 128, "BLOCK_N": 64},
+                    TILES),
+    "fa2 delta": (FA2, "_bwd_delta_kernel", {"O": "*bf16", "DO": "*bf16", "Delta": "*fp32", "N_ROWS": "i32"},
+                  {"HEAD_DIM": 64, "BLOCK_D": 64, "BLOCK_R": 64}, 4),
+    **{f"fa2 dq{' tma' * tma}": (
+        FA2, "_bwd_dq_kernel", {**QKV, "O": "*bf16", "DO": "*bf16", **ROWS, "DQ": "*bf16", **SCALES},
+        {**FA2_ARGS, "TMA": tma, "BLOCK_M": 128, "BLOCK_N": 64}, TILES) for tma in (False, True)},
+    **{f"fa2 dkdv{' atomic' * atomic}{' tma' * tma}": (
+        FA2, "_bwd_dkdv_kernel", {**QKV, "DO": "*bf16", **ROWS, "DK": "*bf16", "DV": "*bf16",
+                                  "DQ": "*fp32" if atomic else "*bf16", **SCALES},
+        {**FA2_ARGS, "ATOMIC_DQ": atomic, "TMA": tma, "BLOCK_M": 64, "BLOCK_N": 128},
+        {**TILES, "num_warps": 8}) for atomic in (False, True) for tma in (False, True)},
+}
+
+
+def _options(case: tuple) -> tuple:
+    """A case with its fifth field as compile options (a bare count of warps is one)."""
+    *head, options = case
+    return (*head, options if isinstance(options, dict) else {"num_warps": options})
+
+
 @pytest.mark.parametrize("arch", [90, 80])
 def test_the_triton_kernels_compile_for_hopper_and_ampere(arch):
-    cases = {name: case for name, case in CASES.items() if arch >= 89 or not name.startswith("float8")}
+    cases = {name: _options(case) for name, case in {**CASES, **FA2_CASES}.items()
+             if arch >= 89 or not name.startswith("float8") and "tma" not in name}
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", COMPILE, json.dumps(cases), json.dumps([arch, 32])], env=env,
                           capture_output=True, text=True, timeout=600)
