@@ -406,8 +406,14 @@ def test_own_attention_builds_no_mask_and_reads_nothing_on_the_host(monkeypatch)
 def test_recipe_step_builds_the_recipe_as_llama_runs_it_without_the_graph():
     """What probes capture themselves: `fast` on the CPU is per-layer compile and the chunked loss,
     its attention chosen, the first iteration run; the graph is theirs to add."""
-    step = llama_sdpa.recipe_step("fast", 1, 16, device="cpu", backend="MATH", model="tiny")
+    before_first_iteration = []
+
+    def prepare(step):
+        before_first_iteration.append(all(p.grad is None for p in step.model.parameters()))
+
+    step = llama_sdpa.recipe_step("fast", 1, 16, device="cpu", backend="MATH", prepare=prepare, model="tiny")
     try:
+        assert before_first_iteration == [True]
         assert step.swaps == ["loss=chunked"] and step.hidden_loss is not None
         assert all(layer._compiled_call_impl is not None for layer in step.model.model.layers)
         assert torch.isfinite(step())

@@ -9,6 +9,7 @@ weights inside matrix multiplies (the tied LM head included).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -296,14 +297,16 @@ def choose_kv_mode(step: LlamaStep, backend: str, kv_heads: str = "native") -> s
 
 
 def recipe_step(name: str, batch: int, seq: int, device: str = "cuda", backend: str = "CUDNN_ATTENTION",
-                **fields: Any) -> LlamaStep:
+                prepare: Callable[[LlamaStep], None] | None = None, **fields: Any) -> LlamaStep:
     """Recipe `name`'s step at batch × seq, built and run once with its attention chosen, for
     callers that launch or capture it themselves (probes): the recipe as `llama` runs it, without
-    the CUDA graph."""
+    the CUDA graph. `prepare(step)` may change the model before its first iteration compiles it."""
     setup = recipe_setup(name, device, replayed=False)
     spec = setup_spec(setup, backend, batch=batch, seq=seq, device=device, **fields)
     validate(spec)
     step = LlamaStep(spec, torch.device(device))
+    if prepare is not None:
+        prepare(step)
     choose_kv_mode(step, spec.sdpa_backend, spec.kv_heads)
     return step
 
