@@ -35,10 +35,10 @@ DEFAULT_BWD = fa._tile_size_bwd_sm90
 DQSWAP = fa.BwdConfig(128, 128, 2, 2, 2, True, False, True, 1, 2, 2)
 
 
-def foreach_backward(ctx, grad_out, _g_hidden, _g_weight):  # noqa: ANN001, ANN201
-    grad_hidden, grad_weight = ctx.saved_tensors
-    torch._foreach_mul_([grad_hidden, grad_weight], grad_out.to(grad_hidden.dtype))
-    return grad_hidden, grad_weight, None, None, None
+def foreach_backward(ctx, *grads):  # noqa: ANN001, ANN002, ANN201
+    """The loss's backward as off the GPU: one `_foreach_mul_` pass whatever the incoming gradient."""
+    ctx.fused = False
+    return chunked_loss._backward(ctx, *grads)
 
 
 def use_loss_backward(foreach: bool) -> None:
