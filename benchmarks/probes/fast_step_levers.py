@@ -30,7 +30,8 @@ from trainperf.kernels import chunked_loss
 from trainperf.workloads import llama_sdpa
 from trainperf.workloads.step_graph import GraphedIteration
 
-BUILD_S = 180
+BUILD_S = 180  # the longest a step's first build is expected to take, before one is measured
+ROUNDS_S = 90  # three rounds of ten replays for every variant, their graphs captured
 DEFAULT_BWD = fa._tile_size_bwd_sm90
 DQSWAP = fa.BwdConfig(128, 128, 2, 2, 2, True, False, True, 1, 2, 2)
 
@@ -97,20 +98,23 @@ def _kv_attention_forward(self, hidden_states, position_embeddings, attention_ma
     return self.o_proj(out.reshape(*tokens, -1).contiguous()), weights
 
 
-def built(shape: str, prepare=None) -> llama_sdpa.LlamaStep:  # noqa: ANN001
+def built(shape: str, prepare=None) -> tuple[llama_sdpa.LlamaStep, float]:  # noqa: ANN001
+    """The fast step at `shape`, run once, and the seconds its build took."""
     t0 = time.time()
     step = llama_sdpa.recipe_step("fast", *map(int, shape.split("x")), prepare=prepare)
     step()
+    took = time.time() - t0
     swaps = ", ".join(step.swaps) + " kv-stacked" * bool(prepare)
-    print(f"{shape} {swaps}: built in {time.time() - t0:.0f} s", flush=True)
-    return step
+    print(f"{shape} {swaps}: built in {took:.0f} s", flush=True)
+    return step, took
 
 
 def in_step(shape: str, deadline: float) -> None:
-    steps = [built(shape)]
-    makers = {name: variant(steps[0], *settings) for name, settings in VARIANTS.items()}
-    if time.time() < deadline - 2 * BUILD_S:
-        steps.append(built(shape, prepare=stack_kv))
+    step, took = built(shape)
+    steps = [step]
+    makers = {name: variant(step, *settings) for name, settings in VARIANTS.items()}
+    if time.time() + 1.2 * took + ROUNDS_S < deadline:  # the second build costs about what the first did
+        steps.append(built(shape, prepare=stack_kv)[0])
         makers["kv-stacked"] = variant(steps[1], *VARIANTS["now"])
     try:
         results = alternating_rounds(makers, 3, 10, torch.device("cuda"), deadline,
