@@ -99,10 +99,9 @@ def _kv_attention_forward(self, hidden_states, position_embeddings, attention_ma
 
 
 def built(shape: str, prepare=None) -> tuple[llama_sdpa.LlamaStep, float]:  # noqa: ANN001
-    """The fast step at `shape`, run once, and the seconds its build took."""
+    """The fast step at `shape`, run once (by recipe_step), and the seconds its build took."""
     t0 = time.time()
     step = llama_sdpa.recipe_step("fast", *map(int, shape.split("x")), prepare=prepare)
-    step()
     took = time.time() - t0
     swaps = ", ".join(step.swaps) + " kv-stacked" * bool(prepare)
     print(f"{shape} {swaps}: built in {took:.0f} s", flush=True)
