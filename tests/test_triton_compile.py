@@ -57,8 +57,8 @@ def _float8(x: str, y: str, names: tuple[str, ...], sizes: tuple[str, ...]) -> d
 CASES = {  # name: (module, kernel, signature, constexprs, warps or compile options), as launched
     **{f"scale {t}": ("trainperf.kernels.grad_scale", "_scale_kernel", {"X": t, "S": "*fp32", "N": "i32"},
                       {"BLOCK": 4096}, 8) for t in ("*bf16", "*fp16", "*fp32")},
-    **{f"cross-entropy {b}x{w}": ("trainperf.kernels.cross_entropy", "_ce_kernel", CE, {"BLOCK": b}, w)
-       for b, w in ((2048, 8), (16384, 32))},
+    **{f"cross-entropy {b}x{w}": ("trainperf.kernels.cross_entropy", "_ce_kernel", CE,
+                                   {"BLOCK": b, "GROUP": 16}, w) for b, w in ((2048, 8), (16384, 32))},
     "rmsnorm": ("trainperf.kernels.rmsnorm", "_rmsnorm_fwd", {"X": "*bf16", "W": "*bf16", "Y": "*bf16",
                 "RSTD": "*fp32", "N_COLS": "i32", "eps": "fp32"}, {"BLOCK": 2048}, 4),
     "rmsnorm backward": ("trainperf.kernels.rmsnorm", "_rmsnorm_bwd", NORM_BWD, {"BLOCK": 2048}, 4),

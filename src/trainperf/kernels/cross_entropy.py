@@ -31,14 +31,14 @@ CONFIGS = [triton.Config({"BLOCK": b}, num_warps=w) for b, w in tune_candidates(
 # The kernel overwrites X, so the autotuner puts the logits back after each trial (it holds a
 # copy of the block while it tunes, once per vocabulary size).
 GROUP = 16  # elements per running max; 16 and 32 were equally fast, 8 as slow as one per element
-LOG2E = 1.4426950408889634
+LOG2E = tl.constexpr(1.4426950408889634)  # a constexpr: what a jitted function may read
 
 
 # The kernel overwrites X, so the autotuner puts the logits back after each trial (it holds a
 # copy of the block while it tunes, once per vocabulary size).
 @triton.autotune(configs=CONFIGS, key=["V", "GROUP"], restore_value=["X"], do_bench=bench)
 @triton.jit
-def _ce_kernel(X, T, LOSS, stride, V, scale, BLOCK: tl.constexpr, GROUP: tl.constexpr = GROUP):
+def _ce_kernel(X, T, LOSS, stride, V, scale, BLOCK: tl.constexpr, GROUP: tl.constexpr):
     row_ptr = X + tl.program_id(0).to(tl.int64) * stride
     target = tl.load(T + tl.program_id(0))
     # [BLOCK // GROUP, GROUP] tiles of the row: the max over a group stays in one thread
@@ -71,5 +71,5 @@ def cross_entropy_grad_(logits: torch.Tensor, targets: torch.Tensor, scale: floa
     rows, vocab = logits.shape
     loss = torch.empty(rows, dtype=torch.float32, device=logits.device)
     tuned_launch(_ce_kernel, lambda meta: (rows,), (vocab, str(logits.dtype)),
-                 (logits, targets, loss, logits.stride(0), vocab, scale), {})
+                 (logits, targets, loss, logits.stride(0), vocab, scale), {"GROUP": GROUP})
     return loss
