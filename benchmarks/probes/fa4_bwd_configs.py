@@ -6,7 +6,8 @@ sequences each program covers few key blocks, so its start and end weigh more. E
 tile from FA4's own search (`sm90_config_search.py`) that looks promising is compiled, checked
 against the default's gradients and timed (median of `do_bench`). Then cuDNN's forward (through
 PyTorch, with its log-sum-exp) is timed against FA4's and its output and log-sum-exp handed to
-FA4's backward, whose gradients are compared with FA4's own.
+FA4's backward, whose gradients are compared with FA4's own. Last, the backward with K/V
+expanded to every query head, the same work without grouped-query accumulation.
 Usage: PYTHONPATH=src python3 benchmarks/probes/fa4_bwd_configs.py [BxS ...]
 """
 
@@ -78,6 +79,16 @@ def shape(b: int, s: int) -> None:
         base = base or ms
         print(f"{b}x{s} bwd {name:18s} {ms:.4f} ms {2.5 * flops(b, s) / ms / 1e9:4.0f} TFLOP/s "
               f"{base / ms:.3f}x  max rel err vs default {err:.1e}", flush=True)
+    # the same attention with K/V expanded to every query head: no fp32 dK/dV accumulated across
+    # the heads of a group (what a backward that packs a group's heads into one program would save)
+    ke, ve = (t.repeat_interleave(HEADS // KV_HEADS, dim=2) for t in (k, v))
+    oe, lsee, *_ = fa._flash_attn_fwd(q, ke, ve, softmax_scale=DIM ** -0.5, causal=True, return_lse=True)
+    t_gqa = triton.testing.do_bench(lambda: bwd(q, k, v, o, do, lse, None), warmup=50, rep=400,
+                                    return_mode="median")
+    t_mha = triton.testing.do_bench(lambda: bwd(q, ke, ve, oe, do, lsee, None), warmup=50, rep=400,
+                                    return_mode="median")
+    print(f"{b}x{s} bwd with {KV_HEADS} K/V heads {t_gqa:.4f} ms, with K/V expanded to {HEADS} "
+          f"{t_mha:.4f} ms ({t_gqa / t_mha:.3f}x)", flush=True)
     # cuDNN's forward feeding FA4's backward
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
     try:
