@@ -24,7 +24,7 @@ from flash_attn.cute.block_sparsity import BlockSparseTensorsTorch
 
 HEADS, KV_HEADS, DIM = 32, 8, 64
 PACK = HEADS // KV_HEADS
-BLOCK = 128
+BLOCK_Q, BLOCK_K = 192, 128  # the forward's default tile for head dim 64; the backward's is 128 x 128
 
 
 @cute.jit
@@ -34,11 +34,13 @@ def packed_causal(batch, head, m_idx, n_idx, seqlen_info, aux_tensors):  # noqa:
 
 def sparsity(b: int, seq_q: int, seq_k: int, backward: bool) -> BlockSparseTensorsTorch:
     """Which key blocks each query block meets (forward), or which query blocks each key block
-    meets (backward), split into partly masked and full, for 128 x 128 blocks."""
-    m = torch.arange(seq_q // BLOCK)[:, None]
-    n = torch.arange(seq_k // BLOCK)[None, :]
-    full = (n * BLOCK + BLOCK - 1) * PACK <= m * BLOCK  # every key visible to every row
-    some = n * BLOCK * PACK <= m * BLOCK + BLOCK - 1  # some key visible to some row
+    meets (backward), split into partly masked and full: blocks of the kernel's tile."""
+    bq = BLOCK_K if backward else BLOCK_Q
+    m = torch.arange(-(-seq_q // bq))[:, None]
+    n = torch.arange(-(-seq_k // BLOCK_K))[None, :]
+    last = torch.clamp(m * bq + bq - 1, max=seq_q - 1)
+    full = (n * BLOCK_K + BLOCK_K - 1) * PACK <= m * bq  # every key visible to every row
+    some = n * BLOCK_K * PACK <= last  # some key visible to some row
     partial = some & ~full
     if backward:
         partial, full = partial.t(), full.t()
@@ -52,7 +54,7 @@ def sparsity(b: int, seq_q: int, seq_k: int, backward: bool) -> BlockSparseTenso
 
     mcnt, midx = packed(partial)
     fcnt, fidx = packed(full)
-    return BlockSparseTensorsTorch(mcnt, midx, fcnt, fidx, block_size=(BLOCK, BLOCK))
+    return BlockSparseTensorsTorch(mcnt, midx, fcnt, fidx, block_size=(bq, BLOCK_K))
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
