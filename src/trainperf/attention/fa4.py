@@ -82,15 +82,21 @@ def fa4_attention_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor
 register_attention_autograd(fa4_attention_op, fa4_attention_backward_op)
 
 
-def fa4_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
-                  scale: float | None = None) -> torch.Tensor:
-    """Attention of q [batch, heads, seq, dim] over k, v [batch, kv_heads, seq, dim] via FA4."""
+def check_fa4_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> float:
+    """Unsupported or ValueError unless FA4 takes q [batch, heads, seq, dim] and k, v [batch,
+    kv_heads, seq, dim] here; the softmax scale (1/√dim unless given)."""
     require_fa4(q.device)
     if q.dtype not in (torch.bfloat16, torch.float16):
         raise Unsupported(f"fa4 takes bf16 or fp16, not {q.dtype}")
     if q.shape[1] % k.shape[1]:
         raise ValueError(f"query heads {q.shape[1]} are not a multiple of K/V heads {k.shape[1]}")
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    return 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+
+
+def fa4_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
+                  scale: float | None = None) -> torch.Tensor:
+    """Attention of q [batch, heads, seq, dim] over k, v [batch, kv_heads, seq, dim] via FA4."""
+    scale = check_fa4_inputs(q, k, v, scale)
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     return fa4_attention_op(q, k, v, causal, scale)[0].transpose(1, 2)

@@ -33,7 +33,8 @@ GLOSSARY: dict[str, str] = {
     "--swiglu": "SwiGLU activation: torch, triton; for llama also quack (in the epilogues of quack's "
                 "gate-and-up and down GEMMs).",
     "--loss": "Loss: torch (full logits), chunked (LM head + cross-entropy in chunks).",
-    "--kv-heads": "Grouped K/V heads into SDPA: native (enable_gqa), expanded (repeat_kv first).",
+    "--kv-heads": "Grouped K/V heads into SDPA: native (enable_gqa), expanded (repeat_kv first), packed "
+                  "(FA4: each K/V head's query heads as one sequence).",
     "--tf32": "TF32 matmuls for fp32: on, off.",
     "--vocab": "Vocabulary size.",
     "--d-model": "Model width (overrides the preset's).",

@@ -95,6 +95,8 @@ def attention_name(backend: str, expand_kv: bool) -> str:
     name = f"trainperf_{backend.lower()}_{'expanded' if expand_kv else 'native'}"
 
     def pinned(module, query, key, value, attention_mask, **kwargs):  # noqa: ANN001, ANN202
+        if getattr(module, "trainperf_packed_heads", False):
+            return _packed_attention(backend, query, key, value, attention_mask, **kwargs)
         groups = getattr(module, "num_key_value_groups", 1)
         if expand_kv and groups > 1:
             key, value = repeat_kv(key, groups), repeat_kv(value, groups)
@@ -125,6 +127,41 @@ def _own_attention(impl: str, query: torch.Tensor, key: torch.Tensor, value: tor
         raise Unsupported(f"{impl} takes causal attention without a padding mask or dropout")
     out = _attention_for(impl, query.device)(query, key, value, causal=query.shape[2] > 1, scale=scaling)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _packed_attention(backend: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
+                      **_: object) -> tuple[torch.Tensor, None]:
+    """A layer whose query heads pack_query_heads reordered: FA4's packed attention, the only one
+    that reads that order."""
+    from trainperf.attention.fa4_packed import fa4_packed_attention
+
+    if backend != "FA4":
+        raise Unsupported(f"--kv-heads packed runs on FlashAttention 4 (FA4), not {backend}")
+    if attention_mask is not None or dropout:
+        raise Unsupported("--kv-heads packed takes causal attention without a padding mask or dropout")
+    return fa4_packed_attention(query, key, value, scale=scaling).transpose(1, 2).contiguous(), None
+
+
+def pack_query_heads(model: torch.nn.Module) -> None:
+    """Reorder every attention layer's query heads so that head j·G + g uses K/V head g (G K/V
+    heads; transformers' order is g·R + j, R query heads each), by permuting q_proj's rows and
+    o_proj's columns: the same function, in the order attention/fa4_packed.py packs."""
+    for module in model.modules():
+        if not all(hasattr(module, a) for a in ("q_proj", "o_proj", "num_key_value_groups", "head_dim")):
+            continue
+        per_kv, dim = module.num_key_value_groups, module.head_dim
+        heads = module.q_proj.out_features // dim
+        kv_heads = heads // per_kv
+        # new head j·G + g is old head g·R + j
+        order = torch.arange(heads).view(kv_heads, per_kv).t().reshape(-1)
+        rows = (order[:, None] * dim + torch.arange(dim)).reshape(-1).to(module.q_proj.weight.device)
+        with torch.no_grad():
+            module.q_proj.weight.copy_(module.q_proj.weight[rows])
+            if module.q_proj.bias is not None:
+                module.q_proj.bias.copy_(module.q_proj.bias[rows])
+            module.o_proj.weight.copy_(module.o_proj.weight[:, rows])
+        module.trainperf_packed_heads = True
 
 
 @functools.cache

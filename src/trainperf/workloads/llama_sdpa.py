@@ -49,8 +49,9 @@ REGION_OPTIONS = {"layers": None, "layers-tuned": TUNED}  # the per-layer modes:
 FAST = {"loss": "chunked", "compile": "layers"}
 INPUTS = ("embeds", "ids")
 # How grouped-query K/V heads reach SDPA: native (the backend's own GQA, enable_gqa; expanded when
-# the backend refuses it) | expanded (repeat_kv to one K/V head per query head first).
-KV_HEADS = ("native", "expanded")
+# the backend refuses it) | expanded (repeat_kv to one K/V head per query head first) | packed
+# (FA4 only: each K/V head's query heads packed into one sequence, attention/fa4_packed.py).
+KV_HEADS = ("native", "expanded", "packed")
 # The swappable parts as they are named in a record's swaps, and the spec field of each.
 SWAP_FIELDS = {"norm": "norm", "swiglu": "swiglu", "rope": "rope", "loss": "loss", "kv": "kv_heads",
                "library": "library", "float8": "float8", "graph": "graph"}
@@ -168,6 +169,9 @@ def validate(spec: LlamaSpec) -> None:
     check_choice("rope", spec.rope, hf_llama.SWAPS)
     check_choice("loss", spec.loss, LOSSES)
     check_choice("kv-heads", spec.kv_heads, KV_HEADS)
+    if spec.kv_heads == "packed" and spec.sdpa_backend != "FA4":
+        raise SpecError("--kv-heads packed runs on FlashAttention 4 (--sdpa-backend FA4), not "
+                        f"{spec.sdpa_backend}")
     check_choice("library", spec.library, peers.LIBRARIES)
     check_choice("float8", spec.float8, peers.FLOAT8)
     check_choice("graph", spec.graph, GRAPH_MODES)
@@ -215,6 +219,8 @@ class LlamaStep:
         self.cfg = hf_llama.load_config(spec.model, spec.layers)
         self.model = hf_llama.build_model(self.cfg, DTYPES[spec.dtype], device)
         hf_llama.apply_swaps(self.model, spec.norm, spec.swiglu, spec.rope)
+        if spec.kv_heads == "packed":
+            hf_llama.pack_query_heads(self.model)
         self.swaps = spec.swap_names()
         self.undo: list = []  # what close() takes back out of transformers
         self.hidden_loss = chunked_lm_loss if spec.loss == "chunked" else None
@@ -280,6 +286,10 @@ class LlamaStep:
 def choose_kv_mode(step: LlamaStep, backend: str, kv_heads: str = "native") -> str:
     """Run one iteration with K/V heads as asked; native falls back to expanded where the backend
     refuses GQA. Returns the mode that ran."""
+    if kv_heads == "packed":  # the layers read it themselves (hf_llama.pack_query_heads)
+        hf_llama.set_attention(step.model, hf_llama.attention_name(backend, expand_kv=False))
+        step()
+        return kv_heads
     refusals = []
     for expand in (False, True)[KV_HEADS.index(kv_heads):]:
         hf_llama.set_attention(step.model, hf_llama.attention_name(backend, expand_kv=expand))
