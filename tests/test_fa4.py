@@ -38,14 +38,15 @@ def test_the_fa4_ops_are_registered_with_fake_shapes_and_autograd():
         assert (q.grad.shape, k.grad.shape, v.grad.shape) == (q.shape, k.shape, v.shape)
 
 
-def test_llama_fa4_without_the_package_is_an_unsupported_row(monkeypatch):
+@pytest.mark.parametrize("kv_heads", ["native", "packed"])
+def test_llama_fa4_without_the_package_is_an_unsupported_row(monkeypatch, kv_heads):
     pytest.importorskip("transformers")
     from trainperf.core.runner import measure_case
     from trainperf.workloads.llama_sdpa import RECIPES, LlamaSpec, measure_llama
 
     monkeypatch.setattr(fa4, "_INSTALLED", False)
     spec = LlamaSpec(**RECIPES["fa4"], batch=1, seq=16, dtype="fp32", model="tiny", device="cpu",
-                     warmup=1, iters=1)
+                     warmup=1, iters=1, kv_heads=kv_heads)
     rec = measure_case("llama", spec, measure_llama, {"device": "cpu"})
     assert rec.status == "unsupported" and "trainperf[fa4]" in rec.reason
 
