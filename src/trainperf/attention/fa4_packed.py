@@ -133,5 +133,6 @@ def fa4_packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caus
     if not causal:
         raise ValueError("the packed attention is causal only")
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-    q, k, v = (t.contiguous() for t in (q, k, v))  # the packed view needs q whole; k, v as FA4 takes them
+    q = q.contiguous()  # the packed view needs q whole; k and v as FA4 takes them
+    k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (k, v))
     return fa4_packed_attention_op(q, k, v, True, scale)[0].transpose(1, 2)

@@ -121,10 +121,7 @@ def _own_attention(impl: str, query: torch.Tensor, key: torch.Tensor, value: tor
                    **_: object) -> tuple[torch.Tensor, None]:
     """transformers' attention contract (output [batch, seq, heads, dim]) over one of trainperf's
     causal attention implementations, which take no padding mask and no dropout."""
-    from trainperf.core.errors import Unsupported
-
-    if attention_mask is not None or dropout:
-        raise Unsupported(f"{impl} takes causal attention without a padding mask or dropout")
+    _check_causal_only(impl, attention_mask, dropout)
     out = _attention_for(impl, query.device)(query, key, value, causal=query.shape[2] > 1, scale=scaling)
     return out.transpose(1, 2).contiguous(), None
 
@@ -138,9 +135,15 @@ def _packed_attention(backend: str, query: torch.Tensor, key: torch.Tensor, valu
 
     if backend != "FA4":
         raise Unsupported(f"--kv-heads packed runs on FlashAttention 4 (FA4), not {backend}")
-    if attention_mask is not None or dropout:
-        raise Unsupported("--kv-heads packed takes causal attention without a padding mask or dropout")
+    _check_causal_only("--kv-heads packed", attention_mask, dropout)
     return fa4_packed_attention(query, key, value, scale=scaling).transpose(1, 2).contiguous(), None
+
+
+def _check_causal_only(what: str, attention_mask: torch.Tensor | None, dropout: float) -> None:
+    """Unsupported unless transformers asks trainperf's own attention for what it computes:
+    causal attention, no padding mask, no dropout."""
+    if attention_mask is not None or dropout:
+        raise Unsupported(f"{what} takes causal attention without a padding mask or dropout")
 
 
 def pack_query_heads(model: torch.nn.Module) -> None:
@@ -188,8 +191,6 @@ def compile_targets(model: torch.nn.Module) -> list[torch.nn.Module]:
     body = getattr(model, "model", None)
     layers = getattr(body, "layers", None)
     if not isinstance(layers, torch.nn.ModuleList):
-        from trainperf.core.errors import Unsupported
-
         raise Unsupported(f"--compile layers: {type(model).__name__} has no model.layers to compile")
     norm = getattr(body, "norm", None)
     return [*layers, *([norm] if isinstance(norm, torch.nn.Module) else [])]
