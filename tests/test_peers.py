@@ -326,6 +326,26 @@ def test_the_fastest_step_takes_fa4_and_quack_only_where_they_run(monkeypatch):
     assert recipe_setup("fast", "cuda", replayed=False) == {**FAST, "sdpa_backend": "FA4", "swiglu": "quack"}
 
 
+def test_the_fastest_step_packs_k_v_heads_on_fa4_up_to_its_sequence_limit_only(monkeypatch):
+    from trainperf.attention import fa4
+    from trainperf.core.errors import SpecError
+    from trainperf.workloads.llama_sdpa import PACKED_UP_TO_SEQ, with_kv_heads
+
+    monkeypatch.setattr(fa4, "fa4_runs", lambda device: True)
+    assert recipe_setup("fast", "cuda", seq=PACKED_UP_TO_SEQ)["kv_heads"] == "packed"
+    assert "kv_heads" not in recipe_setup("fast", "cuda", seq=PACKED_UP_TO_SEQ + 1)
+    assert "kv_heads" not in recipe_setup("fast", "cuda")  # no sequence named: as it runs anywhere
+    assert "kv_heads" not in recipe_setup("fp8", "cuda", seq=768)
+    assert "kv_heads" not in recipe_setup("fa4", "cuda", seq=768)  # peers run as users run them
+    monkeypatch.setattr(fa4, "fa4_runs", lambda device: False)
+    assert "kv_heads" not in recipe_setup("fast", "cuda", seq=768)  # packing needs FA4
+    packed, plain = {"kv_heads": "packed"}, {"compile": "on"}
+    assert with_kv_heads(plain, "expanded") == {"compile": "on", "kv_heads": "expanded"}
+    assert with_kv_heads(packed, "native") == packed  # the default leaves it to the recipe
+    with pytest.raises(SpecError, match="sets --kv-heads packed itself at sequences up to 1024"):
+        with_kv_heads(packed, "expanded")
+
+
 def test_a_cuda_graph_is_refused_where_it_cannot_capture():
     from trainperf.core.errors import SpecError
     from trainperf.workloads.llama_sdpa import validate
@@ -363,20 +383,22 @@ def test_the_peers_headline_names_each_recipe_s_rows_in_every_form_it_runs(tmp_p
     from trainperf.suites.catalog import peers_headline
 
     (tmp_path / "llama").mkdir()
-    pd.DataFrame({"backend": ["CUDNN_ATTENTION", "CUDNN_ATTENTION", "FA4", "FA4", "FA4"],
-                  "compile": ["off", "off", "layers", "layers", "layers"],
+    pd.DataFrame({"backend": ["CUDNN_ATTENTION", "CUDNN_ATTENTION", "FA4", "FA4", "FA4", "FA4"],
+                  "compile": ["off", "off", "layers", "layers", "layers", "layers"],
                   "swaps": [None, "library=liger", "loss=chunked", "swiglu=quack,loss=chunked",
-                            "swiglu=quack,loss=chunked,graph=step"],
-                  "batch_size": [1, 1, 1, 2, 4], "seq_len": [8, 8, 8, 4, 2],
-                  "mean_s": [1.0, 0.8, 0.5, 0.4, 0.3],
-                  "peak_mem_gb": [10.0, 4.0, 5.0, 3.0, 2.0],
-                  "energy_j_per_iter": [700.0, 560.0, 349.6, None, 200.0], "status": ["ok"] * 5},
+                            "swiglu=quack,loss=chunked,graph=step",
+                            "swiglu=quack,loss=chunked,kv=packed,graph=step"],
+                  "batch_size": [1, 1, 1, 2, 4, 8], "seq_len": [8, 8, 8, 4, 2, 1],
+                  "mean_s": [1.0, 0.8, 0.5, 0.4, 0.3, 0.2],
+                  "peak_mem_gb": [10.0, 4.0, 5.0, 3.0, 2.0, 1.0],
+                  "energy_j_per_iter": [700.0, 560.0, 349.6, None, 200.0, 100.0], "status": ["ok"] * 6},
                  ).to_csv(tmp_path / "llama" / "training_timing.csv", index=False)
     table = peers_headline({"llama": tmp_path / "llama"}).set_index("recipe")
     assert set(table.index) >= {"stock", "liger", "fast"} and None not in table.index
     assert table.loc["fast", "1x8"] == "0.5 (5.0 GB, 350 J)"
     assert table.loc["fast", "2x4"] == "0.4 (3.0 GB)"  # with quack's MLP; no energy read: the memory alone
     assert table.loc["fast", "4x2"] == "0.3 (2.0 GB, 200 J)"  # replayed as a CUDA graph as well
+    assert table.loc["fast", "8x1"] == "0.2 (1.0 GB, 100 J)"  # and with its K/V heads packed
     against = table.loc["fast vs the best of compile, liger, liger-compile"]
     assert against["1x8"] == "1.60x over liger (memory 1.25x)"
 

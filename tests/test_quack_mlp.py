@@ -33,14 +33,30 @@ def test_the_fused_mlp_computes_what_the_llama_mlp_does_with_the_same_gradients(
     assert fused.down_proj is mlp.down_proj  # the down projection is the model's own
 
 
-def test_fusing_every_mlp_keeps_the_model_s_loss_and_its_matmul_weights():
+def test_the_fused_mlp_adds_the_residual_and_passes_it_the_output_gradient():
+    fused = FusedSwiGLUMLP(_tiny().model.layers[0].mlp)
+    x = torch.randn(2, 7, fused.gate_up.in_features, dtype=torch.float64)
+    residual = torch.randn(2, 7, fused.down_proj.out_features, dtype=torch.float64, requires_grad=True)
+    dy = torch.randn_like(residual)
+    out = fused(x, residual=residual)
+    torch.testing.assert_close(out, residual + fused(x), rtol=1e-12, atol=1e-12)
+    out.backward(dy)
+    torch.testing.assert_close(residual.grad, dy, rtol=0, atol=0)
+
+
+def test_fusing_every_mlp_keeps_the_model_s_loss_and_hands_each_mlp_its_residual(monkeypatch):
     model, ids = _tiny(), torch.randint(0, 100, (2, 16))
     ref = model(input_ids=ids, labels=ids).loss
     matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     hf_llama.fuse_mlps(model)
     assert all(isinstance(layer.mlp, FusedSwiGLUMLP) for layer in model.model.layers)
     assert sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)) == matmul
+    given = []
+    own = FusedSwiGLUMLP.forward
+    monkeypatch.setattr(FusedSwiGLUMLP, "forward",
+                        lambda self, x, residual=None: given.append(residual) or own(self, x, residual))
     torch.testing.assert_close(model(input_ids=ids, labels=ids).loss, ref, rtol=1e-12, atol=0)
+    assert len(given) == len(model.model.layers) and all(r is not None for r in given)
 
 
 def test_swiglu_quack_is_unsupported_without_the_package_or_off_hopper(monkeypatch):
@@ -91,17 +107,20 @@ def test_quack_s_fused_mlp_matches_float64_in_bf16():
     model = hf_llama.build_model(cfg, torch.bfloat16, torch.device("cuda"))
     fused = FusedSwiGLUMLP(model.model.layers[0].mlp)
     x = torch.randn(2, 512, cfg.hidden_size, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    residual = torch.randn(2, 512, cfg.hidden_size, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn(2, 512, cfg.hidden_size, device="cuda", dtype=torch.bfloat16)
-    y = fused(x)
+    y = fused(x, residual=residual)
     y.backward(dy)
     x64, w64 = (t.detach().double().requires_grad_() for t in (x, fused.gate_up.weight))
     gate, up = (x64 @ w64.t()).chunk(2, dim=-1)
-    y64 = (torch.nn.functional.silu(gate) * up) @ fused.down_proj.weight.double().t()
-    y64.backward(dy.double())
+    mlp64 = (torch.nn.functional.silu(gate) * up) @ fused.down_proj.weight.double().t()
+    (residual.detach().double() + mlp64).backward(dy.double())
 
     def rel(a, b):
         return ((a.double() - b).norm() / b.norm()).item()
 
-    assert rel(y, y64) < 1e-2
+    assert rel(y, residual.detach().double() + mlp64) < 1e-2
+    assert rel(fused(x), mlp64) < 1e-2  # and without a residual
     assert rel(x.grad, x64.grad) < 1e-2
     assert rel(fused.gate_up.weight.grad, w64.grad) < 1e-2
+    assert torch.equal(residual.grad, dy)

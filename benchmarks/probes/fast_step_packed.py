@@ -1,15 +1,18 @@
-"""Probe: the fastest step with its grouped-query attention packed (`--kv-heads packed`: each K/V
-head's query heads as one sequence, attention/fa4_packed.py) against the step as it runs, at the
-shapes where alone the packed kernels were faster. usage: PYTHONPATH=src python3
-benchmarks/probes/fast_step_packed.py DEADLINE_EPOCH SHAPE...
+"""Probe: the fastest step with and without its two latest changes, the grouped-query attention
+packed (`--kv-heads packed`: each K/V head's query heads as one sequence, attention/fa4_packed.py)
+and the MLP's residual add in the down projection's epilogue (kernels/quack_mlp.py). usage:
+PYTHONPATH=src python3 benchmarks/probes/fast_step_packed.py DEADLINE_EPOCH SHAPE[:VARIANT,...]...
 
-Per shape both steps are built (each decoder layer compiled, FA4, quack's MLP, the chunked loss),
-captured as CUDA graphs as the suite runs them, and take turns in three rounds of 10 replays:
-CUDA-event time, energy, clock and power, and the capture's peak memory.
+VARIANTs (default all four): native, native+residual, packed, packed+residual; `residual` has the
+MLP add the residual, the others leave the add to the decoder layer, as transformers does. Per
+shape each variant is built (each decoder layer compiled, FA4, quack's MLP, the chunked loss),
+captured as a CUDA graph as the suite runs it, and the variants take turns in three rounds of 10
+replays: CUDA-event time, energy, clock and power, and the capture's peak memory.
 """
 
 import sys
 import time
+import types
 
 import torch
 
@@ -18,36 +21,49 @@ from trainperf.workloads import llama_sdpa
 from trainperf.workloads.step_graph import GraphedIteration
 
 BUILD_S = 200  # the most one build of the step is expected to take (FA4 and quack compile on first use)
+VARIANTS = ("native", "native+residual", "packed", "packed+residual")
 
 
-def built(shape: str, kv_heads: str) -> llama_sdpa.LlamaStep:
+def residual_outside(step: llama_sdpa.LlamaStep) -> None:
+    """Give each decoder layer back transformers' forward: the MLP returns, the layer adds."""
+    for layer in step.model.model.layers:
+        layer.forward = types.MethodType(type(layer).forward, layer)
+
+
+def built(shape: str, variant: str) -> llama_sdpa.LlamaStep:
     t0 = time.time()
-    step = llama_sdpa.recipe_step("fast", *map(int, shape.split("x")), kv_heads=kv_heads)
-    print(f"{shape} {', '.join(step.swaps)}: built in {time.time() - t0:.0f} s", flush=True)
+    kv_heads, _, residual = variant.partition("+")
+    step = llama_sdpa.recipe_step("fast", *map(int, shape.split("x")), kv_heads=kv_heads,
+                                  prepare=None if residual else residual_outside)
+    print(f"{shape} {variant} ({', '.join(step.swaps)}): built in {time.time() - t0:.0f} s", flush=True)
     return step
 
 
-def in_step(shape: str, deadline: float) -> None:
-    steps = {kv: built(shape, kv) for kv in ("native", "packed")}
+def in_step(shape: str, variants: list[str], deadline: float) -> None:
+    steps = {v: built(shape, v) for v in variants}
     try:
-        makers = {kv: (lambda s=s: GraphedIteration(s)) for kv, s in steps.items()}
+        makers = {v: (lambda s=s: GraphedIteration(s)) for v, s in steps.items()}
         results = alternating_rounds(makers, 3, 10, torch.device("cuda"), deadline,
                                      say=lambda line: print(line, flush=True))
     finally:
         for step in steps.values():
             step.close()
-    for line in summary(results, "native"):
+    for line in summary(results, variants[0]):
         print(shape, line, flush=True)
 
 
 def main() -> None:
-    deadline, shapes = float(sys.argv[1]), sys.argv[2:]
+    deadline, cases = float(sys.argv[1]), sys.argv[2:]
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    for shape in shapes:
-        if time.time() < deadline - 2 * BUILD_S:
-            in_step(shape, deadline)
+    for case in cases:
+        shape, _, names = case.partition(":")
+        variants = names.split(",") if names else list(VARIANTS)
+        if unknown := set(variants) - set(VARIANTS):
+            sys.exit(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
+        if time.time() < deadline - len(variants) * BUILD_S:
+            in_step(shape, variants, deadline)
         else:
-            print("deadline: skipping", shape, flush=True)
+            print("deadline: skipping", case, flush=True)
 
 
 if __name__ == "__main__":

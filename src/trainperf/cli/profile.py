@@ -150,14 +150,19 @@ def _llama_spec(dev, batch_seq: str | None, sdpa_backend: str | None, model: str
     from trainperf.workloads.llama_sdpa import LlamaSpec, validate
 
     gpu = dev.type == "cuda"
-    b, n = parse_one(("1x4096" if gpu else "1x64") if batch_seq is None else batch_seq, batch_seq_pair,
-                     "--batch-seq")
+    b, n = _batch_seq(dev, batch_seq)
     opts = with_defaults({"sdpa_backend": "CUDNN_ATTENTION", "model": "llama-3.2-1b"} if gpu else
                          {"sdpa_backend": "MATH", "model": "tiny"}, sdpa_backend=sdpa_backend, model=model)
     spec = LlamaSpec(batch=b, seq=n, dtype=parse_one(dtype, str, "--dtype", DTYPE_CHOICES, DTYPE_ALIASES),
                      device=dev.type, **opts, **swaps, **kw)
     validate(spec)
     return spec
+
+
+def _batch_seq(dev, batch_seq: str | None) -> tuple[int, int]:  # noqa: ANN001
+    """The profile's one batch x seq pair: 1x4096 on a GPU, 1x64 on the CPU unless given."""
+    default = "1x4096" if dev.type == "cuda" else "1x64"
+    return parse_one(default if batch_seq is None else batch_seq, batch_seq_pair, "--batch-seq")
 
 
 LlamaBatchSeqOpt = option("--batch-seq", None, "One pair; default 1x4096 on a GPU, 1x64 on the CPU.")
@@ -185,16 +190,16 @@ def profile_llama(
     ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Breakdown of a Hugging Face Llama training iteration (or its forward pass) by module range."""
-    from trainperf.workloads.llama_sdpa import RECIPES, LlamaStep, choose_kv_mode, recipe_setup
+    from trainperf.workloads.llama_sdpa import RECIPES, LlamaStep, choose_kv_mode, recipe_setup, with_kv_heads
 
     dev = device_or_fail(device)
     if fast and recipe not in (None, "fast"):
         raise SpecError(f"--fast is --recipe fast; give one of --fast and --recipe {recipe}")
     if fast or recipe is not None:
         setup = recipe_setup(parse_one("fast" if fast else recipe, str, "--recipe", RECIPES), dev.type,
-                             replayed=False)
+                             replayed=False, seq=_batch_seq(dev, batch_seq)[1])
         sdpa_backend = setup.pop("sdpa_backend", sdpa_backend)
-        swaps = {**setup, "kv_heads": kv_heads}
+        swaps = with_kv_heads(setup, kv_heads)
     else:
         swaps = {"norm": norm, "swiglu": swiglu, "rope": rope, "loss": loss, "compile": compile,
                  "kv_heads": kv_heads}

@@ -347,6 +347,7 @@ def llama(
         summary_table,
         timing_table,
         validate,
+        with_kv_heads,
         write_outputs,
     )
 
@@ -374,20 +375,27 @@ def llama(
         clash = [flag for flag, value in given.items() if value != stock.get(flag, "torch")]
         if clash:
             raise SpecError(f"--recipe sets {', '.join(clash)} itself; give one or the other")
-        setups = [recipe_setup(r, dev.type, replayed) for r in parse_list(recipe, str, "--recipe", RECIPES)]
+        names = parse_list(recipe, str, "--recipe", RECIPES)
+
+        def setups_at(seq: int) -> list[dict[str, str]]:  # a recipe may pick by sequence length
+            return [recipe_setup(r, dev.type, replayed, seq) for r in names]
     else:
         parts = {"swiglu": swiglu, "rope": rope, "loss": loss, "library": library, "float8": float8}
-        setups = [{"compile": c, "norm": nm, "graph": g, **parts}
+        chosen = [{"compile": c, "norm": nm, "graph": g, **parts}
                   for c in parse_list(compile, str, "--compile", COMPILE_MODES)
                   for nm in parse_list(norm, str, "--norm", NORM_SWAPS)
                   for g in parse_list(graph, str, "--graph", GRAPH_MODES)]
+
+        def setups_at(seq: int) -> list[dict[str, str]]:
+            return chosen
     kv_modes = parse_list(kv_heads, str, "--kv-heads", KV_HEADS)
     # a recipe that names its attention (fa4) runs once per shape, whatever --sdpa-backend says
-    specs = list(dict.fromkeys(setup_spec(setup, be, batch=b, seq=n, kv_heads=kv, **common)
-                               for setup in setups for kv in kv_modes for (b, n) in grid for be in backends))
+    specs = list(dict.fromkeys(setup_spec(with_kv_heads(setups_at(n)[i], kv), be, batch=b, seq=n, **common)
+                               for i in range(len(setups_at(1))) for kv in kv_modes for (b, n) in grid
+                               for be in backends))
     if fast:
-        specs += [setup_spec(recipe_setup("fast", dev.type, replayed), backends[0], batch=b, seq=n, **common)
-                  for (b, n) in grid]
+        specs += [setup_spec(recipe_setup("fast", dev.type, replayed, n), backends[0], batch=b, seq=n,
+                             **common) for (b, n) in grid]
     for s in specs:
         validate(s)
     check_out_dir(out)

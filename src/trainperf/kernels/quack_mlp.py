@@ -4,7 +4,9 @@ The gate and up projections become one GEMM against their weights stacked [gate;
 epilogue writes the pre-activations and h = silu(gate)·up, so the activation takes no pass of its
 own over memory. In the backward, the GEMM of the output gradient with the down weight computes
 the SwiGLU derivative in its epilogue and recomputes h there for the down weight's gradient, so h
-is never saved: 4 GB less at 16k tokens in Llama-3.2-1B on an H100 (docs/peers.md).
+is never saved: 4 GB less at 16k tokens in Llama-3.2-1B on an H100 (docs/peers.md). Given the
+decoder layer's residual stream, the down projection's epilogue adds it, so the layer's residual
+add takes no pass of its own either (hf_llama.fuse_mlps rewires the layer to hand it over).
 
 quack-kernels comes with FlashAttention 4 (`trainperf[fa4]`) and runs on a Hopper or newer GPU;
 elsewhere `--swiglu quack` is an `unsupported` row. The same module computes in PyTorch off the
@@ -53,22 +55,58 @@ class FusedSwiGLUMLP(torch.nn.Module):
             self.gate_up.weight.copy_(torch.cat([gate.weight, up.weight]))
         self.down_proj = mlp.down_proj
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """The MLP of `x`, plus `residual` when given (the layer's residual add, fused on the GPU)."""
         if x.is_cuda:
-            return _quack_mlp(x, self.gate_up.weight, self.down_proj.weight)
+            return _quack_mlp(x, self.gate_up.weight, self.down_proj.weight, residual)
         gate, up = self.gate_up(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        out = self.down_proj(F.silu(gate) * up)
+        return out if residual is None else residual + out
 
 
 # Outside torch.compile's graphs: in a compiled decoder layer, the step with this graph break was
 # faster than with Dynamo tracing quack's autograd functions (0.327 against 0.332 s at 1 x 16384 on
 # an H100, benchmarks/results/explorations).
 @torch._dynamo.disable
-def _quack_mlp(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
+def _quack_mlp(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
+               residual: torch.Tensor | None) -> torch.Tensor:
+    """quack's MLP (its mlp_func with the stacked [gate; up] layout), with the down projection our
+    own so that its epilogue can add the residual."""
     _load_quack()
-    from quack.mlp import mlp_func
+    from quack.linear import linear_gated_func
 
-    return mlp_func(x, gate_up, down, activation="swiglu", tuned=True, concat_layout=True)
+    preact, h = linear_gated_func(x, gate_up, "swiglu", store_preact=torch.is_grad_enabled(), tuned=True,
+                                  concat_layout=True)
+    return _DownProjection.apply(preact, down, h, residual)
+
+
+class _DownProjection(torch.autograd.Function):
+    """h @ downᵀ (+ residual in the GEMM's epilogue). Like quack's gated_linear_func, it keeps the
+    pre-activations instead of h: the backward's GEMM of the output gradient with the down weight
+    computes the SwiGLU derivative in its epilogue and recomputes h there for the weight's gradient.
+    The residual's gradient is the output's."""
+
+    @staticmethod
+    def forward(ctx, preact, down, h, residual):  # noqa: ANN001, ANN205
+        from quack.gemm_interface import gemm, gemm_add
+
+        rows = h.flatten(0, -2)
+        out = gemm(rows, down.T) if residual is None else gemm_add(rows, down.T, residual.flatten(0, -2))
+        ctx.save_for_backward(preact, down)
+        ctx.with_residual = residual is not None
+        return out.view(*h.shape[:-1], down.shape[0])
+
+    @staticmethod
+    def backward(ctx, dout):  # noqa: ANN001, ANN205
+        from quack.gemm_interface import gemm, gemm_dgated
+
+        preact, down = ctx.saved_tensors
+        rows = dout.flatten(0, -2)
+        rows = rows if rows.stride(-1) == 1 else rows.contiguous()
+        dpreact, h = gemm_dgated(rows, down, preact.flatten(0, -2), activation="swiglu",
+                                 dynamic_scheduler=True)
+        ddown = gemm(rows.T, h, out_dtype=down.dtype, dynamic_scheduler=True)
+        return dpreact.view(preact.shape), ddown, None, dout if ctx.with_residual else None
 
 
 def _load_quack() -> None:

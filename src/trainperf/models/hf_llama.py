@@ -245,11 +245,23 @@ def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torc
 
 
 def fuse_mlps(model: torch.nn.Module) -> None:
-    """Replace every Llama MLP of `model` by a FusedSwiGLUMLP holding the same weights."""
+    """Replace every Llama MLP of `model` by a FusedSwiGLUMLP holding the same weights, and have
+    its decoder layer hand the MLP the residual stream, which the MLP's last GEMM adds."""
+    import types
+
     from trainperf.kernels.quack_mlp import FusedSwiGLUMLP
 
     for name, module in _mlps(model):
         _replace(model, name, FusedSwiGLUMLP(module))
+        layer = model.get_submodule(name.rpartition(".")[0])
+        layer.forward = types.MethodType(_layer_forward_residual_in_mlp, layer)
+
+
+def _layer_forward_residual_in_mlp(self, hidden_states: torch.Tensor, **kwargs: object) -> torch.Tensor:  # noqa: ANN001
+    """transformers' Llama decoder layer, but for the MLP's residual add, which the MLP does."""
+    attn, _ = self.self_attn(hidden_states=self.input_layernorm(hidden_states), **kwargs)
+    hidden_states = hidden_states + attn
+    return self.mlp(self.post_attention_layernorm(hidden_states), residual=hidden_states)
 
 
 def float8_mlps(model: torch.nn.Module) -> None:

@@ -77,15 +77,21 @@ RECIPES: dict[str, dict[str, str]] = {
 # where it runs (the float8 recipes' MLP GEMMs are float8 ones instead).
 FA4_WHERE_IT_RUNS = ("fast", "fp8", "fp8-trainperf")
 QUACK_WHERE_IT_RUNS = ("fast",)
+# Recipes that, on FlashAttention 4, pack each K/V head's query heads into one sequence
+# (--kv-heads packed) at sequences up to PACKED_UP_TO_SEQ: FA4's backward then keeps dK and dV of
+# the four query heads in one program, 1.2x faster at 768 and 1024 tokens a sequence on an H100,
+# slower at 8192 (docs/peers.md).
+PACKED_WHERE_IT_PAYS = ("fast",)
+PACKED_UP_TO_SEQ = 1024
 
 
-def recipe_setup(name: str, device: str, replayed: bool = True) -> dict[str, str]:
-    """The spec fields of recipe `name` on `device` (a recipe that names an attention sets
-    `sdpa_backend`; the others run with the backend asked for). `replayed=False` leaves the CUDA
-    graph out, for callers that launch the iteration themselves (profiles need its launches to
-    see ranges; parity feeds new batches each step) and for steps from token ids (validate): the
-    graph replays the same kernels. The graph comes only with FlashAttention 4, whose step reads
-    nothing on the host."""
+def recipe_setup(name: str, device: str, replayed: bool = True, seq: int | None = None) -> dict[str, str]:
+    """The spec fields of recipe `name` on `device` at sequence length `seq` (a recipe that names
+    an attention sets `sdpa_backend`; the others run with the backend asked for). `replayed=False`
+    leaves the CUDA graph out, for callers that launch the iteration themselves (profiles need its
+    launches to see ranges; parity feeds new batches each step) and for steps from token ids
+    (validate): the graph replays the same kernels. The graph comes only with FlashAttention 4,
+    whose step reads nothing on the host; so do packed K/V heads, up to PACKED_UP_TO_SEQ."""
     from trainperf.attention.fa4 import fa4_runs
     from trainperf.kernels.quack_mlp import quack_runs
 
@@ -97,17 +103,33 @@ def recipe_setup(name: str, device: str, replayed: bool = True) -> dict[str, str
         setup["sdpa_backend"] = "FA4"
         if replayed:  # a graph needs trainperf's own attention (validate)
             setup["graph"] = "step"
+        if name in PACKED_WHERE_IT_PAYS and seq is not None and seq <= PACKED_UP_TO_SEQ:
+            setup["kv_heads"] = "packed"
+    return setup
+
+
+def with_kv_heads(setup: dict[str, str], kv_heads: str) -> dict[str, str]:
+    """`setup` with the K/V-head mode asked for (--kv-heads), unless the setup picks its own (a
+    recipe packing them), which only the default may leave to it."""
+    if "kv_heads" not in setup:
+        return {**setup, "kv_heads": kv_heads}
+    if kv_heads != LlamaSpec.kv_heads:
+        raise SpecError(f"the recipe sets --kv-heads {setup['kv_heads']} itself at sequences up to "
+                        f"{PACKED_UP_TO_SEQ}; leave --kv-heads out, or run it at longer sequences")
     return setup
 
 
 def recipe_forms(name: str) -> list[dict[str, str]]:
     """Every setup that recipe `name` may run as, its attention aside: its own, with quack's MLP
-    where that runs, each replayed as a CUDA graph where that runs."""
+    where that runs, each replayed as a CUDA graph where that runs, each with packed K/V heads
+    where those pay."""
     forms = [RECIPES[name]]
     if name in QUACK_WHERE_IT_RUNS:
         forms += [{**form, "swiglu": "quack"} for form in forms]
     if name in FA4_WHERE_IT_RUNS:
         forms += [{**form, "graph": "step"} for form in forms]
+    if name in PACKED_WHERE_IT_PAYS:
+        forms += [{**form, "kv_heads": "packed"} for form in forms]
     return forms
 
 
@@ -310,8 +332,9 @@ def recipe_step(name: str, batch: int, seq: int, device: str = "cuda", backend: 
                 prepare: Callable[[LlamaStep], None] | None = None, **fields: Any) -> LlamaStep:
     """Recipe `name`'s step at batch × seq, built and run once with its attention chosen, for
     callers that launch or capture it themselves (probes): the recipe as `llama` runs it, without
-    the CUDA graph. `prepare(step)` may change the model before its first iteration compiles it."""
-    setup = recipe_setup(name, device, replayed=False)
+    the CUDA graph; `fields` override the recipe's. `prepare(step)` may change the model before
+    its first iteration compiles it."""
+    setup = {k: v for k, v in recipe_setup(name, device, replayed=False, seq=seq).items() if k not in fields}
     spec = setup_spec(setup, backend, batch=batch, seq=seq, device=device, **fields)
     validate(spec)
     step = LlamaStep(spec, torch.device(device))

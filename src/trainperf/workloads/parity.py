@@ -66,7 +66,7 @@ class ParitySpec:
         return f"{self.recipe} {self.train_steps} steps {self.batch}x{self.seq} lr={self.lr:g}{again}"
 
     def llama_spec(self) -> LlamaSpec:
-        setup = recipe_setup(self.recipe, self.device, replayed=False)  # each step feeds a new batch
+        setup = recipe_setup(self.recipe, self.device, replayed=False, seq=self.seq)  # new batches
         return setup_spec(setup, self.sdpa_backend, batch=self.batch, seq=self.seq, dtype=self.dtype,
                           optimizer="none", inputs="ids", model=self.model, layers=self.layers,
                           device=self.device)
