@@ -1,13 +1,15 @@
-"""Probe: the fastest step with and without its two latest changes, the grouped-query attention
-packed (`--kv-heads packed`: each K/V head's query heads as one sequence, attention/fa4_packed.py)
-and the MLP's residual add in the down projection's epilogue (kernels/quack_mlp.py). usage:
-PYTHONPATH=src python3 benchmarks/probes/fast_step_packed.py DEADLINE_EPOCH SHAPE[:VARIANT,...]...
+"""Probe: the fastest step with and without its latest changes: the grouped-query attention packed
+(`--kv-heads packed`: each K/V head's query heads as one sequence, attention/fa4_packed.py), the
+MLP's residual add in the down projection's epilogue (kernels/quack_mlp.py), and Inductor's
+coordinate-descent tuning of the compiled layers' kernels. usage: PYTHONPATH=src python3
+benchmarks/probes/fast_step_packed.py DEADLINE_EPOCH SHAPE:VARIANT,VARIANT...
 
-VARIANTs (default all four): native, native+residual, packed, packed+residual; `residual` has the
-MLP add the residual, the others leave the add to the decoder layer, as transformers does. Per
-shape each variant is built (each decoder layer compiled, FA4, quack's MLP, the chunked loss),
-captured as a CUDA graph as the suite runs it, and the variants take turns in three rounds of 10
-replays: CUDA-event time, energy, clock and power, and the capture's peak memory.
+A VARIANT is native or packed (the K/V heads), then any of +residual (the MLP adds the residual;
+without it the decoder layer adds it, as transformers does) and +tuned (`--compile layers-tuned`),
+e.g. 24x768:native,packed+residual. Per shape each variant is built (each decoder layer compiled,
+FA4, quack's MLP, the chunked loss), captured as a CUDA graph as the suite runs it, and the
+variants take turns in three rounds of 10 replays: CUDA-event time, energy, clock and power, and
+the capture's peak memory; the first variant is the baseline.
 """
 
 import sys
@@ -21,7 +23,7 @@ from trainperf.workloads import llama_sdpa
 from trainperf.workloads.step_graph import GraphedIteration
 
 BUILD_S = 200  # the most one build of the step is expected to take (FA4 and quack compile on first use)
-VARIANTS = ("native", "native+residual", "packed", "packed+residual")
+KV_HEADS, FLAGS = ("native", "packed"), ("residual", "tuned")
 
 
 def residual_outside(step: llama_sdpa.LlamaStep) -> None:
@@ -32,9 +34,10 @@ def residual_outside(step: llama_sdpa.LlamaStep) -> None:
 
 def built(shape: str, variant: str) -> llama_sdpa.LlamaStep:
     t0 = time.time()
-    kv_heads, _, residual = variant.partition("+")
-    step = llama_sdpa.recipe_step("fast", *map(int, shape.split("x")), kv_heads=kv_heads,
-                                  prepare=None if residual else residual_outside)
+    kv_heads, *flags = variant.split("+")
+    tuned = {"compile": "layers-tuned"} if "tuned" in flags else {}
+    step = llama_sdpa.recipe_step("fast", *map(int, shape.split("x")), kv_heads=kv_heads, **tuned,
+                                  prepare=None if "residual" in flags else residual_outside)
     print(f"{shape} {variant} ({', '.join(step.swaps)}): built in {time.time() - t0:.0f} s", flush=True)
     return step
 
@@ -52,15 +55,20 @@ def in_step(shape: str, variants: list[str], deadline: float) -> None:
         print(shape, line, flush=True)
 
 
+def known(variant: str) -> bool:
+    kv_heads, *flags = variant.split("+")
+    return kv_heads in KV_HEADS and set(flags) <= set(FLAGS)
+
+
 def main() -> None:
     deadline, cases = float(sys.argv[1]), sys.argv[2:]
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     for case in cases:
         shape, _, names = case.partition(":")
-        variants = names.split(",") if names else list(VARIANTS)
-        if unknown := set(variants) - set(VARIANTS):
-            sys.exit(f"unknown variants {sorted(unknown)}; choose from {', '.join(VARIANTS)}")
-        if time.time() < deadline - len(variants) * BUILD_S:
+        variants = names.split(",")
+        if bad := [v for v in variants if not known(v)]:
+            sys.exit(f"unknown variants {bad}: {'|'.join(KV_HEADS)}, then any of +{', +'.join(FLAGS)}")
+        if time.time() < deadline - 2 * BUILD_S:
             in_step(shape, variants, deadline)
         else:
             print("deadline: skipping", case, flush=True)
