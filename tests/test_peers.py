@@ -66,6 +66,33 @@ def test_parity_flags_a_curve_that_departs_from_stock():
     assert verdict.loc["fp8", "final_rel_dev"] == pytest.approx(0.2)  # it ends 20% above stock
 
 
+def test_parity_trains_each_recipe_on_its_own_attention(monkeypatch):
+    from trainperf.core.errors import Unsupported
+
+    seen = []
+
+    def chosen(step, backend, kv_heads="native"):
+        seen.append((backend, kv_heads))
+        raise Unsupported("stop before training")
+
+    monkeypatch.setattr(parity, "choose_kv_mode", chosen)
+    for recipe in ("fa4", "stock"):
+        spec = parity.ParitySpec(recipe=recipe, model="tiny", batch=1, seq=8, train_steps=1, lr=1e-3,
+                                 dtype="fp32", sdpa_backend="MATH", device="cpu")
+        with pytest.raises(Unsupported, match="stop before training"):
+            parity.measure_parity(spec)
+    assert seen == [("FA4", "native"), ("MATH", "native")]  # fa4 names its attention; stock takes the asked
+
+
+def test_a_packed_step_is_checked_for_the_op_its_attention_registers():
+    import trainperf.attention.fa4_packed  # noqa: F401  (registers the op)
+    from trainperf.models import hf_llama
+
+    name = hf_llama.attention_op("FA4", "packed")
+    assert getattr(torch.ops.trainperf, name.split("::")[1]) is not None
+    assert hf_llama.attention_op("FA4", "native") == "trainperf::fa4_attention"
+
+
 def test_a_recipe_keeps_parity_only_if_every_run_does():
     stock = [5.0 - 0.1 * i for i in range(20)]
     wobble = [x * 1.002 for x in stock]  # stock's second run: what nondeterminism alone gives

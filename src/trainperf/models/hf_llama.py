@@ -47,6 +47,12 @@ BACKEND_OPS = {
     "CUDNN_FE": "trainperf::cudnn_sdpa",
     "FA4": "trainperf::fa4_attention",
 }
+PACKED_OP = "trainperf::fa4_packed_attention"  # FA4 with --kv-heads packed (attention/fa4_packed.py)
+
+
+def attention_op(backend: str, kv_heads: str) -> str:
+    """The op the profiler shows when `backend` really ran with K/V heads `kv_heads`."""
+    return PACKED_OP if kv_heads == "packed" else BACKEND_OPS[backend]
 
 
 def load_config(model: str = "llama-3.2-1b", layers: int | None = None):

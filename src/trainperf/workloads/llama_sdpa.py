@@ -353,7 +353,7 @@ def attention_ops_seen(step: LlamaStep) -> list[str]:
     return sorted({e.key for e in prof.key_averages() if e.key.startswith("aten::_scaled_dot_product")
                    or e.key.startswith("aten::_flash_attention") or e.key.startswith("aten::_efficient")
                    or e.key.startswith("aten::_cudnn_attention")
-                   or e.key in hf_llama.BACKEND_OPS.values()})
+                   or e.key in (*hf_llama.BACKEND_OPS.values(), hf_llama.PACKED_OP)})
 
 
 def measure_llama(spec: LlamaSpec) -> dict[str, Any]:
@@ -368,7 +368,7 @@ def _measure(spec: LlamaSpec, step: LlamaStep) -> dict[str, Any]:
     device = torch.device(spec.device)
     kv_mode = choose_kv_mode(step, spec.sdpa_backend, spec.kv_heads)
     ops = attention_ops_seen(step)
-    expected = hf_llama.BACKEND_OPS[spec.sdpa_backend]
+    expected = hf_llama.attention_op(spec.sdpa_backend, spec.kv_heads)
     decomposed = spec.sdpa_backend == "MATH" and spec.compile != "off" and not ops  # compiled into matmuls
     if not (decomposed or any(op.startswith(expected) for op in ops)):
         raise RuntimeError(f"{spec.sdpa_backend} was asked for but the profiler saw {ops or 'no SDPA op'}")

@@ -98,9 +98,11 @@ def markov_batches(vocab: int, batch: int, seq: int, steps: int, seed: int = 0) 
 def measure_parity(spec: ParitySpec) -> dict[str, Any]:
     """Train `spec.train_steps` AdamW steps; the loss of every step, as a comma-joined string."""
     device = torch.device(spec.device)
-    step = LlamaStep(spec.llama_spec(), device)
+    llama = spec.llama_spec()
+    step = LlamaStep(llama, device)
     try:
-        choose_kv_mode(step, spec.sdpa_backend)  # one forward + backward, no optimizer yet
+        # the recipe's attention (FA4 for some) and K/V heads; one forward + backward, no optimizer yet
+        choose_kv_mode(step, llama.sdpa_backend, llama.kv_heads)
         step.opt = torch.optim.AdamW(step.model.parameters(), lr=spec.lr, weight_decay=0.0)
         mask = torch.ones(spec.batch, spec.seq, dtype=torch.long, device=device)
         losses = []
