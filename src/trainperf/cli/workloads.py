@@ -389,9 +389,10 @@ def llama(
         def setups_at(seq: int) -> list[dict[str, str]]:
             return chosen
     kv_modes = parse_list(kv_heads, str, "--kv-heads", KV_HEADS)
+    by_seq = {n: setups_at(n) for _, n in grid}  # the i-th setup of each is the same recipe or choice
     # a recipe that names its attention (fa4) runs once per shape, whatever --sdpa-backend says
-    specs = list(dict.fromkeys(setup_spec(with_kv_heads(setups_at(n)[i], kv), be, batch=b, seq=n, **common)
-                               for i in range(len(setups_at(1))) for kv in kv_modes for (b, n) in grid
+    specs = list(dict.fromkeys(setup_spec(with_kv_heads(by_seq[n][i], kv), be, batch=b, seq=n, **common)
+                               for i in range(len(by_seq[grid[0][1]])) for kv in kv_modes for (b, n) in grid
                                for be in backends))
     if fast:
         specs += [setup_spec(recipe_setup("fast", dev.type, replayed, n), backends[0], batch=b, seq=n,
