@@ -375,24 +375,20 @@ def llama(
         clash = [flag for flag, value in given.items() if value != stock.get(flag, "torch")]
         if clash:
             raise SpecError(f"--recipe sets {', '.join(clash)} itself; give one or the other")
-        names = parse_list(recipe, str, "--recipe", RECIPES)
-
-        def setups_at(seq: int) -> list[dict[str, str]]:  # a recipe may pick by sequence length
-            return [recipe_setup(r, dev.type, replayed, seq) for r in names]
+        # a recipe may pick by sequence length: each setup is a function of it
+        setups = [functools.partial(recipe_setup, r, dev.type, replayed)
+                  for r in parse_list(recipe, str, "--recipe", RECIPES)]
     else:
         parts = {"swiglu": swiglu, "rope": rope, "loss": loss, "library": library, "float8": float8}
         chosen = [{"compile": c, "norm": nm, "graph": g, **parts}
                   for c in parse_list(compile, str, "--compile", COMPILE_MODES)
                   for nm in parse_list(norm, str, "--norm", NORM_SWAPS)
                   for g in parse_list(graph, str, "--graph", GRAPH_MODES)]
-
-        def setups_at(seq: int) -> list[dict[str, str]]:
-            return chosen
+        setups = [lambda seq, setup=setup: setup for setup in chosen]  # the same at every length
     kv_modes = parse_list(kv_heads, str, "--kv-heads", KV_HEADS)
-    by_seq = {n: setups_at(n) for _, n in grid}  # the i-th setup of each is the same recipe or choice
     # a recipe that names its attention (fa4) runs once per shape, whatever --sdpa-backend says
-    specs = list(dict.fromkeys(setup_spec(with_kv_heads(by_seq[n][i], kv), be, batch=b, seq=n, **common)
-                               for i in range(len(by_seq[grid[0][1]])) for kv in kv_modes for (b, n) in grid
+    specs = list(dict.fromkeys(setup_spec(with_kv_heads(setup_at(seq=n), kv), be, batch=b, seq=n, **common)
+                               for setup_at in setups for kv in kv_modes for (b, n) in grid
                                for be in backends))
     if fast:
         specs += [setup_spec(recipe_setup("fast", dev.type, replayed, n), backends[0], batch=b, seq=n,

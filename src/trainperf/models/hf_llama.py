@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import types
 from pathlib import Path
 
 import torch
@@ -220,8 +221,6 @@ def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torc
     norm modules are replaced by ones sharing the weight), except that the fused MLP stacks gate
     and up into one weight. Returns what was swapped, for the record.
     """
-    import types
-
     done = []
     if swiglu != "torch" and getattr(model.config, "hidden_act", "silu") != "silu":
         raise ValueError(f"--swiglu {swiglu} needs hidden_act 'silu', not {model.config.hidden_act!r}")
@@ -253,8 +252,6 @@ def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torc
 def fuse_mlps(model: torch.nn.Module) -> None:
     """Replace every Llama MLP of `model` by a FusedSwiGLUMLP holding the same weights, and have
     its decoder layer hand the MLP the residual stream, which the MLP's last GEMM adds."""
-    import types
-
     from trainperf.kernels.quack_mlp import FusedSwiGLUMLP
 
     for name, module in _mlps(model):
