@@ -1,13 +1,19 @@
 """Probe: the fastest step with and without its latest changes: the grouped-query attention packed
 (`--kv-heads packed`: each K/V head's query heads as one sequence, attention/fa4_packed.py), the
 MLP's residual add in the down projection's epilogue (kernels/quack_mlp.py), and Inductor's
-coordinate-descent tuning of the compiled layers' kernels. usage: PYTHONPATH=src python3
-benchmarks/probes/fast_step_packed.py DEADLINE_EPOCH SHAPE:VARIANT,VARIANT...
+coordinate-descent tuning of the compiled layers' kernels; and two candidates: quack's RMSNorm
+(the attention's residual add inside the second norm) and quack's GEMM for the attention
+projections. usage: PYTHONPATH=src python3 benchmarks/probes/fast_step_packed.py DEADLINE_EPOCH
+SHAPE:VARIANT,VARIANT...
 
 A VARIANT is native or packed (the K/V heads), then any of +residual (the MLP adds the residual;
-without it the decoder layer adds it, as transformers does) and +tuned (`--compile layers-tuned`),
-e.g. 24x768:native,packed+residual. Per shape each variant is built (each decoder layer compiled,
-FA4, quack's MLP, the chunked loss), captured as a CUDA graph as the suite runs it, and the
+without it the decoder layer adds it, as transformers does), +tuned (`--compile layers-tuned`),
++qnorm (both norms of each layer on quack's RMSNorm, outside the compiled graphs; implies
++residual), +qproj (q, k, v and o projections' forward and input-gradient GEMMs on quack's
+autotuned GEMM, traced by Dynamo; weight gradients stay on cuBLAS) and +qhead (the chunked loss's
+three LM-head GEMMs on quack's), e.g.
+24x768:native,packed+residual,packed+qnorm+qproj. Per shape each variant is built (each decoder
+layer compiled, FA4, quack's MLP, the chunked loss), captured as a CUDA graph as the suite runs it, and the
 variants take turns in three rounds of 10 replays: CUDA-event time, energy, clock and power, and
 the capture's peak memory; the first variant is the baseline.
 """
@@ -19,11 +25,12 @@ import types
 import torch
 
 from trainperf.core.ab_rounds import alternating_rounds, summary
+from trainperf.kernels import chunked_loss
 from trainperf.workloads import llama_sdpa
 from trainperf.workloads.step_graph import GraphedIteration
 
 BUILD_S = 200  # the most one build of the step is expected to take (FA4 and quack compile on first use)
-KV_HEADS, FLAGS = ("native", "packed"), ("residual", "tuned")
+KV_HEADS, FLAGS = ("native", "packed"), ("residual", "tuned", "qnorm", "qproj", "qhead")
 
 
 def residual_outside(step: llama_sdpa.LlamaStep) -> None:
@@ -32,12 +39,96 @@ def residual_outside(step: llama_sdpa.LlamaStep) -> None:
         layer.forward = types.MethodType(type(layer).forward, layer)
 
 
+@torch._dynamo.disable
+def quack_rmsnorm(x: torch.Tensor, norm: torch.nn.Module, residual: torch.Tensor | None = None):  # noqa: ANN201
+    """quack's RMSNorm of `x` (of x + residual, and that sum too, given the residual)."""
+    from quack.rmsnorm import rmsnorm
+
+    return rmsnorm(x, norm.weight, residual=residual, eps=norm.variance_epsilon, prenorm=residual is not None)
+
+
+def layer_with_quack_norms(self, hidden_states: torch.Tensor, **kwargs: object) -> torch.Tensor:  # noqa: ANN001
+    attn, _ = self.self_attn(hidden_states=quack_rmsnorm(hidden_states, self.input_layernorm), **kwargs)
+    normed, hidden_states = quack_rmsnorm(attn, self.post_attention_layernorm, residual=hidden_states)
+    return self.mlp(normed, residual=hidden_states)
+
+
+def quack_norms(step: llama_sdpa.LlamaStep) -> None:
+    for layer in step.model.model.layers:
+        layer.forward = types.MethodType(layer_with_quack_norms, layer)
+
+
+class QuackProjection(torch.autograd.Function):
+    """x @ wᵀ and its input gradient on quack's GEMM (a custom op Dynamo traces), the weight
+    gradient on cuBLAS (quack's was slower there alone, proj-gemms.txt)."""
+
+    @staticmethod
+    def forward(ctx, x, w):  # noqa: ANN001, ANN205
+        ctx.save_for_backward(x, w)
+        return torch.ops.quack.gemm(x.flatten(0, -2), w.T).view(*x.shape[:-1], w.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):  # noqa: ANN001, ANN205
+        x, w = ctx.saved_tensors
+        rows = dy.flatten(0, -2)
+        rows = rows if rows.stride(-1) == 1 else rows.contiguous()
+        return torch.ops.quack.gemm(rows, w).view(x.shape), rows.T @ x.flatten(0, -2)
+
+
+def quack_projections(step: llama_sdpa.LlamaStep) -> None:
+    import quack.gemm_interface  # noqa: F401  (registers torch.ops.quack.gemm)
+
+    from trainperf.kernels.quack_mlp import _load_quack
+
+    _load_quack()
+    for layer in step.model.model.layers:
+        attn = layer.self_attn
+        for proj in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj):
+            proj.forward = types.MethodType(lambda self, x: QuackProjection.apply(x, self.weight), proj)
+
+
+def preparation(flags: list[str]):  # noqa: ANN201
+    """What `flags` change in the model before its first iteration compiles it."""
+    steps = [] if {"residual", "qnorm"} & set(flags) else [residual_outside]
+    steps += [quack_norms] if "qnorm" in flags else []
+    steps += [quack_projections] if "qproj" in flags else []
+    return lambda step: [prepare(step) for prepare in steps]
+
+
+ON_CUBLAS = chunked_loss._chunk
+
+
+def quack_chunk(h: torch.Tensor, w: torch.Tensor, t: torch.Tensor, scale: float, fused: bool,
+                grad_h: torch.Tensor, grad_weight: torch.Tensor, first: bool) -> torch.Tensor:
+    """chunked_loss's chunk (fused, on the GPU) with its three GEMMs on quack's."""
+    from quack.gemm_interface import gemm, gemm_add_inplace
+
+    from trainperf.kernels.cross_entropy import cross_entropy_grad_
+
+    logits = gemm(h, w.t(), tuned=True)
+    loss = cross_entropy_grad_(logits, t, scale)
+    gemm(logits, w, out=grad_h, tuned=True, dynamic_scheduler=True)
+    if first:
+        gemm(logits.t(), h, out=grad_weight, tuned=True, dynamic_scheduler=True)
+    else:
+        gemm_add_inplace(logits.t(), h, grad_weight, tuned=True, dynamic_scheduler=True)
+    return loss.sum()
+
+
+def head_gemms(variant: str) -> None:
+    """Point the chunked loss at quack's GEMMs for a +qhead variant, at cuBLAS's otherwise (set
+    before each build and capture: the loss's body runs then)."""
+    chunked_loss._chunk = quack_chunk if "qhead" in variant.split("+") else ON_CUBLAS
+
+
 def built(shape: str, variant: str) -> llama_sdpa.LlamaStep:
     t0 = time.time()
     kv_heads, *flags = variant.split("+")
     tuned = {"compile": "layers-tuned"} if "tuned" in flags else {}
+    head_gemms(variant)
     step = llama_sdpa.recipe_step("fast", *map(int, shape.split("x")), kv_heads=kv_heads, **tuned,
-                                  prepare=None if "residual" in flags else residual_outside)
+                                  prepare=preparation(flags))
+    print(f"{shape} {variant}: first loss {step().item():.5f}", flush=True)
     print(f"{shape} {variant} ({', '.join(step.swaps)}): built in {time.time() - t0:.0f} s", flush=True)
     return step
 
@@ -45,7 +136,7 @@ def built(shape: str, variant: str) -> llama_sdpa.LlamaStep:
 def in_step(shape: str, variants: list[str], deadline: float) -> None:
     steps = {v: built(shape, v) for v in variants}
     try:
-        makers = {v: (lambda s=s: GraphedIteration(s)) for v, s in steps.items()}
+        makers = {v: (lambda s=s, v=v: head_gemms(v) or GraphedIteration(s)) for v, s in steps.items()}
         results = alternating_rounds(makers, 3, 10, torch.device("cuda"), deadline,
                                      say=lambda line: print(line, flush=True))
     finally:
