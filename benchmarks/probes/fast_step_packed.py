@@ -11,7 +11,8 @@ without it the decoder layer adds it, as transformers does), +tuned (`--compile 
 +qnorm (both norms of each layer on quack's RMSNorm, outside the compiled graphs; implies
 +residual), +qproj (q, k, v and o projections' forward and input-gradient GEMMs on quack's
 autotuned GEMM, traced by Dynamo; weight gradients stay on cuBLAS) and +qhead (the chunked loss's
-three LM-head GEMMs on quack's), e.g.
+three LM-head GEMMs on quack's); +untuned gives those quack GEMMs its default configuration instead
+of its autotuner's pick, e.g.
 24x768:native,packed+residual,packed+qnorm+qproj. Per shape each variant is built (each decoder
 layer compiled, FA4, quack's MLP, the chunked loss), captured as a CUDA graph as the suite runs it, and the
 variants take turns in three rounds of 10 replays: CUDA-event time, energy, clock and power, and
@@ -30,7 +31,7 @@ from trainperf.workloads import llama_sdpa
 from trainperf.workloads.step_graph import GraphedIteration
 
 BUILD_S = 200  # the most one build of the step is expected to take (FA4 and quack compile on first use)
-KV_HEADS, FLAGS = ("native", "packed"), ("residual", "tuned", "qnorm", "qproj", "qhead")
+KV_HEADS, FLAGS = ("native", "packed"), ("residual", "tuned", "qnorm", "qproj", "qhead", "untuned")
 
 
 def residual_outside(step: llama_sdpa.LlamaStep) -> None:
@@ -65,14 +66,16 @@ class QuackProjection(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w):  # noqa: ANN001, ANN205
         ctx.save_for_backward(x, w)
-        return torch.ops.quack.gemm(x.flatten(0, -2), w.T).view(*x.shape[:-1], w.shape[0])
+        out = torch.ops.quack.gemm(x.flatten(0, -2), w.T, tuned=QUACK_TUNED["tuned"])
+        return out.view(*x.shape[:-1], w.shape[0])
 
     @staticmethod
     def backward(ctx, dy):  # noqa: ANN001, ANN205
         x, w = ctx.saved_tensors
         rows = dy.flatten(0, -2)
         rows = rows if rows.stride(-1) == 1 else rows.contiguous()
-        return torch.ops.quack.gemm(rows, w).view(x.shape), rows.T @ x.flatten(0, -2)
+        dx = torch.ops.quack.gemm(rows, w, tuned=QUACK_TUNED["tuned"])
+        return dx.view(x.shape), rows.T @ x.flatten(0, -2)
 
 
 def quack_projections(step: llama_sdpa.LlamaStep) -> None:
@@ -96,6 +99,7 @@ def preparation(flags: list[str]):  # noqa: ANN201
 
 
 ON_CUBLAS = chunked_loss._chunk
+QUACK_TUNED = {"tuned": True}  # the variant being built or captured: autotuned quack GEMMs or not
 
 
 def quack_chunk(h: torch.Tensor, w: torch.Tensor, t: torch.Tensor, scale: float, fused: bool,
@@ -105,20 +109,24 @@ def quack_chunk(h: torch.Tensor, w: torch.Tensor, t: torch.Tensor, scale: float,
 
     from trainperf.kernels.cross_entropy import cross_entropy_grad_
 
-    logits = gemm(h, w.t(), tuned=True)
+    tuned = QUACK_TUNED["tuned"]
+    logits = gemm(h, w.t(), tuned=tuned)
     loss = cross_entropy_grad_(logits, t, scale)
-    gemm(logits, w, out=grad_h, tuned=True, dynamic_scheduler=True)
+    gemm(logits, w, out=grad_h, tuned=tuned, dynamic_scheduler=True)
     if first:
-        gemm(logits.t(), h, out=grad_weight, tuned=True, dynamic_scheduler=True)
+        gemm(logits.t(), h, out=grad_weight, tuned=tuned, dynamic_scheduler=True)
     else:
-        gemm_add_inplace(logits.t(), h, grad_weight, tuned=True, dynamic_scheduler=True)
+        gemm_add_inplace(logits.t(), h, grad_weight, tuned=tuned, dynamic_scheduler=True)
     return loss.sum()
 
 
 def head_gemms(variant: str) -> None:
-    """Point the chunked loss at quack's GEMMs for a +qhead variant, at cuBLAS's otherwise (set
-    before each build and capture: the loss's body runs then)."""
-    chunked_loss._chunk = quack_chunk if "qhead" in variant.split("+") else ON_CUBLAS
+    """Point the chunked loss at quack's GEMMs for a +qhead variant, at cuBLAS's otherwise, and
+    say whether quack autotunes (set before each build and capture: Dynamo traces the projections
+    then, and the loss's body runs then)."""
+    flags = variant.split("+")
+    chunked_loss._chunk = quack_chunk if "qhead" in flags else ON_CUBLAS
+    QUACK_TUNED["tuned"] = "untuned" not in flags
 
 
 def built(shape: str, variant: str) -> llama_sdpa.LlamaStep:
