@@ -27,6 +27,7 @@ import torch
 
 from trainperf.core.ab_rounds import alternating_rounds, summary
 from trainperf.kernels import chunked_loss
+from trainperf.kernels.quack_mlp import _load_quack, as_rows
 from trainperf.workloads import llama_sdpa
 from trainperf.workloads.step_graph import GraphedIteration
 
@@ -72,16 +73,13 @@ class QuackProjection(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):  # noqa: ANN001, ANN205
         x, w = ctx.saved_tensors
-        rows = dy.flatten(0, -2)
-        rows = rows if rows.stride(-1) == 1 else rows.contiguous()
+        rows = as_rows(dy)
         dx = torch.ops.quack.gemm(rows, w, tuned=QUACK_TUNED["tuned"])
         return dx.view(x.shape), rows.T @ x.flatten(0, -2)
 
 
 def quack_projections(step: llama_sdpa.LlamaStep) -> None:
     import quack.gemm_interface  # noqa: F401  (registers torch.ops.quack.gemm)
-
-    from trainperf.kernels.quack_mlp import _load_quack
 
     _load_quack()
     for layer in step.model.model.layers:
@@ -92,10 +90,15 @@ def quack_projections(step: llama_sdpa.LlamaStep) -> None:
 
 def preparation(flags: list[str]):  # noqa: ANN201
     """What `flags` change in the model before its first iteration compiles it."""
-    steps = [] if {"residual", "qnorm"} & set(flags) else [residual_outside]
-    steps += [quack_norms] if "qnorm" in flags else []
-    steps += [quack_projections] if "qproj" in flags else []
-    return lambda step: [prepare(step) for prepare in steps]
+    changes = [] if {"residual", "qnorm"} & set(flags) else [residual_outside]
+    changes += [quack_norms] if "qnorm" in flags else []
+    changes += [quack_projections] if "qproj" in flags else []
+
+    def prepare(step: llama_sdpa.LlamaStep) -> None:
+        for change in changes:
+            change(step)
+
+    return prepare
 
 
 ON_CUBLAS = chunked_loss._chunk
@@ -120,7 +123,7 @@ def quack_chunk(h: torch.Tensor, w: torch.Tensor, t: torch.Tensor, scale: float,
     return loss.sum()
 
 
-def head_gemms(variant: str) -> None:
+def quack_settings(variant: str) -> None:
     """Point the chunked loss at quack's GEMMs for a +qhead variant, at cuBLAS's otherwise, and
     say whether quack autotunes (set before each build and capture: Dynamo traces the projections
     then, and the loss's body runs then)."""
@@ -133,7 +136,7 @@ def built(shape: str, variant: str) -> llama_sdpa.LlamaStep:
     t0 = time.time()
     kv_heads, *flags = variant.split("+")
     tuned = {"compile": "layers-tuned"} if "tuned" in flags else {}
-    head_gemms(variant)
+    quack_settings(variant)
     step = llama_sdpa.recipe_step("fast", *map(int, shape.split("x")), kv_heads=kv_heads, **tuned,
                                   prepare=preparation(flags))
     print(f"{shape} {variant}: first loss {step().item():.5f}", flush=True)
@@ -144,7 +147,7 @@ def built(shape: str, variant: str) -> llama_sdpa.LlamaStep:
 def in_step(shape: str, variants: list[str], deadline: float) -> None:
     steps = {v: built(shape, v) for v in variants}
     try:
-        makers = {v: (lambda s=s, v=v: head_gemms(v) or GraphedIteration(s)) for v, s in steps.items()}
+        makers = {v: (lambda s=s, v=v: quack_settings(v) or GraphedIteration(s)) for v, s in steps.items()}
         results = alternating_rounds(makers, 3, 10, torch.device("cuda"), deadline,
                                      say=lambda line: print(line, flush=True))
     finally:

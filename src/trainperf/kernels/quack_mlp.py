@@ -101,12 +101,18 @@ class _DownProjection(torch.autograd.Function):
         from quack.gemm_interface import gemm, gemm_dgated
 
         preact, down = ctx.saved_tensors
-        rows = dout.flatten(0, -2)
-        rows = rows if rows.stride(-1) == 1 else rows.contiguous()
+        rows = as_rows(dout)
         dpreact, h = gemm_dgated(rows, down, preact.flatten(0, -2), activation="swiglu",
                                  dynamic_scheduler=True)
         ddown = gemm(rows.T, h, out_dtype=down.dtype, dynamic_scheduler=True)
         return dpreact.view(preact.shape), ddown, None, dout if ctx.with_residual else None
+
+
+def as_rows(t: torch.Tensor) -> torch.Tensor:
+    """`t` as a matrix of rows [*, d] whose last dimension is contiguous, as quack's GEMMs take an
+    operand (a gradient may arrive with another stride)."""
+    rows = t.flatten(0, -2)
+    return rows if rows.stride(-1) == 1 else rows.contiguous()
 
 
 def _load_quack() -> None:
