@@ -32,7 +32,7 @@ def _cases():
         "rmsnorm": (rmsnorm_op, (_leaf(3, 5, 32), _leaf(32), 1e-6)),
         "swiglu": (swiglu_op, (_leaf(4, 40), _leaf(4, 40))),
         "rope": (rope_op, (_leaf(2, 3, 16, 16), cos, sin, 1.0)),
-        "chunked-loss": (chunked_loss_op, (_leaf(20, 16), _leaf(24, 16), targets, 8, False)),
+        "chunked-loss": (chunked_loss_op, (_leaf(20, 16), _leaf(24, 16), targets, 8, False, False)),
         "flash-attention": (flash_forward_op, (_leaf(1, 2, 32, 16), _leaf(1, 2, 32, 16), _leaf(1, 2, 32, 16),
                                                True, 0.25, False)),
     }

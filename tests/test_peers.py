@@ -333,7 +333,7 @@ def test_a_fastest_step_set_against_a_peer_measured_on_another_gpu_says_so():
 
 def test_the_fastest_step_takes_fa4_and_quack_only_where_they_run(monkeypatch):
     from trainperf.attention import fa4
-    from trainperf.kernels import quack_mlp
+    from trainperf.kernels import quack_gemm, quack_mlp
     from trainperf.workloads.llama_sdpa import FAST
 
     assert recipe_setup("fast", "cpu") == FAST  # neither on the CPU: the backend asked for, stock MLP
@@ -346,7 +346,10 @@ def test_the_fastest_step_takes_fa4_and_quack_only_where_they_run(monkeypatch):
     assert recipe_setup("fast", "cuda") == FAST
     monkeypatch.setattr(fa4, "fa4_runs", lambda device: True)
     monkeypatch.setattr(quack_mlp, "quack_runs", lambda device: True)
-    assert recipe_setup("fast", "cuda") == {**graphed, "swiglu": "quack"}
+    assert recipe_setup("fast", "cuda") == {**graphed, "swiglu": "quack"}  # no tuned GEMMs known here
+    monkeypatch.setattr(quack_gemm, "tuned_here", lambda device: True)
+    assert recipe_setup("fast", "cuda") == {**graphed, "swiglu": "quack", "gemm": "quack"}
+    monkeypatch.setattr(quack_gemm, "tuned_here", lambda device: False)
     assert "swiglu" not in recipe_setup("fp8", "cuda")  # its MLP GEMMs are float8 ones
     assert recipe_setup("liger", "cuda") == RECIPES["liger"]  # peers run as users run them: no graph
     # profiles and parity launch the iteration themselves: the same setup, without the graph

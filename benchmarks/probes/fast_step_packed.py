@@ -1,22 +1,20 @@
 """Probe: the fastest step with and without its latest changes: the grouped-query attention packed
 (`--kv-heads packed`: each K/V head's query heads as one sequence, attention/fa4_packed.py), the
-MLP's residual add in the down projection's epilogue (kernels/quack_mlp.py), and Inductor's
-coordinate-descent tuning of the compiled layers' kernels; and two candidates: quack's RMSNorm
-(the attention's residual add inside the second norm) and quack's GEMM for the attention
-projections. usage: PYTHONPATH=src python3 benchmarks/probes/fast_step_packed.py DEADLINE_EPOCH
-SHAPE:VARIANT,VARIANT...
+MLP's residual add in the down projection's epilogue (kernels/quack_mlp.py), quack's tuned GEMMs in
+the attention projections and the LM head (`--gemm quack`, kernels/quack_gemm.py), and Inductor's
+coordinate-descent tuning of the compiled layers' kernels; and one candidate: quack's RMSNorm (the
+attention's residual add inside the second norm). usage: PYTHONPATH=src python3
+benchmarks/probes/fast_step_packed.py DEADLINE_EPOCH SHAPE:VARIANT,VARIANT...
 
 A VARIANT is native or packed (the K/V heads), then any of +residual (the MLP adds the residual;
 without it the decoder layer adds it, as transformers does), +tuned (`--compile layers-tuned`),
 +qnorm (both norms of each layer on quack's RMSNorm, outside the compiled graphs; implies
-+residual), +qproj (q, k, v and o projections' forward and input-gradient GEMMs on quack's
-autotuned GEMM, traced by Dynamo; weight gradients stay on cuBLAS) and +qhead (the chunked loss's
-three LM-head GEMMs on quack's); +untuned gives those quack GEMMs its default configuration instead
-of its autotuner's pick, e.g.
-24x768:native,packed+residual,packed+qnorm+qproj. Per shape each variant is built (each decoder
-layer compiled, FA4, quack's MLP, the chunked loss), captured as a CUDA graph as the suite runs it, and the
-variants take turns in three rounds of 10 replays: CUDA-event time, energy, clock and power, and
-the capture's peak memory; the first variant is the baseline.
++residual) and +cublas (`--gemm torch`: the projections and the LM head on cuBLAS, where the
+recipe takes quack's tuned GEMMs), e.g. 24x768:packed+residual+cublas,packed+residual. Per shape
+each variant is built (each decoder layer compiled, FA4, quack's MLP, the chunked loss), captured
+as a CUDA graph as the suite runs it, and the variants take turns in three rounds of 10 replays:
+CUDA-event time, energy, clock and power, and the capture's peak memory; the first variant is the
+baseline.
 """
 
 import sys
@@ -26,13 +24,11 @@ import types
 import torch
 
 from trainperf.core.ab_rounds import alternating_rounds, summary
-from trainperf.kernels import chunked_loss
-from trainperf.kernels.quack_mlp import _load_quack, as_rows
 from trainperf.workloads import llama_sdpa
 from trainperf.workloads.step_graph import GraphedIteration
 
 BUILD_S = 200  # the most one build of the step is expected to take (FA4 and quack compile on first use)
-KV_HEADS, FLAGS = ("native", "packed"), ("residual", "tuned", "qnorm", "qproj", "qhead", "untuned")
+KV_HEADS, FLAGS = ("native", "packed"), ("residual", "tuned", "qnorm", "cublas")
 
 
 def residual_outside(step: llama_sdpa.LlamaStep) -> None:
@@ -60,39 +56,10 @@ def quack_norms(step: llama_sdpa.LlamaStep) -> None:
         layer.forward = types.MethodType(layer_with_quack_norms, layer)
 
 
-class QuackProjection(torch.autograd.Function):
-    """x @ wᵀ and its input gradient on quack's GEMM (a custom op Dynamo traces), the weight
-    gradient on cuBLAS (quack's was slower there alone, proj-gemms.txt)."""
-
-    @staticmethod
-    def forward(ctx, x, w):  # noqa: ANN001, ANN205
-        ctx.save_for_backward(x, w)
-        out = torch.ops.quack.gemm(x.flatten(0, -2), w.T, tuned=QUACK_TUNED["tuned"])
-        return out.view(*x.shape[:-1], w.shape[0])
-
-    @staticmethod
-    def backward(ctx, dy):  # noqa: ANN001, ANN205
-        x, w = ctx.saved_tensors
-        rows = as_rows(dy)
-        dx = torch.ops.quack.gemm(rows, w, tuned=QUACK_TUNED["tuned"])
-        return dx.view(x.shape), rows.T @ x.flatten(0, -2)
-
-
-def quack_projections(step: llama_sdpa.LlamaStep) -> None:
-    import quack.gemm_interface  # noqa: F401  (registers torch.ops.quack.gemm)
-
-    _load_quack()
-    for layer in step.model.model.layers:
-        attn = layer.self_attn
-        for proj in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj):
-            proj.forward = types.MethodType(lambda self, x: QuackProjection.apply(x, self.weight), proj)
-
-
 def preparation(flags: list[str]):  # noqa: ANN201
     """What `flags` change in the model before its first iteration compiles it."""
     changes = [] if {"residual", "qnorm"} & set(flags) else [residual_outside]
     changes += [quack_norms] if "qnorm" in flags else []
-    changes += [quack_projections] if "qproj" in flags else []
 
     def prepare(step: llama_sdpa.LlamaStep) -> None:
         for change in changes:
@@ -101,43 +68,12 @@ def preparation(flags: list[str]):  # noqa: ANN201
     return prepare
 
 
-ON_CUBLAS = chunked_loss._chunk
-QUACK_TUNED = {"tuned": True}  # the variant being built or captured: autotuned quack GEMMs or not
-
-
-def quack_chunk(h: torch.Tensor, w: torch.Tensor, t: torch.Tensor, scale: float, fused: bool,
-                grad_h: torch.Tensor, grad_weight: torch.Tensor, first: bool) -> torch.Tensor:
-    """chunked_loss's chunk (fused, on the GPU) with its three GEMMs on quack's."""
-    from quack.gemm_interface import gemm, gemm_add_inplace
-
-    from trainperf.kernels.cross_entropy import cross_entropy_grad_
-
-    tuned = QUACK_TUNED["tuned"]
-    logits = gemm(h, w.t(), tuned=tuned)
-    loss = cross_entropy_grad_(logits, t, scale)
-    gemm(logits, w, out=grad_h, tuned=tuned, dynamic_scheduler=True)
-    if first:
-        gemm(logits.t(), h, out=grad_weight, tuned=tuned, dynamic_scheduler=True)
-    else:
-        gemm_add_inplace(logits.t(), h, grad_weight, tuned=tuned, dynamic_scheduler=True)
-    return loss.sum()
-
-
-def quack_settings(variant: str) -> None:
-    """Point the chunked loss at quack's GEMMs for a +qhead variant, at cuBLAS's otherwise, and
-    say whether quack autotunes (set before each build and capture: Dynamo traces the projections
-    then, and the loss's body runs then)."""
-    flags = variant.split("+")
-    chunked_loss._chunk = quack_chunk if "qhead" in flags else ON_CUBLAS
-    QUACK_TUNED["tuned"] = "untuned" not in flags
-
-
 def built(shape: str, variant: str) -> llama_sdpa.LlamaStep:
     t0 = time.time()
     kv_heads, *flags = variant.split("+")
-    tuned = {"compile": "layers-tuned"} if "tuned" in flags else {}
-    quack_settings(variant)
-    step = llama_sdpa.recipe_step("fast", *map(int, shape.split("x")), kv_heads=kv_heads, **tuned,
+    fields = {"compile": "layers-tuned"} if "tuned" in flags else {}
+    fields |= {"gemm": "torch"} if "cublas" in flags else {}
+    step = llama_sdpa.recipe_step("fast", *map(int, shape.split("x")), kv_heads=kv_heads, **fields,
                                   prepare=preparation(flags))
     print(f"{shape} {variant}: first loss {step().item():.5f}", flush=True)
     print(f"{shape} {variant} ({', '.join(step.swaps)}): built in {time.time() - t0:.0f} s", flush=True)
@@ -147,7 +83,7 @@ def built(shape: str, variant: str) -> llama_sdpa.LlamaStep:
 def in_step(shape: str, variants: list[str], deadline: float) -> None:
     steps = {v: built(shape, v) for v in variants}
     try:
-        makers = {v: (lambda s=s, v=v: quack_settings(v) or GraphedIteration(s)) for v, s in steps.items()}
+        makers = {v: (lambda s=s: GraphedIteration(s)) for v, s in steps.items()}
         results = alternating_rounds(makers, 3, 10, torch.device("cuda"), deadline,
                                      say=lambda line: print(line, flush=True))
     finally:

@@ -33,6 +33,9 @@ GLOSSARY: dict[str, str] = {
     "--swiglu": "SwiGLU activation: torch, triton; for llama also quack (in the epilogues of quack's "
                 "gate-and-up and down GEMMs).",
     "--loss": "Loss: torch (full logits), chunked (LM head + cross-entropy in chunks).",
+    "--gemm": "Matrix products of the attention projections and the chunked loss's LM head: torch "
+              "(cuBLAS), quack (quack's GEMM with the configuration trainperf knows tuned for the GPU, "
+              "cuBLAS where it knows none).",
     "--kv-heads": "Grouped K/V heads into SDPA: native (enable_gqa), expanded (repeat_kv first), packed "
                   "(FA4: each K/V head's query heads as one sequence).",
     "--tf32": "TF32 matmuls for fp32: on, off.",

@@ -322,7 +322,7 @@ def llama(
     baseline: str = option("--baseline", None),
     norm: str = option("--norm", "torch", "Comma list ok."), swiglu: str = SwigluOpt, rope: str = RopeOpt,
     loss: str = LossOpt,
-    kv_heads: str = KvHeadsOpt,
+    kv_heads: str = KvHeadsOpt, gemm: str = option("--gemm", "torch"),
     fast: bool = option("--fast", False, "Beside the other rows; with the first backend where "
                                          "FlashAttention 4 does not run."),
     recipe: str = option("--recipe", None, "Comma-separated; instead of --compile, the swaps, --library "
@@ -370,7 +370,7 @@ def llama(
     replayed = inputs == "embeds"  # a recipe's CUDA graph is captured from input embeddings only
     if recipe is not None:
         given = {"--compile": compile, "--norm": norm, "--swiglu": swiglu, "--rope": rope, "--loss": loss,
-                 "--library": library, "--float8": float8, "--graph": graph}
+                 "--gemm": gemm, "--library": library, "--float8": float8, "--graph": graph}
         stock = {"--compile": "off", "--library": "none", "--float8": "off", "--graph": "off"}
         clash = [flag for flag, value in given.items() if value != stock.get(flag, "torch")]
         if clash:
@@ -379,7 +379,8 @@ def llama(
         setups = [functools.partial(recipe_setup, r, dev.type, replayed)
                   for r in parse_list(recipe, str, "--recipe", RECIPES)]
     else:
-        parts = {"swiglu": swiglu, "rope": rope, "loss": loss, "library": library, "float8": float8}
+        parts = {"swiglu": swiglu, "rope": rope, "loss": loss, "gemm": gemm, "library": library,
+                 "float8": float8}
         chosen = [{"compile": c, "norm": nm, "graph": g, **parts}
                   for c in parse_list(compile, str, "--compile", COMPILE_MODES)
                   for nm in parse_list(norm, str, "--norm", NORM_SWAPS)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from trainperf.kernels import triton_runs
+from trainperf.kernels.quack_gemm import mm_into
 
 LOGITS_BLOCK_BYTES = 2 * 2**30
 MAX_CHUNK = 8192
@@ -59,13 +60,13 @@ def _loss_dtype(hidden: torch.Tensor) -> torch.dtype:
 # registered), so torch.compile and CUDA graphs take it whole, its Triton kernel included.
 @torch.library.custom_op("trainperf::chunked_lm_loss", mutates_args=())
 def chunked_loss_op(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int,
-                    fused: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    fused: bool, tuned: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The mean loss, and the gradients of the hidden states and of the head weight."""
-    return loss_and_grads(hidden, weight, targets, chunk, fused)
+    return loss_and_grads(hidden, weight, targets, chunk, fused, tuned)
 
 
 def loss_and_grads(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int,
-                   fused: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   fused: bool, tuned: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """chunked_loss_op's computation, chunk by chunk (a plain function: what runs inside the op)."""
     n = hidden.shape[0]
     acc = _acc_dtype(hidden, fused)
@@ -75,35 +76,33 @@ def loss_and_grads(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Te
     w = weight.to(hidden.dtype)
     for i in range(0, n, chunk):
         rows = slice(i, i + chunk)
-        total += _chunk(hidden[rows], w, targets[rows], 1.0 / n, fused, grad_hidden[rows], grad_weight,
-                        first=i == 0)
+        total += _chunk(hidden[rows], w, targets[rows], 1.0 / n, fused, tuned, grad_hidden[rows],
+                        grad_weight, first=i == 0)
     return total / n, grad_hidden, grad_weight.to(weight.dtype)
 
 
-def _chunk(h: torch.Tensor, w: torch.Tensor, t: torch.Tensor, scale: float, fused: bool,
+def _chunk(h: torch.Tensor, w: torch.Tensor, t: torch.Tensor, scale: float, fused: bool, tuned: bool,
            grad_h: torch.Tensor, grad_weight: torch.Tensor, first: bool) -> torch.Tensor:
     """One chunk: its summed loss; its rows of the hidden states' gradient written into `grad_h`,
     its share of the head weight's added to `grad_weight` (written by the `first` chunk: no zeroed
-    [vocab, d] to read). Its logits block dies on return, before the next chunk makes its own."""
-    logits = h @ w.t()
+    [vocab, d] to read). Its logits block dies on return, before the next chunk makes its own.
+    With `tuned`, each product runs on quack's GEMM where a tuned configuration is known."""
+    logits = h.new_empty(h.shape[0], w.shape[0])
+    mm_into(h, w.t(), logits, tuned=tuned)
     if fused:  # the logits block becomes its own gradient, in place
         from trainperf.kernels.cross_entropy import cross_entropy_grad_
 
         loss, g = cross_entropy_grad_(logits, t, scale), logits
     else:
         loss, g = cross_entropy_grad_reference(logits, t, scale)
-    torch.mm(g.to(h.dtype), w, out=grad_h)
-    h = h.to(grad_weight.dtype)
-    if first:
-        torch.mm(g.t(), h, out=grad_weight)
-    else:
-        grad_weight.addmm_(g.t(), h)
+    mm_into(g.to(h.dtype), w, grad_h, tuned=tuned)
+    mm_into(g.t(), h.to(grad_weight.dtype), grad_weight, accumulate=not first, tuned=tuned)
     return loss.sum()
 
 
 @chunked_loss_op.register_fake
 def _(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int,
-      fused: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+      fused: bool, tuned: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return (hidden.new_empty((), dtype=_loss_dtype(hidden)),
             torch.empty_like(hidden, memory_format=torch.contiguous_format), torch.empty_like(weight))
 
@@ -117,7 +116,7 @@ def _setup(ctx, inputs, output) -> None:  # noqa: ANN001
 def _backward(ctx, grad_out, _g_hidden, _g_weight):  # noqa: ANN001, ANN202
     grad_hidden, grad_weight = ctx.saved_tensors
     if _traced(grad_hidden):  # a traced backward takes no mutation of what it saved
-        return grad_hidden * grad_out, grad_weight * grad_out, None, None, None
+        return grad_hidden * grad_out, grad_weight * grad_out, None, None, None, None
     if ctx.fused:  # no pass at all where grad_out is 1, the gradient of a loss that is the objective
         from trainperf.kernels.grad_scale import scale_
 
@@ -125,7 +124,7 @@ def _backward(ctx, grad_out, _g_hidden, _g_weight):  # noqa: ANN001, ANN202
     else:  # one vectorised pass over both, the scale in their dtype (PyTorch's generic per-tensor
         # kernel otherwise: 1.3 ms for Llama 3's head gradient on an H100)
         torch._foreach_mul_([grad_hidden, grad_weight], grad_out.to(grad_hidden.dtype))
-    return grad_hidden, grad_weight, None, None, None
+    return grad_hidden, grad_weight, None, None, None, None
 
 
 def _traced(t: torch.Tensor) -> bool:
@@ -140,13 +139,14 @@ chunked_loss_op.register_autograd(_backward, setup_context=_setup)
 
 
 def chunked_lm_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                    chunk: int | None = None, fused: bool | None = None) -> torch.Tensor:
+                    chunk: int | None = None, fused: bool | None = None, tuned: bool = False) -> torch.Tensor:
     """Mean next-token cross-entropy of `hidden @ weightᵀ` against `targets`, in chunks of `chunk`
     rows (default: chunk_rows). `fused` picks the Triton softmax kernel (default: wherever Triton
-    runs, below float64)."""
+    runs, below float64); `tuned` quack's GEMM for the products where a configuration tuned for
+    the GPU is known (kernels/quack_gemm.py)."""
     d = hidden.shape[-1]
     if chunk is None:
         chunk = chunk_rows(weight.shape[0], hidden.dtype)
     if fused is None:
         fused = triton_runs(hidden.device) and hidden.dtype != torch.float64
-    return chunked_loss_op(hidden.reshape(-1, d), weight, targets.reshape(-1), chunk, fused)[0]
+    return chunked_loss_op(hidden.reshape(-1, d), weight, targets.reshape(-1), chunk, fused, tuned)[0]

@@ -214,10 +214,11 @@ NORM_SWAPS = tuple(NORMS)
 
 
 def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torch",
-                rope: str = "torch") -> list[str]:
+                rope: str = "torch", gemm: str = "torch") -> list[str]:
     """Put another RMSNorm (PyTorch's fused one, trainperf's Triton one, cuDNN's: by the names of
-    models/norms.py), trainperf's Triton SwiGLU and RoPE kernels, or quack's fused MLP
-    (kernels/quack_mlp.py) into a transformers Llama, in place. Weights stay where they are (the
+    models/norms.py), trainperf's Triton SwiGLU and RoPE kernels, quack's fused MLP
+    (kernels/quack_mlp.py) or quack's tuned GEMMs in the attention projections
+    (kernels/quack_gemm.py) into a transformers Llama, in place. Weights stay where they are (the
     norm modules are replaced by ones sharing the weight), except that the fused MLP stacks gate
     and up into one weight. Returns what was swapped, for the record.
     """
@@ -246,7 +247,30 @@ def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torc
         model.register_forward_pre_hook(functools.partial(_count_triton_rope_forward, 1))
         model.register_forward_hook(functools.partial(_count_triton_rope_forward, -1), always_call=True)
         done.append("rope=triton")
+    if gemm == "quack":
+        from trainperf.kernels.quack_gemm import require_tuned
+
+        require_tuned(next(model.parameters()).device)
+        tune_projections(model)
+        done.append("gemm=quack")
     return done
+
+
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")  # an attention layer's Linears
+
+
+def tune_projections(model: torch.nn.Module) -> None:
+    """Have every attention layer's q, k, v and o projections multiply through quack_gemm's
+    tuned_linear (quack's GEMM where a tuned configuration is known, cuBLAS elsewhere)."""
+    from trainperf.kernels.quack_gemm import tuned_linear
+
+    for attn in model.modules():
+        if not all(hasattr(attn, a) for a in PROJECTIONS):
+            continue
+        for proj in (getattr(attn, a) for a in PROJECTIONS):
+            if proj.bias is not None:
+                raise Unsupported("--gemm quack takes attention projections without biases")
+            proj.forward = types.MethodType(lambda self, x: tuned_linear(x, self.weight), proj)
 
 
 def fuse_mlps(model: torch.nn.Module) -> None:

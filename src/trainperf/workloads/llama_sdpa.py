@@ -8,6 +8,7 @@ weights inside matrix multiplies (the tied LM head included).
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,7 +55,11 @@ INPUTS = ("embeds", "ids")
 KV_HEADS = ("native", "expanded", "packed")
 # The swappable parts as they are named in a record's swaps, and the spec field of each.
 SWAP_FIELDS = {"norm": "norm", "swiglu": "swiglu", "rope": "rope", "loss": "loss", "kv": "kv_heads",
-               "library": "library", "float8": "float8", "graph": "graph"}
+               "gemm": "gemm", "library": "library", "float8": "float8", "graph": "graph"}
+# Who computes the attention projections' products (forward and input gradient) and the chunked
+# loss's LM-head products: torch (cuBLAS) | quack (quack's GEMM where a configuration tuned for the
+# GPU is known, cuBLAS elsewhere: kernels/quack_gemm.py)
+GEMMS = ("torch", "quack")
 # How the timed iterations launch: off (kernel by kernel) | step (the whole iteration captured once
 # as a CUDA graph and replayed, workloads/step_graph.py: the same kernels without the gaps between)
 GRAPH_MODES = ("off", "step")
@@ -93,12 +98,15 @@ def recipe_setup(name: str, device: str, replayed: bool = True, seq: int | None 
     (validate): the graph replays the same kernels. The graph comes only with FlashAttention 4,
     whose step reads nothing on the host; so do packed K/V heads, up to PACKED_UP_TO_SEQ."""
     from trainperf.attention.fa4 import fa4_runs
+    from trainperf.kernels import quack_gemm
     from trainperf.kernels.quack_mlp import quack_runs
 
     dev = torch.device(device)
     setup = dict(RECIPES[name])
     if name in QUACK_WHERE_IT_RUNS and quack_runs(dev):
         setup["swiglu"] = "quack"
+        if quack_gemm.tuned_here(dev):
+            setup["gemm"] = "quack"
     if name in FA4_WHERE_IT_RUNS and fa4_runs(dev):
         setup["sdpa_backend"] = "FA4"
         if replayed:  # a graph needs trainperf's own attention (validate)
@@ -121,11 +129,12 @@ def with_kv_heads(setup: dict[str, str], kv_heads: str) -> dict[str, str]:
 
 def recipe_forms(name: str) -> list[dict[str, str]]:
     """Every setup that recipe `name` may run as, its attention aside: its own, with quack's MLP
-    where that runs, each replayed as a CUDA graph where that runs, each with packed K/V heads
-    where those pay."""
+    where that runs (and with it quack's tuned GEMMs where those are known), each replayed as a
+    CUDA graph where that runs, each with packed K/V heads where those pay."""
     forms = [RECIPES[name]]
     if name in QUACK_WHERE_IT_RUNS:
         forms += [{**form, "swiglu": "quack"} for form in forms]
+        forms += [{**form, "gemm": "quack"} for form in forms if form.get("swiglu") == "quack"]
     if name in FA4_WHERE_IT_RUNS:
         forms += [{**form, "graph": "step"} for form in forms]
     if name in PACKED_WHERE_IT_PAYS:
@@ -160,6 +169,7 @@ class LlamaSpec:
     rope: str = "torch"  # torch | triton
     loss: str = "torch"  # torch | chunked (LM head + cross-entropy without full fp32 logits)
     kv_heads: str = "native"  # one of KV_HEADS
+    gemm: str = "torch"  # one of GEMMS
     library: str = "none"  # a kernel library patched in (models/peers.py)
     float8: str = "off"  # float8 training of the decoder's linear layers (models/peers.py)
     graph: str = "off"  # one of GRAPH_MODES
@@ -191,6 +201,7 @@ def validate(spec: LlamaSpec) -> None:
     check_choice("rope", spec.rope, hf_llama.SWAPS)
     check_choice("loss", spec.loss, LOSSES)
     check_choice("kv-heads", spec.kv_heads, KV_HEADS)
+    check_choice("gemm", spec.gemm, GEMMS)
     if spec.kv_heads == "packed" and spec.sdpa_backend != "FA4":
         raise SpecError("--kv-heads packed runs on FlashAttention 4 (--sdpa-backend FA4), not "
                         f"{spec.sdpa_backend}")
@@ -240,12 +251,13 @@ class LlamaStep:
         torch.manual_seed(0)
         self.cfg = hf_llama.load_config(spec.model, spec.layers)
         self.model = hf_llama.build_model(self.cfg, DTYPES[spec.dtype], device)
-        hf_llama.apply_swaps(self.model, spec.norm, spec.swiglu, spec.rope)
+        hf_llama.apply_swaps(self.model, spec.norm, spec.swiglu, spec.rope, spec.gemm)
         if spec.kv_heads == "packed":
             hf_llama.pack_query_heads(self.model)
         self.swaps = spec.swap_names()
         self.undo: list = []  # what close() takes back out of transformers
-        self.hidden_loss = chunked_lm_loss if spec.loss == "chunked" else None
+        self.hidden_loss = (functools.partial(chunked_lm_loss, tuned=spec.gemm == "quack")
+                            if spec.loss == "chunked" else None)
         if spec.library == "liger":
             undo, self.hidden_loss = peers.apply_liger(self.model)
             self.undo.append(undo)
