@@ -53,8 +53,8 @@ GLOSSARY: dict[str, str] = {
     "--baseline": "The SDPA backend that speed-ups are relative to.",
     "--optimizer": "Optimizer: adamw, adamw-fused, sgd, none.",
     "--inputs": "What the model is fed: embeds (random input embeddings), ids (token ids).",
-    "--fast": "trainperf's fastest step: its best swaps and compile mode, and FlashAttention 4 and "
-              "quack's fused MLP where they run.",
+    "--fast": "trainperf's fastest step: its best swaps and compile mode, and FlashAttention 4, "
+              "quack's fused MLP and quack's tuned GEMMs where they run.",
     "--recipe": "Named setups, each a row of the same run: stock, compile, liger, liger-compile, fast, fp8, "
                 "fp8-trainperf, fa4, liger-fa4.",
     "--train-steps": "Optimizer steps of a loss-parity run (untimed).",
