@@ -59,15 +59,21 @@ def test_fusing_every_mlp_keeps_the_model_s_loss_and_hands_each_mlp_its_residual
     assert len(given) == len(model.model.layers) and all(r is not None for r in given)
 
 
-def test_swiglu_quack_is_unsupported_without_the_package_or_off_hopper(monkeypatch):
+@pytest.mark.parametrize("swap", ["swiglu", "gemm"])
+def test_quack_swaps_are_unsupported_without_the_package_or_off_hopper(monkeypatch, swap):
+    from trainperf.kernels import quack_gemm
+
+    module = {"swiglu": quack_mlp, "gemm": quack_gemm}[swap]
     model = _tiny(torch.float32)
-    monkeypatch.setattr(quack_mlp, "_INSTALLED", False)
-    with pytest.raises(Unsupported, match=r"pip install 'trainperf\[fa4\]'"):
-        hf_llama.apply_swaps(model, swiglu="quack")
-    monkeypatch.setattr(quack_mlp, "_INSTALLED", True)
+    monkeypatch.setattr(module, "_INSTALLED", False)
+    needs = rf"--{swap} quack needs quack-kernels: pip install 'trainperf\[fa4\]'"
+    with pytest.raises(Unsupported, match=needs):
+        hf_llama.apply_swaps(model, **{swap: "quack"})
+    monkeypatch.setattr(module, "_INSTALLED", True)
     with pytest.raises(Unsupported, match="Hopper or newer GPU"):
-        hf_llama.apply_swaps(model, swiglu="quack")
+        hf_llama.apply_swaps(model, **{swap: "quack"})
     assert not any(isinstance(m, FusedSwiGLUMLP) for m in model.modules())
+    assert not any("forward" in vars(m) for m in model.modules() if isinstance(m, torch.nn.Linear))
 
 
 def test_quack_gets_keys_for_the_dsl_s_objects_and_still_refuses_others(monkeypatch):
