@@ -46,11 +46,19 @@ def product_key(a: torch.Tensor, b: torch.Tensor, accumulate: bool = False) -> s
     return f"{m}x{n}x{k} A:{a_major} B:{b_major}{' +=' if accumulate else ''}"
 
 
+@functools.cache
 def gpu_key(device: torch.device) -> str:
-    """The GPU model and the quack version a pick holds for."""
-    from importlib.metadata import version
+    """The GPU model and the quack version a pick holds for (looked up once per device: every
+    product asks)."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    return f"{torch.cuda.get_device_name(device)} | quack-kernels {version('quack-kernels')}"
+    try:
+        quack = version("quack-kernels")
+    except PackageNotFoundError:  # a source checkout without the package's metadata
+        import quack as package
+
+        quack = package.__version__
+    return f"{torch.cuda.get_device_name(device)} | quack-kernels {quack}"
 
 
 @functools.cache
@@ -72,7 +80,12 @@ def tuned_here(device: torch.device) -> bool:
 
 
 def _runs(device: torch.device) -> bool:
-    return _INSTALLED and device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
+    return _INSTALLED and device.type == "cuda" and _hopper_or_newer(device)
+
+
+@functools.cache
+def _hopper_or_newer(device: torch.device) -> bool:
+    return torch.cuda.get_device_capability(device) >= (9, 0)
 
 
 def require_tuned(device: torch.device) -> None:
