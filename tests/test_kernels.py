@@ -91,7 +91,7 @@ def test_chunked_loss_holds_one_logits_block_at_a_time(fused):
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            if func is torch.ops.aten.mm.default and out.shape[-1] == vocab:  # a chunk's logits
+            if func is torch.ops.aten.new_empty.default and out.shape[-1] == vocab:  # a chunk's logits
                 self.most_alive = max(self.most_alive, sum(ref() is not None for ref in self.blocks))
                 self.blocks.append(weakref.ref(out))
             return out
