@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from trainperf.core.errors import Unsupported
+from trainperf.kernels.quack_mlp import INSTALL_QUACK, _load_quack, as_rows
 
 SHIPPED = Path(__file__).with_name("quack_gemm_configs.json")
 _INSTALLED = find_spec("quack") is not None  # looked up once: torch.compile cannot trace find_spec
@@ -91,8 +92,6 @@ def _hopper_or_newer(device: torch.device) -> bool:
 def require_tuned(device: torch.device) -> None:
     """Unsupported unless quack runs on `device` and knows tuned configurations for it (naming the
     install command, the GPU it needs, or the tool that tunes them)."""
-    from trainperf.kernels.quack_mlp import INSTALL_QUACK
-
     if not _INSTALLED:
         raise Unsupported(f"--gemm quack needs quack-kernels: {INSTALL_QUACK}")
     if not _runs(device):
@@ -113,8 +112,6 @@ def run_pick(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, pick: dict, ac
     """out (+)= a @ b on quack's GEMM with configuration `pick`."""
     from quack.gemm_config import GemmConfig
     from quack.gemm_interface import gemm_tuned
-
-    from trainperf.kernels.quack_mlp import _load_quack
 
     _load_quack()
     gemm_tuned.fn(a, b, out, None, add_to_output=accumulate, dynamic_scheduler=pick["dynamic_scheduler"],
@@ -147,16 +144,10 @@ def _(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a.new_empty(a.shape[0], b.shape[1])
 
 
-def _rows(t: torch.Tensor) -> torch.Tensor:
-    """`t` as rows [*, d] with the last dimension contiguous (a gradient may come strided)."""
-    rows = t.flatten(0, -2)
-    return rows if rows.stride(-1) == 1 else rows.contiguous()
-
-
 @torch.library.custom_op("trainperf::tuned_linear", mutates_args=())
 def tuned_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x @ weightᵀ (a Linear without bias), x [*, K], weight [N, K]."""
-    return tuned_mm(_rows(x), weight.t()).view(*x.shape[:-1], weight.shape[0])
+    return tuned_mm(as_rows(x), weight.t()).view(*x.shape[:-1], weight.shape[0])
 
 
 @tuned_linear.register_fake
@@ -170,9 +161,9 @@ def _setup(ctx, inputs, output) -> None:  # noqa: ANN001
 
 def _backward(ctx, grad):  # noqa: ANN001, ANN202
     x, weight = ctx.saved_tensors
-    rows = _rows(grad)
+    rows = as_rows(grad)
     grad_x = torch.ops.trainperf.tuned_mm(rows, weight).view(x.shape)
-    return grad_x, rows.t() @ _rows(x)
+    return grad_x, rows.t() @ as_rows(x)
 
 
 tuned_linear.register_autograd(_backward, setup_context=_setup)
