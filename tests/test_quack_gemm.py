@@ -159,3 +159,34 @@ def test_every_shipped_pick_for_this_gpu_matches_float64():
         ref = a.double() @ b.double() + (start.double() if acc else 0)
         assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2, key
 
+
+
+def test_the_tuning_tool_tunes_exactly_the_products_the_step_asks_for(monkeypatch):
+    """A pick is found only under the key the step asks with: the tool's operands must have the
+    step's shapes and layouts."""
+    import importlib.util
+    from pathlib import Path
+
+    pytest.importorskip("triton")
+    path = Path(__file__).parents[1] / "tools" / "tune_quack_gemms.py"
+    spec = importlib.util.spec_from_file_location("tune_quack_gemms", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    asked = set()
+
+    def record(a, b, accumulate=False):
+        asked.add(quack_gemm.product_key(a, b, accumulate))
+
+    monkeypatch.setattr(quack_gemm, "pick_for", record)
+    cfg = hf_llama.load_config("tiny")
+    torch.manual_seed(0)
+    model = hf_llama.build_model(cfg, torch.float32, torch.device("cpu"))
+    hf_llama.tune_projections(model)
+    batch, seq, rows = 2, 20, 16  # 40 tokens: blocks of 16, 16 and 8 rows
+    hidden = model.model(inputs_embeds=torch.randn(batch, seq, cfg.hidden_size)).last_hidden_state
+    loss = chunked_lm_loss(hidden.flatten(0, 1), model.lm_head.weight,
+                           torch.randint(0, cfg.vocab_size, (batch * seq,)), chunk=rows, tuned=True)
+    loss.backward()
+    tuned = {quack_gemm.product_key(tool.operand(*a, device="meta"), tool.operand(*b, device="meta"), acc)
+             for _, a, b, acc, _ in tool.products(cfg, batch * seq, rows)}
+    assert tuned == asked

@@ -28,10 +28,13 @@ from trainperf.kernels.chunked_loss import chunk_rows
 from trainperf.models import hf_llama
 
 
-def products(tokens: int, hidden: int, kv: int, vocab: int, rows: int) -> list[tuple]:
-    """The tunable products of one step at `tokens` tokens (the head's in blocks of `rows`): (name,
-    A [M, K] as (rows, cols, transposed), B [K, N] likewise, accumulate, dynamic scheduler), a
-    transposed operand being a view of a row-major tensor of the other shape, as the step has it."""
+def products(cfg: object, tokens: int, rows: int) -> list[tuple]:
+    """The tunable products of one step of the Llama `cfg` at `tokens` tokens (the head's in blocks
+    of `rows`): (name, A [M, K] as (rows, cols, transposed), B [K, N] likewise, accumulate, dynamic
+    scheduler), a transposed operand being a view of a row-major tensor of the other shape, as the
+    step has it."""
+    hidden, vocab = cfg.hidden_size, cfg.vocab_size
+    kv = cfg.num_key_value_heads * getattr(cfg, "head_dim", hidden // cfg.num_attention_heads)
     found = [("q/o forward", (tokens, hidden, False), (hidden, hidden, True), False, False),
              ("k/v forward", (tokens, hidden, False), (hidden, kv, True), False, False),
              ("q/o input gradient", (tokens, hidden, False), (hidden, hidden, False), False, False),
@@ -44,11 +47,11 @@ def products(tokens: int, hidden: int, kv: int, vocab: int, rows: int) -> list[t
     return found
 
 
-def operand(rows: int, cols: int, transposed: bool) -> torch.Tensor:
+def operand(rows: int, cols: int, transposed: bool, device: str = "cuda") -> torch.Tensor:
     """A [rows, cols] bf16 operand, as a transposed view where the step has one (scaled so that
     products stay in bf16's range)."""
     shape = (cols, rows) if transposed else (rows, cols)
-    t = torch.randn(shape, device="cuda", dtype=torch.bfloat16) / 8
+    t = torch.randn(shape, device=device, dtype=torch.bfloat16) / 8
     return t.t() if transposed else t
 
 
@@ -90,15 +93,13 @@ def main() -> None:
     args = parser.parse_args()
     out = args.out or quack_gemm.user_file()
     cfg = hf_llama.load_config(args.model, None)
-    hidden, vocab = cfg.hidden_size, cfg.vocab_size
-    kv = cfg.num_key_value_heads * getattr(cfg, "head_dim", hidden // cfg.num_attention_heads)
-    rows = chunk_rows(vocab, torch.bfloat16)
+    rows = chunk_rows(cfg.vocab_size, torch.bfloat16)
     gpu = quack_gemm.gpu_key(torch.device("cuda"))
     table = json.loads(out.read_text()) if out.is_file() else {}
     mine = table.setdefault(gpu, {})
     print(gpu, flush=True)
     for tokens in map(int, args.tokens.split(",")):
-        for name, a_shape, b_shape, accumulate, dynamic in products(tokens, hidden, kv, vocab, rows):
+        for name, a_shape, b_shape, accumulate, dynamic in products(cfg, tokens, rows):
             a, b = operand(*a_shape), operand(*b_shape)
             key = quack_gemm.product_key(a, b, accumulate)
             if key in mine:
