@@ -346,6 +346,7 @@ def test_the_fastest_step_takes_fa4_and_quack_only_where_they_run(monkeypatch):
     assert recipe_setup("fast", "cuda") == FAST
     monkeypatch.setattr(fa4, "fa4_runs", lambda device: True)
     monkeypatch.setattr(quack_mlp, "quack_runs", lambda device: True)
+    monkeypatch.setattr(quack_gemm, "tuned_here", lambda device: False)
     assert recipe_setup("fast", "cuda") == {**graphed, "swiglu": "quack"}  # no tuned GEMMs known here
     monkeypatch.setattr(quack_gemm, "tuned_here", lambda device: True)
     assert recipe_setup("fast", "cuda") == {**graphed, "swiglu": "quack", "gemm": "quack"}

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from trainperf.core.errors import Unsupported
-from trainperf.kernels import quack_gemm
+from trainperf.kernels import quack_gemm, quack_mlp
 from trainperf.kernels.chunked_loss import chunked_lm_loss
 from trainperf.models import hf_llama
 
@@ -113,8 +113,8 @@ def test_the_chunked_loss_is_the_same_with_tuned_products_where_none_is_known():
 
 def test_gemm_quack_is_unsupported_on_a_gpu_without_picks_naming_the_tuning_tool(monkeypatch):
     model = hf_llama.build_model(hf_llama.load_config("tiny"), torch.float32, torch.device("cpu"))
-    monkeypatch.setattr(quack_gemm, "_INSTALLED", True)
-    monkeypatch.setattr(quack_gemm, "_runs", lambda device: True)
+    monkeypatch.setattr(quack_mlp, "_INSTALLED", True)
+    monkeypatch.setattr(quack_mlp, "quack_runs", lambda device: True)
     monkeypatch.setattr(quack_gemm, "gpu_key", lambda device: "GPU Z | quack-kernels 9")
     with pytest.raises(Unsupported, match="no configuration tuned for GPU Z.*tools/tune_quack_gemms.py"):
         hf_llama.apply_swaps(model, gemm="quack")

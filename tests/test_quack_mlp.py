@@ -61,15 +61,12 @@ def test_fusing_every_mlp_keeps_the_model_s_loss_and_hands_each_mlp_its_residual
 
 @pytest.mark.parametrize("swap", ["swiglu", "gemm"])
 def test_quack_swaps_are_unsupported_without_the_package_or_off_hopper(monkeypatch, swap):
-    from trainperf.kernels import quack_gemm
-
-    module = {"swiglu": quack_mlp, "gemm": quack_gemm}[swap]
     model = _tiny(torch.float32)
-    monkeypatch.setattr(module, "_INSTALLED", False)
+    monkeypatch.setattr(quack_mlp, "_INSTALLED", False)
     needs = rf"--{swap} quack needs quack-kernels: pip install 'trainperf\[fa4\]'"
     with pytest.raises(Unsupported, match=needs):
         hf_llama.apply_swaps(model, **{swap: "quack"})
-    monkeypatch.setattr(module, "_INSTALLED", True)
+    monkeypatch.setattr(quack_mlp, "_INSTALLED", True)
     with pytest.raises(Unsupported, match="Hopper or newer GPU"):
         hf_llama.apply_swaps(model, **{swap: "quack"})
     assert not any(isinstance(m, FusedSwiGLUMLP) for m in model.modules())

@@ -20,16 +20,15 @@ from __future__ import annotations
 import functools
 import json
 import os
-from importlib.util import find_spec
 from pathlib import Path
 
 import torch
 
 from trainperf.core.errors import Unsupported
-from trainperf.kernels.quack_mlp import INSTALL_QUACK, _load_quack, as_rows
+from trainperf.kernels import quack_mlp
+from trainperf.kernels.quack_mlp import _load_quack, as_rows
 
 SHIPPED = Path(__file__).with_name("quack_gemm_configs.json")
-_INSTALLED = find_spec("quack") is not None  # looked up once: torch.compile cannot trace find_spec
 
 
 def user_file() -> Path:
@@ -77,25 +76,13 @@ def picks(gpu: str) -> dict[str, dict]:
 
 def tuned_here(device: torch.device) -> bool:
     """Whether quack runs on `device` and any product has a pick for it."""
-    return _runs(device) and bool(picks(gpu_key(device)))
-
-
-def _runs(device: torch.device) -> bool:
-    return _INSTALLED and device.type == "cuda" and _hopper_or_newer(device)
-
-
-@functools.cache
-def _hopper_or_newer(device: torch.device) -> bool:
-    return torch.cuda.get_device_capability(device) >= (9, 0)
+    return quack_mlp.quack_runs(device) and bool(picks(gpu_key(device)))
 
 
 def require_tuned(device: torch.device) -> None:
     """Unsupported unless quack runs on `device` and knows tuned configurations for it (naming the
     install command, the GPU it needs, or the tool that tunes them)."""
-    if not _INSTALLED:
-        raise Unsupported(f"--gemm quack needs quack-kernels: {INSTALL_QUACK}")
-    if not _runs(device):
-        raise Unsupported("--gemm quack needs a Hopper or newer GPU (quack's GEMMs run on sm_90+)")
+    quack_mlp.require_quack(device, "--gemm quack")
     if not tuned_here(device):
         raise Unsupported(f"--gemm quack knows no configuration tuned for {gpu_key(device)}: "
                           "tune them with tools/tune_quack_gemms.py")
@@ -103,7 +90,7 @@ def require_tuned(device: torch.device) -> None:
 
 def pick_for(a: torch.Tensor, b: torch.Tensor, accumulate: bool = False) -> dict | None:
     """The tuned pick for a @ b, or None (cuBLAS then)."""
-    if a.dtype not in (torch.bfloat16, torch.float16) or not _runs(a.device):
+    if a.dtype not in (torch.bfloat16, torch.float16) or not quack_mlp.quack_runs(a.device):
         return None
     return picks(gpu_key(a.device)).get(product_key(a, b, accumulate))
 

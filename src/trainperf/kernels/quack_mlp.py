@@ -33,12 +33,12 @@ def quack_runs(device: torch.device) -> bool:
             and torch.cuda.get_device_capability(device) >= (9, 0))
 
 
-def require_quack(device: torch.device) -> None:
+def require_quack(device: torch.device, what: str = "--swiglu quack") -> None:
     """Unsupported (naming the install command, or the GPU it needs) unless quack runs here."""
     if not _INSTALLED:
-        raise Unsupported(f"--swiglu quack needs quack-kernels: {INSTALL_QUACK}")
+        raise Unsupported(f"{what} needs quack-kernels: {INSTALL_QUACK}")
     if not quack_runs(device):
-        raise Unsupported("--swiglu quack needs a Hopper or newer GPU (quack's GEMMs run on sm_90+)")
+        raise Unsupported(f"{what} needs a Hopper or newer GPU (quack's GEMMs run on sm_90+)")
 
 
 class FusedSwiGLUMLP(torch.nn.Module):
