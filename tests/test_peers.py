@@ -214,10 +214,10 @@ def test_parity_cli_trains_each_recipe_from_the_same_start(db, tmp_path):
 def test_each_recipe_s_first_loss_and_gradients_match_stock(recipe):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    needs = {"liger": "liger_kernel", "liger-compile": "liger_kernel", "fp8": "torchao",
-             "fa4": "flash_attn.cute"}
-    if recipe in needs:
-        pytest.importorskip(needs[recipe])
+    needs = {"liger": ("liger_kernel",), "liger-compile": ("liger_kernel",), "fp8": ("torchao",),
+             "fa4": ("flash_attn.cute",), "liger-fa4": ("liger_kernel", "flash_attn.cute")}
+    for package in needs.get(recipe, ()):
+        pytest.importorskip(package)
 
     def first(setup):
         spec = setup_spec(setup, "CUDNN_ATTENTION", batch=2, seq=256, dtype="bf16", optimizer="none",

@@ -1,3 +1,5 @@
+import gc
+
 import pytest
 import torch
 from conftest import rel_err
@@ -52,8 +54,15 @@ def test_a_replayed_iteration_gives_the_eager_loss_and_gradients_and_sees_new_in
     assert torch.equal(replayed, step().detach())
 
 
+def _measured_alone(spec: LlamaSpec) -> dict:
+    """measure_llama's metrics with nothing of earlier tests alive, as the runner frees between cases."""
+    gc.collect()
+    torch.cuda.empty_cache()
+    return measure_llama(spec)
+
+
 def test_a_graphed_case_reports_the_memory_its_iteration_needs():
-    eager, graphed = (measure_llama(_spec(warmup=3, iters=3, graph=g)) for g in ("off", "step"))
+    eager, graphed = (_measured_alone(_spec(warmup=3, iters=3, graph=g)) for g in ("off", "step"))
     assert graphed["loss"] == pytest.approx(eager["loss"], rel=1e-3)
     # replays allocate nothing: without the capture's peak the record would show only what stays
     # alive. The capture holds its working set in a pool of its own, beside the blocks the eager and
