@@ -86,7 +86,7 @@ def test_quack_gets_keys_for_the_dsl_s_objects_and_still_refuses_others(monkeypa
         monkeypatch.setitem(sys.modules, name, module)
     sys.modules["quack"].gemm_runtime = sys.modules["quack.gemm_runtime"]
     sys.modules["quack.gemm_runtime"].identity = identity
-    quack_mlp._load_quack()
+    quack_mlp.load_quack()
     key = identity.semantic_value_key
     assert key(contextvars.ContextVar("_LOC"), set()) == ("contextvar", "_LOC")
     assert key(type(compile("1", "", "eval")).co_positions, set())[0] == "by-type"  # a builtin
@@ -97,7 +97,7 @@ def test_quack_gets_keys_for_the_dsl_s_objects_and_still_refuses_others(monkeypa
 
     with pytest.raises(TypeError, match="no key"):
         key(Opaque(), set())
-    quack_mlp._load_quack()
+    quack_mlp.load_quack()
     assert identity.semantic_value_key is key  # keyed once
 
 

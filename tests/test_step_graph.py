@@ -1,9 +1,8 @@
-import gc
-
 import pytest
 import torch
 from conftest import rel_err
 
+from trainperf.core.runner import free_memory
 from trainperf.workloads.llama_sdpa import (
     LlamaSpec,
     LlamaStep,
@@ -56,8 +55,7 @@ def test_a_replayed_iteration_gives_the_eager_loss_and_gradients_and_sees_new_in
 
 def _measured_alone(spec: LlamaSpec) -> dict:
     """measure_llama's metrics with nothing of earlier tests alive, as the runner frees between cases."""
-    gc.collect()
-    torch.cuda.empty_cache()
+    free_memory()
     return measure_llama(spec)
 
 

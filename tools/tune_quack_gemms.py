@@ -58,9 +58,9 @@ def operand(rows: int, cols: int, transposed: bool, device: str = "cuda") -> tor
 def tune_one(a: torch.Tensor, b: torch.Tensor, accumulate: bool, dynamic: bool) -> dict:
     from quack.gemm_interface import gemm_tuned
 
-    from trainperf.kernels.quack_mlp import _load_quack
+    from trainperf.kernels.quack_mlp import load_quack
 
-    _load_quack()
+    load_quack()
     out = torch.zeros(a.shape[0], b.shape[1], device="cuda", dtype=a.dtype)
     gemm_tuned(a, b, out, None, add_to_output=accumulate, dynamic_scheduler=dynamic)
     pick = {"config": dataclasses.asdict(gemm_tuned.best_config.kwargs["config"]),

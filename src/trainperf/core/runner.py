@@ -35,7 +35,9 @@ def _oom_reason(exc: BaseException) -> tuple[str, dict[str, Any]]:
     return text[:500], metrics
 
 
-def _free_memory() -> None:
+def free_memory() -> None:
+    """Collect what a finished case left (cycles included) and hand its cached GPU blocks back, so
+    that the next case's peak memory is its own."""
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -57,7 +59,7 @@ def measure_case(workload: str, spec: Any, measure: Measure, env: dict[str, Any]
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         return Record(workload, sd, "error", reason=last[:1000], env=env, run_id=run_id)
     finally:
-        _free_memory()
+        free_memory()
 
 
 def run_sweep(workload: str, specs: Sequence[Any], measure: Measure, store: Store,

@@ -26,7 +26,6 @@ import torch
 
 from trainperf.core.errors import Unsupported
 from trainperf.kernels import quack_mlp
-from trainperf.kernels.quack_mlp import _load_quack, as_rows
 
 SHIPPED = Path(__file__).with_name("quack_gemm_configs.json")
 
@@ -100,7 +99,7 @@ def run_pick(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, pick: dict, ac
     from quack.gemm_config import GemmConfig
     from quack.gemm_interface import gemm_tuned
 
-    _load_quack()
+    quack_mlp.load_quack()
     gemm_tuned.fn(a, b, out, None, add_to_output=accumulate, dynamic_scheduler=pick["dynamic_scheduler"],
                   config=GemmConfig(**pick["config"]))
 
@@ -134,7 +133,7 @@ def _(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 @torch.library.custom_op("trainperf::tuned_linear", mutates_args=())
 def tuned_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x @ weightᵀ (a Linear without bias), x [*, K], weight [N, K]."""
-    return tuned_mm(as_rows(x), weight.t()).view(*x.shape[:-1], weight.shape[0])
+    return tuned_mm(quack_mlp.as_rows(x), weight.t()).view(*x.shape[:-1], weight.shape[0])
 
 
 @tuned_linear.register_fake
@@ -148,9 +147,9 @@ def _setup(ctx, inputs, output) -> None:  # noqa: ANN001
 
 def _backward(ctx, grad):  # noqa: ANN001, ANN202
     x, weight = ctx.saved_tensors
-    rows = as_rows(grad)
+    rows = quack_mlp.as_rows(grad)
     grad_x = torch.ops.trainperf.tuned_mm(rows, weight).view(x.shape)
-    return grad_x, rows.t() @ as_rows(x)
+    return grad_x, rows.t() @ quack_mlp.as_rows(x)
 
 
 tuned_linear.register_autograd(_backward, setup_context=_setup)

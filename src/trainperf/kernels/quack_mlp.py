@@ -72,7 +72,7 @@ def _quack_mlp(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
                residual: torch.Tensor | None) -> torch.Tensor:
     """quack's MLP (its mlp_func with the stacked [gate; up] layout), with the down projection our
     own so that its epilogue can add the residual."""
-    _load_quack()
+    load_quack()
     from quack.linear import linear_gated_func
 
     preact, h = linear_gated_func(x, gate_up, "swiglu", store_preact=torch.is_grad_enabled(), tuned=True,
@@ -115,7 +115,7 @@ def as_rows(t: torch.Tensor) -> torch.Tensor:
     return rows if rows.stride(-1) == 1 else rows.contiguous()
 
 
-def _load_quack() -> None:
+def load_quack() -> None:
     """Import quack once, keying the objects it cannot key itself.
 
     quack caches each compiled GEMM epilogue under a key built from everything the epilogue's
