@@ -28,10 +28,10 @@ def python(code: str, *args: str, cwd: Path) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def wait_for(predicate, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+def wait_for(predicate, proc: subprocess.Popen | None = None, timeout: float = 120.0) -> None:
     end = time.monotonic() + timeout
     while not predicate():
-        if proc.poll() is not None:
+        if proc is not None and proc.poll() is not None:
             raise AssertionError(f"the process ended first: {proc.communicate()[1]}")
         if time.monotonic() > end:
             raise TimeoutError("condition not reached")
@@ -105,6 +105,52 @@ def test_the_cli_stopped_with_sigint_says_what_it_kept_and_exits_130(tmp_path):
     kept = count(db)
     assert 1 <= kept < 8
     assert sqlite3.connect(db).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def gone(pid: int) -> bool:
+    """Whether process `pid` has ended (a zombie that nobody reaped yet counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+# A command inside one long native call, as in a CuTe compile: sum() over a range runs in C and
+# does not return to the interpreter, so Python's SIGINT handler waits for it.
+IN_NATIVE_CODE = """
+    import signal
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    from trainperf.cli.interrupts import stop_at_second_interrupt
+
+    print(stop_at_second_interrupt().pid, flush=True)
+    if sys.argv[1] == "native":
+        sum(range(10**13))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_a_second_sigint_stops_a_command_at_once_inside_native_code(tmp_path):
+    proc = python("import sys\n" + textwrap.dedent(IN_NATIVE_CODE), "native", cwd=tmp_path)
+    try:
+        watcher = int(proc.stdout.readline())
+        proc.send_signal(signal.SIGINT)
+        time.sleep(1.5)
+        assert proc.poll() is None  # the first Ctrl-C waits for the native call, and kills nothing
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    assert "interrupted twice: stopped at once; every finished case is in the store" in proc.stderr.read()
+    wait_for(lambda: gone(watcher), timeout=20)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_the_watcher_of_a_second_sigint_ends_with_its_command(tmp_path):
+    proc = python("import sys\n" + textwrap.dedent(IN_NATIVE_CODE), "done", cwd=tmp_path)
+    watcher = int(proc.stdout.readline())
+    assert proc.wait(timeout=60) == 0
+    wait_for(lambda: gone(watcher), timeout=20)
 
 
 def test_a_collective_that_returns_a_wrong_result_is_an_error_record(tmp_path, monkeypatch):

@@ -1,5 +1,5 @@
 """`python -m trainperf` runs the command line."""
 
-from trainperf.cli import app
+from trainperf.cli import main
 
-app()
+main()

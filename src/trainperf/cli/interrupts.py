@@ -1,0 +1,60 @@
+"""Ctrl-C twice stops a command at once.
+
+Python runs its SIGINT handler only between bytecodes. While the main thread sits in one native
+call, a CuTe DSL compile of FlashAttention 4 or quack that takes up to a minute, the first Ctrl-C
+waits for that call to return before the command stops and says what it kept. The interpreter's
+C-level handler also writes the signal's number to its wakeup fd at once, whatever the main thread
+is doing. A small watcher process reads that fd and kills the command at the second SIGINT.
+Every finished case is already in the store, committed when it ended, so only the case in flight
+is lost.
+"""
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+# The watcher: its own session, so the terminal's Ctrl-C reaches the command and not it; it ends
+# when the command does (its end of the socket closes).
+WATCHER = r"""
+import os, signal, sys
+command, seen = int(sys.argv[1]), 0
+while byte := os.read(0, 1):
+    seen += byte[0] == signal.SIGINT
+    if seen == 2:
+        os.write(2, b"\ninterrupted twice: stopped at once; every finished case is in the store\n")
+        os.kill(command, signal.SIGKILL)
+        break
+"""
+
+_watched: list[object] = []  # the command's end of the socket and the watcher, kept for its life
+
+
+def stop_at_second_interrupt() -> subprocess.Popen | None:
+    """Start the watcher for this process; the watcher, or None where it cannot run (not POSIX,
+    not the main thread, or already started)."""
+    if os.name != "posix" or threading.current_thread() is not threading.main_thread() or _watched:
+        return None
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    try:
+        watcher = subprocess.Popen([sys.executable, "-S", "-c", WATCHER, str(os.getpid())],
+                                   stdin=theirs, start_new_session=True)
+    except OSError:  # no process to spare: a single Ctrl-C still stops the command
+        ours.close()
+        return None
+    finally:
+        theirs.close()
+    signal.set_wakeup_fd(ours.fileno(), warn_on_full_buffer=False)
+    os.register_at_fork(after_in_child=_unwatched)
+    _watched.extend([ours, watcher])
+    return watcher
+
+
+def _unwatched() -> None:
+    """In a forked child: its Ctrl-C is its own, not a second one of the command's."""
+    with contextlib.suppress(ValueError):  # forked from another thread: nothing to reset there
+        signal.set_wakeup_fd(-1)
