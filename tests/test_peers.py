@@ -350,11 +350,35 @@ def test_the_fastest_step_takes_fa4_and_quack_only_where_they_run(monkeypatch):
     assert recipe_setup("fast", "cuda") == {**graphed, "swiglu": "quack"}  # no tuned GEMMs known here
     monkeypatch.setattr(quack_gemm, "tuned_here", lambda device: True)
     assert recipe_setup("fast", "cuda") == {**graphed, "swiglu": "quack", "gemm": "quack"}
+    assert recipe_setup("fp8-trainperf", "cuda") == {**graphed, "float8": "trainperf", "gemm": "quack"}
+    assert "gemm" not in recipe_setup("fp8", "cuda")  # torchao's float8 has the projections
     monkeypatch.setattr(quack_gemm, "tuned_here", lambda device: False)
     assert "swiglu" not in recipe_setup("fp8", "cuda")  # its MLP GEMMs are float8 ones
+    assert "gemm" not in recipe_setup("fp8-trainperf", "cuda")
     assert recipe_setup("liger", "cuda") == RECIPES["liger"]  # peers run as users run them: no graph
     # profiles and parity launch the iteration themselves: the same setup, without the graph
     assert recipe_setup("fast", "cuda", replayed=False) == {**FAST, "sdpa_backend": "FA4", "swiglu": "quack"}
+
+
+@pytest.mark.parametrize("fa4_runs", [False, True])
+@pytest.mark.parametrize("quack_runs", [False, True])
+def test_every_setup_a_recipe_takes_is_one_of_its_forms(monkeypatch, fa4_runs, quack_runs):
+    """The suites' tables name a row's recipe by its forms: each setup that recipe_setup gives
+    must be one of them, its attention aside."""
+    from trainperf.attention import fa4
+    from trainperf.kernels import quack_gemm, quack_mlp
+    from trainperf.workloads.llama_sdpa import recipe_forms
+
+    monkeypatch.setattr(fa4, "fa4_runs", lambda device: fa4_runs)
+    monkeypatch.setattr(quack_mlp, "quack_runs", lambda device: quack_runs)
+    monkeypatch.setattr(quack_gemm, "tuned_here", lambda device: quack_runs)
+    for name in RECIPES:
+        for replayed in (False, True):
+            for seq in (None, 768, 8192):
+                setup = recipe_setup(name, "cuda", replayed=replayed, seq=seq)
+                if "sdpa_backend" not in RECIPES[name]:  # the attention it takes where FA4 runs
+                    setup.pop("sdpa_backend", None)
+                assert setup in recipe_forms(name), (name, setup)
 
 
 def test_the_fastest_step_packs_k_v_heads_on_fa4_up_to_its_sequence_limit_only(monkeypatch):

@@ -10,7 +10,9 @@ A VARIANT is native or packed (the K/V heads), then any of +residual (the MLP ad
 without it the decoder layer adds it, as transformers does), +tuned (`--compile layers-tuned`),
 +qnorm (both norms of each layer on quack's RMSNorm, outside the compiled graphs; implies
 +residual) and +cublas (`--gemm torch`: the projections and the LM head on cuBLAS, where the
-recipe takes quack's tuned GEMMs), e.g. 24x768:packed+residual+cublas,packed+residual. Per shape
+recipe takes quack's tuned GEMMs) and +fp8 (the `fp8-trainperf` recipe, trainperf's float8 MLP, with
+quack's tuned GEMMs as `fast` takes them unless +cublas, where the recipe takes cuBLAS), e.g.
+24x768:packed+residual+cublas,packed+residual. Per shape
 each variant is built (each decoder layer compiled, FA4, quack's MLP, the chunked loss), captured
 as a CUDA graph as the suite runs it, and the variants take turns in three rounds of 10 replays:
 CUDA-event time, energy, clock and power, and the capture's peak memory; the first variant is the
@@ -28,7 +30,7 @@ from trainperf.workloads import llama_sdpa
 from trainperf.workloads.step_graph import GraphedIteration
 
 BUILD_S = 200  # the most one build of the step is expected to take (FA4 and quack compile on first use)
-KV_HEADS, FLAGS = ("native", "packed"), ("residual", "tuned", "qnorm", "cublas")
+KV_HEADS, FLAGS = ("native", "packed"), ("residual", "tuned", "qnorm", "cublas", "fp8")
 
 
 def residual_outside(step: llama_sdpa.LlamaStep) -> None:
@@ -72,8 +74,9 @@ def built(shape: str, variant: str) -> llama_sdpa.LlamaStep:
     t0 = time.time()
     kv_heads, *flags = variant.split("+")
     fields = {"compile": "layers-tuned"} if "tuned" in flags else {}
-    fields |= {"gemm": "torch"} if "cublas" in flags else {}
-    step = llama_sdpa.recipe_step("fast", *map(int, shape.split("x")), kv_heads=kv_heads, **fields,
+    fields |= {"gemm": "torch" if "cublas" in flags else "quack"} if {"cublas", "fp8"} & set(flags) else {}
+    recipe = "fp8-trainperf" if "fp8" in flags else "fast"
+    step = llama_sdpa.recipe_step(recipe, *map(int, shape.split("x")), kv_heads=kv_heads, **fields,
                                   prepare=preparation(flags))
     print(f"{shape} {variant}: first loss {step().item():.5f}", flush=True)
     print(f"{shape} {variant} ({', '.join(step.swaps)}): built in {time.time() - t0:.0f} s", flush=True)

@@ -78,10 +78,12 @@ RECIPES: dict[str, dict[str, str]] = {
     "liger-fa4": {"library": "liger", "sdpa_backend": "FA4"},
 }
 # Recipes of trainperf's own that take FlashAttention 4 where it runs, the backend asked for elsewhere,
-# and with it their timed iterations replayed as a CUDA graph; and those that take quack's fused MLP
-# where it runs (the float8 recipes' MLP GEMMs are float8 ones instead).
+# and with it their timed iterations replayed as a CUDA graph; those that take quack's fused MLP
+# where it runs (the float8 recipes' MLP GEMMs are float8 ones instead); and those that take quack's
+# tuned GEMMs where picks for the GPU are known (torchao's float8 has the projections' products).
 FA4_WHERE_IT_RUNS = ("fast", "fp8", "fp8-trainperf")
 QUACK_WHERE_IT_RUNS = ("fast",)
+TUNED_GEMMS_WHERE_KNOWN = ("fast", "fp8-trainperf")
 # Recipes that, on FlashAttention 4, pack each K/V head's query heads into one sequence
 # (--kv-heads packed) at sequences up to PACKED_UP_TO_SEQ: FA4's backward then keeps dK and dV of
 # the four query heads in one program, 1.2x faster at 768 and 1024 tokens a sequence on an H100,
@@ -105,8 +107,8 @@ def recipe_setup(name: str, device: str, replayed: bool = True, seq: int | None 
     setup = dict(RECIPES[name])
     if name in QUACK_WHERE_IT_RUNS and quack_runs(dev):
         setup["swiglu"] = "quack"
-        if quack_gemm.tuned_here(dev):
-            setup["gemm"] = "quack"
+    if name in TUNED_GEMMS_WHERE_KNOWN and quack_gemm.tuned_here(dev):
+        setup["gemm"] = "quack"
     if name in FA4_WHERE_IT_RUNS and fa4_runs(dev):
         setup["sdpa_backend"] = "FA4"
         if replayed:  # a graph needs trainperf's own attention (validate)
@@ -134,7 +136,9 @@ def recipe_forms(name: str) -> list[dict[str, str]]:
     forms = [RECIPES[name]]
     if name in QUACK_WHERE_IT_RUNS:
         forms += [{**form, "swiglu": "quack"} for form in forms]
-        forms += [{**form, "gemm": "quack"} for form in forms if form.get("swiglu") == "quack"]
+    if name in TUNED_GEMMS_WHERE_KNOWN:  # tuned GEMMs run only where quack does, and its MLP with them
+        forms += [{**form, "gemm": "quack"} for form in forms
+                  if form.get("swiglu") == "quack" or name not in QUACK_WHERE_IT_RUNS]
     if name in FA4_WHERE_IT_RUNS:
         forms += [{**form, "graph": "step"} for form in forms]
     if name in PACKED_WHERE_IT_PAYS:
