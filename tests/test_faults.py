@@ -118,7 +118,7 @@ def gone(pid: int) -> bool:
 # A command inside one long native call, as in a CuTe compile: sum() over a range runs in C and
 # does not return to the interpreter, so Python's SIGINT handler waits for it.
 IN_NATIVE_CODE = """
-    import signal
+    import signal, sys
     signal.signal(signal.SIGINT, signal.default_int_handler)
     from trainperf.cli.interrupts import stop_at_second_interrupt
 
@@ -130,7 +130,7 @@ IN_NATIVE_CODE = """
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 def test_a_second_sigint_stops_a_command_at_once_inside_native_code(tmp_path):
-    proc = python("import sys\n" + textwrap.dedent(IN_NATIVE_CODE), "native", cwd=tmp_path)
+    proc = python(IN_NATIVE_CODE, "native", cwd=tmp_path)
     try:
         watcher = int(proc.stdout.readline())
         proc.send_signal(signal.SIGINT)
@@ -147,7 +147,7 @@ def test_a_second_sigint_stops_a_command_at_once_inside_native_code(tmp_path):
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 def test_the_watcher_of_a_second_sigint_ends_with_its_command(tmp_path):
-    proc = python("import sys\n" + textwrap.dedent(IN_NATIVE_CODE), "done", cwd=tmp_path)
+    proc = python(IN_NATIVE_CODE, "done", cwd=tmp_path)
     watcher = int(proc.stdout.readline())
     assert proc.wait(timeout=60) == 0
     wait_for(lambda: gone(watcher), timeout=20)

@@ -11,7 +11,7 @@ without it the decoder layer adds it, as transformers does), +tuned (`--compile 
 +qnorm (both norms of each layer on quack's RMSNorm, outside the compiled graphs; implies
 +residual) and +cublas (`--gemm torch`: the projections and the LM head on cuBLAS, where the
 recipe takes quack's tuned GEMMs) and +fp8 (the `fp8-trainperf` recipe, trainperf's float8 MLP, with
-quack's tuned GEMMs as `fast` takes them unless +cublas, where the recipe takes cuBLAS), e.g.
+quack's tuned GEMMs where the recipe takes them, as `fast` does), e.g.
 24x768:packed+residual+cublas,packed+residual. Per shape
 each variant is built (each decoder layer compiled, FA4, quack's MLP, the chunked loss), captured
 as a CUDA graph as the suite runs it, and the variants take turns in three rounds of 10 replays:
@@ -74,7 +74,7 @@ def built(shape: str, variant: str) -> llama_sdpa.LlamaStep:
     t0 = time.time()
     kv_heads, *flags = variant.split("+")
     fields = {"compile": "layers-tuned"} if "tuned" in flags else {}
-    fields |= {"gemm": "torch" if "cublas" in flags else "quack"} if {"cublas", "fp8"} & set(flags) else {}
+    fields |= {"gemm": "torch"} if "cublas" in flags else {}
     recipe = "fp8-trainperf" if "fp8" in flags else "fast"
     step = llama_sdpa.recipe_step(recipe, *map(int, shape.split("x")), kv_heads=kv_heads, **fields,
                                   prepare=preparation(flags))
