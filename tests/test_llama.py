@@ -305,6 +305,32 @@ def test_a_compiled_step_traces_each_graph_whole(setup):
     assert dict(counters["graph_break"]) == {}
 
 
+def test_a_model_compiled_whole_runs_causal_attention_without_a_mask(monkeypatch):
+    """Compiled whole, transformers cannot see that the all-ones mask pads nothing and built the
+    [seq, seq] mask, through which SDPA computed the masked half too; the step now takes SDPA's
+    causal mode there, as eagerly, with the same loss."""
+    calls, sdpa = [], torch.nn.functional.scaled_dot_product_attention
+
+    def recording(q, k, v, attn_mask=None, is_causal=False, **kwargs):
+        calls.append((attn_mask is None, is_causal))
+        return sdpa(q, k, v, attn_mask=attn_mask, is_causal=is_causal, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+    losses = []
+    for setup in ({}, {"compile": "on"}):
+        spec = llama_sdpa.setup_spec(setup, "FLASH_ATTENTION", batch=1, seq=16, warmup=1, iters=1,
+                                     model="tiny", device="cpu", dtype="fp32")
+        step = llama_sdpa.LlamaStep(spec, torch.device("cpu"))
+        try:
+            llama_sdpa.choose_kv_mode(step, "FLASH_ATTENTION")
+            calls.clear()
+            losses.append(step().item())
+        finally:
+            step.close()
+        assert calls == [(True, True)] * step.cfg.num_hidden_layers, setup
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+
+
 @pytest.mark.parametrize("mode, options", [("layers", None), ("layers-tuned", llama_sdpa.TUNED)])
 def test_compiling_each_decoder_layer_keeps_the_loss_and_gradients(mode, options, monkeypatch):
     """--compile layers[-tuned]: every decoder layer is compiled on its own (the tuned mode with

@@ -13,7 +13,11 @@ trainperf's own backends (OWN_BACKENDS) are causal attention without padding, an
 inputs never pad, so no mask function is registered for them: transformers then builds no mask
 and never reads the 2D padding mask. For PyTorch's backends it reads it on the host
 (`padding_mask.all()` in its check for a causal skip), a device-to-host sync in every forward that
-keeps the host from queueing the forward while the GPU still runs the last backward.
+keeps the host from queueing the forward while the GPU still runs the last backward. A model
+compiled whole gets PyTorch's backends without a mask function too (`attention_name(...,
+reads_mask=False)`): under `torch.compile` transformers cannot read the mask's values (nor, without
+a mask, the position ids' for packed sequences), so it builds the [seq, seq] mask, and SDPA then
+computes every tile through it instead of skipping the masked half as its causal mode does.
 """
 
 from __future__ import annotations
@@ -92,14 +96,18 @@ def _from_json(path: Path):
     return AutoConfig.for_model(data.pop("model_type"), **data)
 
 
-def attention_name(backend: str, expand_kv: bool) -> str:
-    """Register (once) and return the transformers attention name for this backend and KV mode."""
+def attention_name(backend: str, expand_kv: bool, reads_mask: bool = True) -> str:
+    """Register (once) and return the transformers attention name for this backend and KV mode.
+    With `reads_mask` off, PyTorch's backends get no mask from transformers: causal attention,
+    inputs assumed unpadded, as for trainperf's own backends."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from transformers import AttentionInterface
     from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-    name = f"trainperf_{backend.lower()}_{'expanded' if expand_kv else 'native'}"
+    own = backend in OWN_BACKENDS
+    causal = "" if reads_mask or own else "_causal"
+    name = f"trainperf_{backend.lower()}_{'expanded' if expand_kv else 'native'}{causal}"
 
     def pinned(module, query, key, value, attention_mask, **kwargs):  # noqa: ANN001, ANN202
         if getattr(module, "trainperf_packed_heads", False):
@@ -107,7 +115,7 @@ def attention_name(backend: str, expand_kv: bool) -> str:
         groups = getattr(module, "num_key_value_groups", 1)
         if expand_kv and groups > 1:
             key, value = repeat_kv(key, groups), repeat_kv(value, groups)
-        if backend in OWN_BACKENDS:
+        if own:
             return _own_attention(OWN_BACKENDS[backend], query, key, value, attention_mask, **kwargs)
         with sdpa_kernel(getattr(SDPBackend, backend)):
             return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
@@ -118,7 +126,7 @@ def attention_name(backend: str, expand_kv: bool) -> str:
         return in_sub_range(leaf, pinned, module, *args, **kwargs)
 
     AttentionInterface.register(name, attention)
-    if backend not in OWN_BACKENDS:
+    if reads_mask and not own:
         AttentionMaskInterface.register(name, sdpa_mask)
     return name
 

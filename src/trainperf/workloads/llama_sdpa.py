@@ -1,9 +1,10 @@
 """A Hugging Face Llama training iteration across SDPA backends (`trainperf llama`).
 
 One iteration is what the reference benchmark times: forward from random input embeddings with
-an all-ones attention mask, cross-entropy against random targets, zero_grad, backward, SGD step
-(lr 1e-6). FLOPs: 6·N·tokens plus the causal attention term (see core/flops.py), N counting the
-weights inside matrix multiplies (the tied LM head included).
+an all-ones attention mask (which a model compiled whole does not read: hf_llama), cross-entropy
+against random targets, zero_grad, backward, SGD step (lr 1e-6). FLOPs: 6·N·tokens plus the
+causal attention term (see core/flops.py), N counting the weights inside matrix multiplies (the
+tied LM head included).
 """
 
 from __future__ import annotations
@@ -274,6 +275,7 @@ class LlamaStep:
         if spec.compile != "off":
             torch._dynamo.reset()  # each case compiles afresh: no graphs or dynamic shapes of earlier cases
         self.forward = torch.compile(run) if spec.compile == "on" else run
+        self.reads_mask = spec.compile != "on"  # compiled whole, it could only build the full mask
         if spec.compile in REGION_OPTIONS:
             compile_regions(hf_llama.compile_targets(self.model), REGION_OPTIONS[spec.compile])
         params = self.model.parameters()
@@ -325,12 +327,12 @@ def choose_kv_mode(step: LlamaStep, backend: str, kv_heads: str = "native") -> s
     """Run one iteration with K/V heads as asked; native falls back to expanded where the backend
     refuses GQA. Returns the mode that ran."""
     if kv_heads == "packed":  # the layers read it themselves (hf_llama.pack_query_heads)
-        hf_llama.set_attention(step.model, hf_llama.attention_name(backend, expand_kv=False))
+        hf_llama.set_attention(step.model, hf_llama.attention_name(backend, False, step.reads_mask))
         step()
         return kv_heads
     refusals = []
     for expand in (False, True)[KV_HEADS.index(kv_heads):]:
-        hf_llama.set_attention(step.model, hf_llama.attention_name(backend, expand_kv=expand))
+        hf_llama.set_attention(step.model, hf_llama.attention_name(backend, expand, step.reads_mask))
         try:
             with warnings.catch_warnings():  # a refusal is recorded below; its warning is noise
                 warnings.filterwarnings("ignore", message=".*require query, key and value to have the same")
