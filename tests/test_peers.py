@@ -489,3 +489,11 @@ def test_the_float8_headline_sets_trainperf_s_float8_against_torchao_s_and_bf16(
     nothing = {"mean_s": float("nan"), "peak_mem_gb": float("nan"), "swaps": None, "status": "error"}
     rows.assign(**nothing).to_csv(tmp_path / "llama" / "training_timing.csv", index=False)
     assert float8_headline({"llama": tmp_path / "llama"}).empty
+
+
+def test_fields_given_beside_a_recipe_override_its_own_attention():
+    """Probes build a recipe's step with some of its fields changed, its attention among them."""
+    setup = {"sdpa_backend": "FA4", "loss": "chunked"}
+    assert setup_spec(setup, "CUDNN_ATTENTION", batch=1, seq=8).sdpa_backend == "FA4"
+    spec = setup_spec(setup, "CUDNN_ATTENTION", batch=1, seq=8, sdpa_backend="CUDNN_FE")
+    assert (spec.sdpa_backend, spec.loss) == ("CUDNN_FE", "chunked")

@@ -11,8 +11,10 @@ without it the decoder layer adds it, as transformers does), +tuned (`--compile 
 +qnorm (both norms of each layer on quack's RMSNorm, outside the compiled graphs; implies
 +residual) and +cublas (`--gemm torch`: the projections and the LM head on cuBLAS, where the
 recipe takes quack's tuned GEMMs) and +fp8 (the `fp8-trainperf` recipe, trainperf's float8 MLP, with
-quack's tuned GEMMs where the recipe takes them, as `fast` does), e.g.
-24x768:packed+residual+cublas,packed+residual. Per shape
+quack's tuned GEMMs where the recipe takes them, as `fast` does), +cudnnfe (the attention on the
+cuDNN frontend's SDPA graphs instead of FlashAttention 4; with native K/V heads) and +torchmlp (the
+MLP's GEMMs on cuBLAS with Inductor's SwiGLU, as the whole-model compile runs them; without
++residual), e.g. 24x768:packed+residual+cublas,packed+residual. Per shape
 each variant is built (each decoder layer compiled, FA4, quack's MLP, the chunked loss), captured
 as a CUDA graph as the suite runs it, and the variants take turns in three rounds of 10 replays:
 CUDA-event time, energy, clock and power, and the capture's peak memory; the first variant is the
@@ -30,7 +32,7 @@ from trainperf.workloads import llama_sdpa
 from trainperf.workloads.step_graph import GraphedIteration
 
 BUILD_S = 200  # the most one build of the step is expected to take (FA4 and quack compile on first use)
-KV_HEADS, FLAGS = ("native", "packed"), ("residual", "tuned", "qnorm", "cublas", "fp8")
+KV_HEADS, FLAGS = ("native", "packed"), ("residual", "tuned", "qnorm", "cublas", "fp8", "cudnnfe", "torchmlp")
 
 
 def residual_outside(step: llama_sdpa.LlamaStep) -> None:
@@ -75,6 +77,8 @@ def built(shape: str, variant: str) -> llama_sdpa.LlamaStep:
     kv_heads, *flags = variant.split("+")
     fields = {"compile": "layers-tuned"} if "tuned" in flags else {}
     fields |= {"gemm": "torch"} if "cublas" in flags else {}
+    fields |= {"sdpa_backend": "CUDNN_FE"} if "cudnnfe" in flags else {}
+    fields |= {"swiglu": "torch"} if "torchmlp" in flags else {}
     recipe = "fp8-trainperf" if "fp8" in flags else "fast"
     step = llama_sdpa.recipe_step(recipe, *map(int, shape.split("x")), kv_heads=kv_heads, **fields,
                                   prepare=preparation(flags))

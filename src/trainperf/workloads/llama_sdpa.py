@@ -149,8 +149,8 @@ def recipe_forms(name: str) -> list[dict[str, str]]:
 
 def setup_spec(setup: dict[str, str], backend: str, **fields: Any) -> LlamaSpec:
     """The spec of `setup` (a recipe's fields) with the attention `backend` asked for, unless the
-    setup names its own."""
-    return LlamaSpec(**{"sdpa_backend": backend, **setup}, **fields)
+    setup names its own; `fields` override both."""
+    return LlamaSpec(**{"sdpa_backend": backend, **setup, **fields})
 # Phrases PyTorch uses when a pinned SDPA backend cannot take the call.
 NO_KERNEL = ("No available kernel", "No viable backend")
 
