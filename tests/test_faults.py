@@ -145,6 +145,27 @@ def test_a_second_sigint_stops_a_command_at_once_inside_native_code(tmp_path):
     wait_for(lambda: gone(watcher), timeout=20)
 
 
+def test_sigints_that_arrive_together_count_as_one_interrupt():
+    """`timeout -s INT` signals the command and its process group at once: one interrupt, not two."""
+    from trainperf.cli import interrupts
+
+    target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    watcher = subprocess.Popen([sys.executable, "-S", "-c", interrupts.WATCHER, str(target.pid),
+                                str(interrupts.TOGETHER_S)], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        watcher.stdin.write(bytes([signal.SIGINT, signal.SIGINT]))
+        watcher.stdin.flush()
+        time.sleep(3 * interrupts.TOGETHER_S)
+        assert target.poll() is None and watcher.poll() is None
+        watcher.stdin.write(bytes([signal.SIGINT]))  # a second Ctrl-C, later
+        watcher.stdin.flush()
+        assert target.wait(timeout=20) == -signal.SIGKILL
+        assert b"interrupted twice" in watcher.stderr.read()
+    finally:
+        target.kill()
+        watcher.kill()
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 def test_the_watcher_of_a_second_sigint_ends_with_its_command(tmp_path):
     proc = python(IN_NATIVE_CODE, "done", cwd=tmp_path)

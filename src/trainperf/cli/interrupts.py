@@ -6,7 +6,8 @@ waits for that call to return before the command stops and says what it kept. Th
 C-level handler also writes the signal's number to its wakeup fd at once, whatever the main thread
 is doing. A small watcher process reads that fd and kills the command at the second SIGINT.
 Every finished case is already in the store, committed when it ended, so only the case in flight
-is lost.
+is lost. Two SIGINTs that arrive together count as one: `timeout -s INT` sends its signal both
+to the command and to the command's process group.
 """
 
 import contextlib
@@ -20,15 +21,19 @@ import threading
 # The watcher: its own session, so the terminal's Ctrl-C reaches the command and not it; it ends
 # when the command does (its end of the socket closes).
 WATCHER = r"""
-import os, signal, sys
-command, seen = int(sys.argv[1]), 0
+import os, signal, sys, time
+command, together, first = int(sys.argv[1]), float(sys.argv[2]), None
 while byte := os.read(0, 1):
-    seen += byte[0] == signal.SIGINT
-    if seen == 2:
-        os.write(2, b"\ninterrupted twice: stopped at once; every finished case is in the store\n")
-        os.kill(command, signal.SIGKILL)
-        break
+    if byte[0] != signal.SIGINT:
+        continue
+    if first is None or time.monotonic() - first < together:
+        first = first or time.monotonic()
+        continue
+    os.write(2, b"\ninterrupted twice: stopped at once; every finished case is in the store\n")
+    os.kill(command, signal.SIGKILL)
+    break
 """
+TOGETHER_S = 0.1  # SIGINTs this close count as one; two presses of Ctrl-C come further apart
 
 _watched: list[object] = []  # the command's end of the socket and the watcher, kept for its life
 
@@ -41,7 +46,7 @@ def stop_at_second_interrupt() -> subprocess.Popen | None:
     ours, theirs = socket.socketpair()
     ours.setblocking(False)
     try:
-        watcher = subprocess.Popen([sys.executable, "-S", "-c", WATCHER, str(os.getpid())],
+        watcher = subprocess.Popen([sys.executable, "-S", "-c", WATCHER, str(os.getpid()), str(TOGETHER_S)],
                                    stdin=theirs, start_new_session=True)
     except OSError:  # no process to spare: a single Ctrl-C still stops the command
         ours.close()
