@@ -483,12 +483,12 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "100 AdamW steps (8 x 1024 tokens), per draw; FLAGGED beyond 3%."),
     Suite("peers-explain",
           "Where each recipe's gain over the stock Llama-3.2-1B step comes from: one profiled iteration "
-          "of stock, Liger Kernel, FlashAttention 4, trainperf's fastest step and its float8 form at "
-          "1 x 16384 tokens, kernel time summed by kind of kernel.",
+          "of stock, the whole-model compile, Liger Kernel, FlashAttention 4, trainperf's fastest step "
+          "and its float8 form at 1 x 16384 tokens, kernel time summed by kind of kernel.",
           tuple(Part(f"profile-{recipe}", ("profile", "llama"), stored=False, needs=needs,
                      gpu={"--recipe": recipe, "--batch-seq": "1x16384"}, cpu={"--recipe": recipe})
-                for recipe, needs in (("stock", ""), ("liger", "liger_kernel"), ("fa4", "flash_attn"),
-                                      ("fast", ""), ("fp8", "torchao"))),
+                for recipe, needs in (("stock", ""), ("compile", ""), ("liger", "liger_kernel"),
+                                      ("fa4", "flash_attn"), ("fast", ""), ("fp8", "torchao"))),
           explain_headline,
           "Kernel milliseconds in one profiled iteration by kind of kernel (attention; matrix multiplies; "
           "Triton kernels: Inductor's fusions, Liger's and trainperf's; the rest: PyTorch's elementwise, "
