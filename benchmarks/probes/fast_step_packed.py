@@ -11,8 +11,9 @@ without it the decoder layer adds it, as transformers does), +tuned (`--compile 
 +qnorm (both norms of each layer on quack's RMSNorm, outside the compiled graphs; implies
 +residual) and +cublas (`--gemm torch`: the projections and the LM head on cuBLAS, where the
 recipe takes quack's tuned GEMMs) and +fp8 (the `fp8-trainperf` recipe, trainperf's float8 MLP, with
-quack's tuned GEMMs where the recipe takes them, as `fast` does), +cudnnfe (the attention on the
-cuDNN frontend's SDPA graphs instead of FlashAttention 4; with native K/V heads) and +torchmlp (the
+quack's tuned GEMMs where the recipe takes them, as `fast` does), +cudnn (the attention on PyTorch's
+cuDNN SDPA instead of FlashAttention 4, reading no mask so that it can be captured; with native K/V
+heads) and +torchmlp (the
 MLP's GEMMs on cuBLAS with Inductor's SwiGLU, as the whole-model compile runs them; without
 +residual), e.g. 24x768:packed+residual+cublas,packed+residual. Per shape
 each variant is built (each decoder layer compiled, FA4, quack's MLP, the chunked loss), captured
@@ -32,7 +33,7 @@ from trainperf.workloads import llama_sdpa
 from trainperf.workloads.step_graph import GraphedIteration
 
 BUILD_S = 200  # the most one build of the step is expected to take (FA4 and quack compile on first use)
-KV_HEADS, FLAGS = ("native", "packed"), ("residual", "tuned", "qnorm", "cublas", "fp8", "cudnnfe", "torchmlp")
+KV_HEADS, FLAGS = ("native", "packed"), ("residual", "tuned", "qnorm", "cublas", "fp8", "cudnn", "torchmlp")
 
 
 def residual_outside(step: llama_sdpa.LlamaStep) -> None:
@@ -60,10 +61,16 @@ def quack_norms(step: llama_sdpa.LlamaStep) -> None:
         layer.forward = types.MethodType(layer_with_quack_norms, layer)
 
 
+def causal_without_mask(step: llama_sdpa.LlamaStep) -> None:
+    """PyTorch's attention without transformers' mask (its host read of the mask breaks a capture)."""
+    step.reads_mask = False
+
+
 def preparation(flags: list[str]):  # noqa: ANN201
     """What `flags` change in the model before its first iteration compiles it."""
     changes = [] if {"residual", "qnorm"} & set(flags) else [residual_outside]
     changes += [quack_norms] if "qnorm" in flags else []
+    changes += [causal_without_mask] if "cudnn" in flags else []
 
     def prepare(step: llama_sdpa.LlamaStep) -> None:
         for change in changes:
@@ -77,7 +84,7 @@ def built(shape: str, variant: str) -> llama_sdpa.LlamaStep:
     kv_heads, *flags = variant.split("+")
     fields = {"compile": "layers-tuned"} if "tuned" in flags else {}
     fields |= {"gemm": "torch"} if "cublas" in flags else {}
-    fields |= {"sdpa_backend": "CUDNN_FE"} if "cudnnfe" in flags else {}
+    fields |= {"sdpa_backend": "CUDNN_ATTENTION"} if "cudnn" in flags else {}
     fields |= {"swiglu": "torch"} if "torchmlp" in flags else {}
     recipe = "fp8-trainperf" if "fp8" in flags else "fast"
     step = llama_sdpa.recipe_step(recipe, *map(int, shape.split("x")), kv_heads=kv_heads, **fields,
