@@ -9,13 +9,12 @@ benchmarks/probes/fast_step_packed.py DEADLINE_EPOCH SHAPE:VARIANT,VARIANT...
 A VARIANT is native or packed (the K/V heads), then any of +residual (the MLP adds the residual;
 without it the decoder layer adds it, as transformers does), +tuned (`--compile layers-tuned`),
 +qnorm (both norms of each layer on quack's RMSNorm, outside the compiled graphs; implies
-+residual) and +cublas (`--gemm torch`: the projections and the LM head on cuBLAS, where the
-recipe takes quack's tuned GEMMs) and +fp8 (the `fp8-trainperf` recipe, trainperf's float8 MLP, with
-quack's tuned GEMMs where the recipe takes them, as `fast` does), +cudnn (the attention on PyTorch's
-cuDNN SDPA instead of FlashAttention 4, reading no mask so that it can be captured; with native K/V
-heads) and +torchmlp (the
-MLP's GEMMs on cuBLAS with Inductor's SwiGLU, as the whole-model compile runs them; without
-+residual), e.g. 24x768:packed+residual+cublas,packed+residual. Per shape
++residual), +cublas (`--gemm torch`: the projections and the LM head on cuBLAS, where the recipe
+takes quack's tuned GEMMs), +fp8 (the `fp8-trainperf` recipe, trainperf's float8 MLP, with quack's
+tuned GEMMs where the recipe takes them, as `fast` does), +cudnn (the attention on PyTorch's cuDNN
+SDPA instead of FlashAttention 4, reading no mask so that it can be captured; with native K/V
+heads) and +torchmlp (the MLP's GEMMs on cuBLAS with Inductor's SwiGLU, as the whole-model compile
+runs them; without +residual), e.g. 24x768:packed+residual+cublas,packed+residual. Per shape
 each variant is built (each decoder layer compiled, FA4, quack's MLP, the chunked loss), captured
 as a CUDA graph as the suite runs it, and the variants take turns in three rounds of 10 replays:
 CUDA-event time, energy, clock and power, and the capture's peak memory; the first variant is the

@@ -26,8 +26,10 @@ command, together, first = int(sys.argv[1]), float(sys.argv[2]), None
 while byte := os.read(0, 1):
     if byte[0] != signal.SIGINT:
         continue
-    if first is None or time.monotonic() - first < together:
-        first = first or time.monotonic()
+    now = time.monotonic()
+    if first is None:
+        first = now
+    if now - first < together:
         continue
     os.write(2, b"\ninterrupted twice: stopped at once; every finished case is in the store\n")
     os.kill(command, signal.SIGKILL)
