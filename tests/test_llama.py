@@ -331,6 +331,27 @@ def test_a_model_compiled_whole_runs_causal_attention_without_a_mask(monkeypatch
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)
 
 
+def test_a_model_compiled_whole_computes_its_loss_in_the_compiled_graph():
+    """Compiled whole, the cross-entropy is part of the compiled graph, as where transformers computes
+    it from labels inside the forward: no eager loss op runs, and the loss is the eager one."""
+    from torch.profiler import ProfilerActivity, profile
+
+    losses = []
+    for setup, eager_loss_ops in (({}, 1), ({"compile": "on"}, 0)):
+        spec = llama_sdpa.setup_spec(setup, "FLASH_ATTENTION", batch=1, seq=16, warmup=1, iters=1,
+                                     model="tiny", device="cpu", dtype="fp32")
+        step = llama_sdpa.LlamaStep(spec, torch.device("cpu"))
+        try:
+            llama_sdpa.choose_kv_mode(step, "FLASH_ATTENTION")
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                losses.append(step().item())
+        finally:
+            step.close()
+        ops = {e.key: e.count for e in prof.key_averages()}
+        assert ops.get("aten::cross_entropy_loss", 0) == eager_loss_ops, setup
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+
+
 @pytest.mark.parametrize("mode, options", [("layers", None), ("layers-tuned", llama_sdpa.TUNED)])
 def test_compiling_each_decoder_layer_keeps_the_loss_and_gradients(mode, options, monkeypatch):
     """--compile layers[-tuned]: every decoder layer is compiled on its own (the tuned mode with

@@ -36,7 +36,7 @@ from trainperf.workloads.step_graph import GraphedIteration
 DEFAULT_GRID = ((1, 16384), (2, 8192), (3, 4096), (6, 2048), (12, 1024), (24, 768))
 CPU_GRID = ((1, 128), (2, 64))
 OPTIMIZERS = ("sgd", "adamw", "none")
-# off | on (torch.compile the whole model, what "stock compiled" means) | layers (each decoder
+# off | on (torch.compile the whole model and its loss, what "stock compiled" means) | layers (each decoder
 # layer compiled on its own; the mask, the embeddings and the loss stay eager) | layers-tuned (the
 # same, with Inductor's coordinate-descent tuning of its kernels' launch configurations: minutes
 # more compile, worth it where a default configuration is far off, as in the float8 casts).
@@ -270,11 +270,16 @@ class LlamaStep:
             peers.apply_float8(self.model)
         if spec.float8 == "trainperf":
             hf_llama.float8_mlps(self.model)
-        # a loss from the hidden states stops the model there (no full logits)
-        run = self.model.model if self.hidden_loss else self.model
         if spec.compile != "off":
             torch._dynamo.reset()  # each case compiles afresh: no graphs or dynamic shapes of earlier cases
-        self.forward = torch.compile(run) if spec.compile == "on" else run
+        # Compiled whole, the model and PyTorch's cross-entropy are one graph, as they are where
+        # transformers computes the loss from labels inside the forward: Inductor fuses the softmax
+        # (1.7-2.2% of the step at 6x2048 and 12x1024 on an H100, docs/peers.md). A loss from the hidden
+        # states (Liger's, the chunked one) brings its own kernels and stays outside the graph.
+        whole = spec.compile == "on"
+        run = self.model.model if self.hidden_loss else self.model
+        self.forward = torch.compile(run) if whole and self.hidden_loss else run
+        self.loss_of = torch.compile(self._loss) if whole and not self.hidden_loss else self._loss
         self.reads_mask = spec.compile != "on"  # compiled whole, it could only build the full mask
         if spec.compile in REGION_OPTIONS:
             compile_regions(hf_llama.compile_targets(self.model), REGION_OPTIONS[spec.compile])
@@ -305,14 +310,16 @@ class LlamaStep:
     def forward_pass(self, phase: Phase = no_phase) -> torch.Tensor:
         """The training forward pass and the loss, without the backward."""
         with phase("forward"):
-            if self.hidden_loss:
-                hidden = self.forward(**self.inputs).last_hidden_state
-                weight = self.model.lm_head.weight
-                loss = self.hidden_loss(hidden.flatten(0, 1), weight, self.targets.flatten())
-            else:
-                logits = self.forward(**self.inputs).logits
-                loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), self.targets.reshape(-1))
-        return loss
+            return self.loss_of(self.inputs, self.targets)
+
+    def _loss(self, inputs: dict[str, torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+        """The model's forward from `inputs` and its loss against `targets`; a loss from the hidden
+        states stops the model there (no full logits)."""
+        if self.hidden_loss:
+            hidden = self.forward(**inputs).last_hidden_state
+            return self.hidden_loss(hidden.flatten(0, 1), self.model.lm_head.weight, targets.flatten())
+        logits = self.forward(**inputs).logits
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
     def close(self) -> None:
         """Take back what this case patched into transformers (the next case starts stock)."""
