@@ -23,7 +23,7 @@ VARIANTS = ("model", "model+loss")
 def loss_outside_the_graph(step: llama_sdpa.LlamaStep) -> None:
     """Only the model compiled; the cross-entropy runs eagerly on its logits."""
     step.forward = torch.compile(step.model)
-    step.loss_of = step._loss
+    step.loss_of = step.forward_and_loss
 
 
 def built(shape: str, variant: str) -> llama_sdpa.LlamaStep:

@@ -273,13 +273,14 @@ class LlamaStep:
         if spec.compile != "off":
             torch._dynamo.reset()  # each case compiles afresh: no graphs or dynamic shapes of earlier cases
         # Compiled whole, the model and PyTorch's cross-entropy are one graph, as they are where
-        # transformers computes the loss from labels inside the forward: Inductor fuses the softmax
-        # (1.7-2.2% of the step at 6x2048 and 12x1024 on an H100, docs/peers.md). A loss from the hidden
-        # states (Liger's, the chunked one) brings its own kernels and stays outside the graph.
+        # transformers computes the loss from labels inside the forward: Inductor fuses the full
+        # logits' softmax and its gradient (docs/peers.md). A loss from the hidden states (Liger's, the
+        # chunked one) brings its own kernels and stays outside the graph.
         whole = spec.compile == "on"
         run = self.model.model if self.hidden_loss else self.model
         self.forward = torch.compile(run) if whole and self.hidden_loss else run
-        self.loss_of = torch.compile(self._loss) if whole and not self.hidden_loss else self._loss
+        loss_of = self.forward_and_loss
+        self.loss_of = torch.compile(loss_of) if whole and not self.hidden_loss else loss_of
         self.reads_mask = spec.compile != "on"  # compiled whole, it could only build the full mask
         if spec.compile in REGION_OPTIONS:
             compile_regions(hf_llama.compile_targets(self.model), REGION_OPTIONS[spec.compile])
@@ -312,7 +313,7 @@ class LlamaStep:
         with phase("forward"):
             return self.loss_of(self.inputs, self.targets)
 
-    def _loss(self, inputs: dict[str, torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+    def forward_and_loss(self, inputs: dict[str, torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
         """The model's forward from `inputs` and its loss against `targets`; a loss from the hidden
         states stops the model there (no full logits)."""
         if self.hidden_loss:
