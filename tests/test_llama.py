@@ -1,3 +1,5 @@
+import contextlib
+
 import pandas as pd
 import pytest
 import torch
@@ -305,6 +307,20 @@ def test_a_compiled_step_traces_each_graph_whole(setup):
     assert dict(counters["graph_break"]) == {}
 
 
+def tiny_iteration(setup: dict[str, str], around=contextlib.nullcontext) -> tuple[float, object]:
+    """The loss of the tiny Llama's second iteration on FLASH_ATTENTION (the first chooses the K/V
+    mode and compiles), run inside `around()`; and the model's config."""
+    spec = llama_sdpa.setup_spec(setup, "FLASH_ATTENTION", batch=1, seq=16, warmup=1, iters=1,
+                                 model="tiny", device="cpu", dtype="fp32")
+    step = llama_sdpa.LlamaStep(spec, torch.device("cpu"))
+    try:
+        llama_sdpa.choose_kv_mode(step, "FLASH_ATTENTION")
+        with around():
+            return step().item(), step.cfg
+    finally:
+        step.close()
+
+
 def test_a_model_compiled_whole_runs_causal_attention_without_a_mask(monkeypatch):
     """Compiled whole, transformers cannot see that the all-ones mask pads nothing and built the
     [seq, seq] mask, through which SDPA computed the masked half too; the step now takes SDPA's
@@ -315,19 +331,17 @@ def test_a_model_compiled_whole_runs_causal_attention_without_a_mask(monkeypatch
         calls.append((attn_mask is None, is_causal))
         return sdpa(q, k, v, attn_mask=attn_mask, is_causal=is_causal, **kwargs)
 
+    @contextlib.contextmanager
+    def counted():
+        calls.clear()
+        yield
+
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
     losses = []
     for setup in ({}, {"compile": "on"}):
-        spec = llama_sdpa.setup_spec(setup, "FLASH_ATTENTION", batch=1, seq=16, warmup=1, iters=1,
-                                     model="tiny", device="cpu", dtype="fp32")
-        step = llama_sdpa.LlamaStep(spec, torch.device("cpu"))
-        try:
-            llama_sdpa.choose_kv_mode(step, "FLASH_ATTENTION")
-            calls.clear()
-            losses.append(step().item())
-        finally:
-            step.close()
-        assert calls == [(True, True)] * step.cfg.num_hidden_layers, setup
+        loss, cfg = tiny_iteration(setup, counted)
+        losses.append(loss)
+        assert calls == [(True, True)] * cfg.num_hidden_layers, setup
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)
 
 
@@ -338,15 +352,8 @@ def test_a_model_compiled_whole_computes_its_loss_in_the_compiled_graph():
 
     losses = []
     for setup, eager_loss_ops in (({}, 1), ({"compile": "on"}, 0)):
-        spec = llama_sdpa.setup_spec(setup, "FLASH_ATTENTION", batch=1, seq=16, warmup=1, iters=1,
-                                     model="tiny", device="cpu", dtype="fp32")
-        step = llama_sdpa.LlamaStep(spec, torch.device("cpu"))
-        try:
-            llama_sdpa.choose_kv_mode(step, "FLASH_ATTENTION")
-            with profile(activities=[ProfilerActivity.CPU]) as prof:
-                losses.append(step().item())
-        finally:
-            step.close()
+        prof = profile(activities=[ProfilerActivity.CPU])
+        losses.append(tiny_iteration(setup, lambda prof=prof: prof)[0])
         ops = {e.key: e.count for e in prof.key_averages()}
         assert ops.get("aten::cross_entropy_loss", 0) == eager_loss_ops, setup
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)

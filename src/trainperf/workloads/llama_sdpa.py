@@ -276,11 +276,12 @@ class LlamaStep:
         # transformers computes the loss from labels inside the forward: Inductor fuses the full
         # logits' softmax and its gradient (docs/peers.md). A loss from the hidden states (Liger's, the
         # chunked one) brings its own kernels and stays outside the graph.
-        whole = spec.compile == "on"
-        run = self.model.model if self.hidden_loss else self.model
-        self.forward = torch.compile(run) if whole and self.hidden_loss else run
-        loss_of = self.forward_and_loss
-        self.loss_of = torch.compile(loss_of) if whole and not self.hidden_loss else loss_of
+        self.forward = self.model.model if self.hidden_loss else self.model
+        self.loss_of = self.forward_and_loss
+        if spec.compile == "on" and self.hidden_loss:
+            self.forward = torch.compile(self.forward)
+        elif spec.compile == "on":
+            self.loss_of = torch.compile(self.loss_of)
         self.reads_mask = spec.compile != "on"  # compiled whole, it could only build the full mask
         if spec.compile in REGION_OPTIONS:
             compile_regions(hf_llama.compile_targets(self.model), REGION_OPTIONS[spec.compile])
