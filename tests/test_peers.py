@@ -267,10 +267,10 @@ def test_kernels_are_sorted_into_kinds_by_name():
     assert time_by_kind(kernels).to_dict() == {"attention": 0.0, "matmul": 5.0, "triton": 0.0, "other": 1.5}
 
 
-def test_the_explain_headline_sets_each_recipe_s_kinds_and_phases_against_stock(tmp_path):
+def explain_profiles(tmp_path):
+    """Two recipes' profile folders as the peers-explain suite's parts leave them, and one that never ran."""
     from trainperf.profiling.breakdown import Breakdown
     from trainperf.profiling.session import save_breakdown
-    from trainperf.suites.catalog import explain_headline
 
     def profile(name, phases, kernels):
         folder = tmp_path / f"profile-{name}"
@@ -282,17 +282,50 @@ def test_the_explain_headline_sets_each_recipe_s_kinds_and_phases_against_stock(
         save_breakdown(Breakdown(ranges, table, 0.0, sum(kernels.values()), 0), folder / name, {})
         return folder
 
-    parts = {"profile-stock": profile("stock", {"fwd": 4.0, "bwd": 8.0, "optimizer": 1.0},
-                                      {"nvjet_a": 6.0, "void at::native::add<x>": 6.0}),
-             "profile-fast": profile("fast", {"fwd": 2.0, "bwd": 4.0},
-                                     {"nvjet_a": 6.0, "triton_poi_fused_1": 2.0}),
-             "profile-missing": tmp_path / "never-ran"}
-    table = explain_headline(parts).set_index("kernels")
+    return {"profile-stock": profile("stock", {"fwd": 4.0, "bwd": 8.0, "optimizer": 1.0},
+                                     {"nvjet_a": 6.0, "void at::native::add<x>": 6.0}),
+            "profile-fast": profile("fast", {"fwd": 2.0, "bwd": 4.0},
+                                    {"nvjet_a": 6.0, "triton_poi_fused_1": 2.0}),
+            "profile-missing": tmp_path / "never-ran"}
+
+
+def test_the_explain_headline_sets_each_recipe_s_kinds_and_phases_against_stock(tmp_path):
+    from trainperf.suites.catalog import explain_headline
+
+    table = explain_headline(explain_profiles(tmp_path)).set_index("kernels")
     assert list(table.columns) == ["stock", "fast"]
     assert table.loc["other", "fast"] == "0.0" and table.loc["other", "stock"] == "6.0 (1.00x)"
     assert table.loc["total", "fast"] == "8.0 (1.50x)"
     assert table.loc["bwd range", "fast"] == "4.0 (2.00x)"
     assert table.loc["optimizer range", "fast"] == ""  # a phase the profile does not have
+
+
+def test_the_explain_report_shows_each_recipe_s_time_stacked_by_kind_first(tmp_path):
+    from trainperf.suites.page import write_report
+
+    parts = explain_profiles(tmp_path)
+    (tmp_path / "profile-fast" / "breakdown.png").write_bytes(b"")  # a part's own plot comes after
+    meta = {"suite": "peers-explain", "parts": [{"name": name} for name in parts]}
+    (tmp_path / "suite.json").write_text(json.dumps(meta))
+    write_report(tmp_path)
+    plot = tmp_path / "kernel_time_by_kind.png"
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    shown = [line for line in (tmp_path / "report.md").read_text().splitlines() if line.startswith("![")]
+    assert shown == ["![kernel_time_by_kind](./kernel_time_by_kind.png)",
+                     "![breakdown](./profile-fast/breakdown.png)"]
+
+
+def test_stacked_bars_stack_each_row_s_columns_and_label_its_end(tmp_path):
+    from trainperf.core.plots import stacked_bars
+
+    df = pd.DataFrame({"matmul": [6.0, 6.0], "other": [6.0, 2.0]}, index=["stock", "fast"])
+    fig = stacked_bars(df, tmp_path / "bars.png", "ms", labels={"stock": "12 ms", "fast": "8 ms (1.50x)"})
+    ax = fig.axes[0]
+    ends = {ax.get_yticklabels()[round(b.get_y() + b.get_height() / 2)].get_text(): b.get_x() + b.get_width()
+            for b in ax.patches}
+    assert ends == {"stock": 12.0, "fast": 8.0}  # each row's last segment ends at its total
+    labels = {t.get_text().strip(): t.get_position()[0] for t in ax.texts}
+    assert labels == {"12 ms": 12.0, "8 ms (1.50x)": 8.0}
 
 
 def test_the_fastest_step_is_set_against_the_best_peer_of_each_shape():

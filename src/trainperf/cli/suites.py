@@ -63,8 +63,9 @@ def report(
     page: Path = option("--file", None, "Here the results page (default: README.md beside the results "
                                         "folder, benchmarks/README.md)."),
 ) -> None:
-    """Write the results page, and each latest folder's report.md, again from the results folders."""
-    from trainperf.suites.page import latest_folders, results_page, suite_report
+    """Write the results page, and each latest folder's report.md and figures, again from the results
+    folders."""
+    from trainperf.suites.page import latest_folders, results_page, write_report
 
     if page is not None:
         check_out_file(page, "--file")
@@ -72,6 +73,6 @@ def report(
         raise SpecError(f"--results {str(results)!r}: no such folder (trainperf suite run writes it)")
     page = results.parent / "README.md" if page is None else page
     for folder in latest_folders(results):
-        (folder / "report.md").write_text(suite_report(folder))
+        write_report(folder)
     page.write_text(results_page(results, page))
     console.print(f"wrote {page}", highlight=False)

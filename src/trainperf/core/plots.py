@@ -70,3 +70,27 @@ def grouped_bars(df: pd.DataFrame, category: str, hue: str, value: str, path: Pa
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return fig
+
+
+def stacked_bars(df: pd.DataFrame, path: Path, xlabel: str, title: str = "",
+                 labels: dict[str, str] | None = None):
+    """One horizontal bar per row of `df`, stacked from its columns in order; `labels` (by row) are
+    written past each bar's end. Saved to `path`."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.55 * len(df)))
+    rows = list(reversed(df.index))  # the first row on top
+    left = pd.Series(0.0, index=df.index)
+    for col in df.columns:
+        ax.barh(rows, df.loc[rows, col], left=left[rows], label=str(col))
+        left += df[col].fillna(0.0)
+    for row, text in (labels or {}).items():
+        ax.text(left[row], row, f" {text}", va="center", fontsize=8)
+    ax.set_xlim(0, left.max() * 1.22 if len(left) else 1)
+    ax.set_xlabel(xlabel)
+    ax.legend(fontsize=8, ncols=len(df.columns), loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.set_title(title, pad=28)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return fig

@@ -39,6 +39,7 @@ class Part:
 
 
 Headline = Callable[[dict[str, Path]], pd.DataFrame]
+SuitePlot = Callable[[dict[str, Path], Path], None]  # part folders, the suite's folder it draws into
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class Suite:
     headline: Headline  # part folders -> the table at the top of the suite's report
     caption: str  # what the headline table's numbers are
     multi_gpu: bool = False  # the folder is named after the GPU count too (h200x2)
+    plot: SuitePlot | None = None  # a figure across the parts, beside the headline
 
 
 def _read(folder: Path, name: str) -> pd.DataFrame:
@@ -236,10 +238,9 @@ def _against_best(ok: pd.DataFrame, recipe: str, peers: tuple[str, ...]) -> pd.S
 PHASES = ("fwd", "bwd", "optimizer")  # the profile ranges every recipe has, compiled ones too
 
 
-def explain_headline(parts: dict[str, Path]) -> pd.DataFrame:
-    """One row per kind of kernel (and their total), then one per phase of the step (forward,
-    backward, optimizer: which ranges got faster), a column per recipe: kernel milliseconds in one
-    profiled iteration, and in brackets the speed-up over stock's of that row."""
+def _explain_times(parts: dict[str, Path]) -> pd.DataFrame:
+    """Kernel milliseconds per kind of kernel, their total and per phase (rows), per recipe
+    (columns), from each profile part that ran."""
     from trainperf.profiling.kernel_kinds import time_by_kind
     from trainperf.profiling.session import load_breakdown
 
@@ -253,9 +254,16 @@ def explain_headline(parts: dict[str, Path]) -> pd.DataFrame:
             phases = pd.Series({f"{p} range": ranges.get(p, float("nan")) for p in PHASES})
             total = pd.Series({"total": kinds.sum()})
             times[name.removeprefix("profile-")] = pd.concat([kinds, total, phases])
-    if not times:
-        return pd.DataFrame()
-    df = pd.DataFrame(times)
+    return pd.DataFrame(times)
+
+
+def explain_headline(parts: dict[str, Path]) -> pd.DataFrame:
+    """One row per kind of kernel (and their total), then one per phase of the step (forward,
+    backward, optimizer: which ranges got faster), a column per recipe: kernel milliseconds in one
+    profiled iteration, and in brackets the speed-up over stock's of that row."""
+    df = _explain_times(parts)
+    if df.empty:
+        return df
     stock = df.get("stock")
 
     def cell(row: str, ms: float) -> str:
@@ -266,6 +274,24 @@ def explain_headline(parts: dict[str, Path]) -> pd.DataFrame:
 
     cells = {recipe: [cell(row, ms) for row, ms in col.items()] for recipe, col in df.items()}
     return pd.DataFrame(cells, index=df.index).rename_axis("kernels").reset_index()
+
+
+def explain_plot(parts: dict[str, Path], folder: Path) -> None:
+    """Each recipe's kernel time as one bar stacked by kind of kernel, its total and speed-up over
+    stock written past its end: `kernel_time_by_kind.png`."""
+    from trainperf.core.plots import stacked_bars
+    from trainperf.profiling.kernel_kinds import KINDS, OTHER
+
+    df = _explain_times(parts)
+    if df.empty:
+        return
+    totals = df.loc["total"]
+    stock = totals.get("stock", float("nan"))
+    labels = {r: f"{ms:.0f} ms" + (f" ({stock / ms:.2f}x)" if pd.notna(stock) and ms else "")
+              for r, ms in totals.items()}
+    kinds = df.loc[[kind for kind, _ in KINDS] + [OTHER]].T
+    stacked_bars(kinds, folder / "kernel_time_by_kind.png", "kernel ms in one profiled iteration",
+                 "Where each recipe's time goes (speed-up over stock)", labels)
 
 
 def kernels_headline(parts: dict[str, Path]) -> pd.DataFrame:
@@ -494,7 +520,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "Triton kernels: Inductor's fusions, Liger's and trainperf's; the rest: PyTorch's elementwise, "
           "reduction and copy kernels), then by phase of the step (the forward, backward and optimizer "
           "ranges), and in brackets the speed-up over stock's of that row. `trainperf profile-compare` "
-          "on two recipes' profiles breaks an eager recipe down further, module by module."),
+          "on two recipes' profiles breaks an eager recipe down further, module by module.",
+          plot=explain_plot),
     Suite("kernels",
           "Each fused kernel (RMSNorm, RoPE, SwiGLU, the LM-head loss) against its PyTorch reference, the "
           "compiled reference and the stock op, forward + backward at Llama-3.2-1B's width and 16k tokens.",

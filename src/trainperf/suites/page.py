@@ -78,12 +78,16 @@ def _several_gpus(tables: dict[str, pd.DataFrame]) -> str:
                                                       for name, found in by_part.items())
 
 
+def _part_folders(folder: Path, meta: dict[str, Any]) -> dict[str, Path]:
+    return {p["name"]: folder / p["name"] for p in meta.get("parts", [])}
+
+
 def headline(folder: Path, meta: dict[str, Any]) -> pd.DataFrame:
     """The suite's headline table from the part folders it ran."""
     suite = SUITES.get(meta.get("suite", ""))
     if suite is None:
         return pd.DataFrame()
-    return suite.headline({p["name"]: folder / p["name"] for p in meta.get("parts", [])})
+    return suite.headline(_part_folders(folder, meta))
 
 
 def suite_section(folder: Path, link_base: Path, level: str = "##") -> str:
@@ -108,15 +112,25 @@ def suite_section(folder: Path, link_base: Path, level: str = "##") -> str:
 
 
 def shown_plots(folder: Path, most: int = 4) -> list[Path]:
-    """The plots a section shows: every part's first before any part's second (a suite of several
-    parts shows each of them), at most `most`."""
+    """The plots a section shows: the suite's own figures across its parts, then every part's first
+    before any part's second (a suite of several parts shows each of them), at most `most`."""
     ranked = [(rank, png) for part in sorted(p for p in folder.iterdir() if p.is_dir())
               for rank, png in enumerate(sorted(part.glob("*.png")))]
-    return [png for _, png in sorted(ranked, key=lambda item: item[0])[:most]]
+    parts = [png for _, png in sorted(ranked, key=lambda item: item[0])]
+    return [*sorted(folder.glob("*.png")), *parts][:most]
 
 
 def suite_report(folder: Path) -> str:
     return suite_section(folder, folder, level="#")
+
+
+def write_report(folder: Path) -> None:
+    """Draw the suite's own figures from its part folders, then write its report.md."""
+    meta = _load(folder, "suite.json")
+    suite = SUITES.get(meta.get("suite", ""))
+    if suite is not None and suite.plot is not None:
+        suite.plot(_part_folders(folder, meta), folder)
+    (folder / "report.md").write_text(suite_report(folder))
 
 
 def latest_folders(results: Path) -> list[Path]:

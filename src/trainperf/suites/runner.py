@@ -103,7 +103,7 @@ def run_suite(suite: Suite, results: Path, db: Path, rerun: bool = False, quiet:
     meta = {"suite": suite.name, "about": suite.about, "command": f"trainperf suite run {suite.name}",
             "date": today, "commit": env.get("git_commit"), "parts": parts}
     (folder / "suite.json").write_text(json.dumps(meta, indent=1) + "\n")
-    from trainperf.suites.page import suite_report
+    from trainperf.suites.page import write_report
 
-    (folder / "report.md").write_text(suite_report(folder))
+    write_report(folder)
     return folder
