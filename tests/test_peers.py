@@ -32,6 +32,25 @@ def test_a_recipe_whose_package_is_missing_is_an_unsupported_row_naming_it(db, t
     assert rows["none/torchao"].status == "unsupported" and "trainperf[float8]" in rows["none/torchao"].reason
 
 
+def test_a_recipe_run_names_its_rows_columns_and_bars_by_recipe(db, tmp_path):
+    from trainperf.workloads import llama_sdpa
+
+    tiny = ["--model", "tiny", "--iters", "1", "--warmup", "1", "--dtype", "fp32"]
+    res = runner.invoke(app, ["llama", *CPU, *tiny, "--recipe", "stock,fast", "--sdpa-backend",
+                              "MATH,FLASH_ATTENTION", "--batch-seq", "1x32", "--db", str(db),
+                              "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    df = pd.read_csv(tmp_path / "training_timing.csv")
+    assert list(df.recipe) == ["stock", "stock", "fast", "fast"]
+    summary = llama_sdpa.summary_table(df, by_recipe=True)
+    assert list(summary.columns) == ["shape", "stock (math)", "stock (flash)", "fast (math)", "fast (flash)",
+                                     "fast (math) vs best stock", "fast (flash) vs best stock"]
+    # a setup no recipe names keeps its own label; without by_recipe every setup does
+    df.loc[0, "swaps"] = "norm=fused"
+    assert "math + norm=fused" in llama_sdpa.summary_table(df, by_recipe=True).columns
+    assert "math compiled per layer + loss=chunked" in llama_sdpa.summary_table(df).columns
+
+
 def test_a_recipe_with_its_own_settings_is_one_line(db):
     res = runner.invoke(app, ["llama", *CPU, "--recipe", "fast", "--compile", "on", "--db", str(db)])
     assert res.exit_code == 2 and "--recipe sets --compile itself" in res.output

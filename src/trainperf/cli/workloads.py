@@ -400,10 +400,11 @@ def llama(
     records = run_and_show("llama", specs, measure_llama, LLAMA_COLUMNS, db=db, device=dev,
                            rerun=rerun, quiet=quiet, as_json=as_json, title="trainperf llama", out=out)
     table = timing_table(records, base)
-    summary = summary_table(table)
+    summary = summary_table(table, by_recipe=recipe is not None)
     if not (quiet or as_json) and summary.shape[1] > 2:  # more than one setup to set side by side
         console.print(frame_table(summary, title="seconds per iteration; speed-up over the best stock row"))
-    for path in write_outputs(table, out, base, plots=plots_available(quiet or as_json)):
+    for path in write_outputs(table, out, base, plots=plots_available(quiet or as_json),
+                              by_recipe=recipe is not None):
         if not (quiet or as_json):
             err_console.print(f"wrote {path}")
 

@@ -117,19 +117,13 @@ def recipes_headline(parts: dict[str, Path], against: list[tuple[str, tuple[str,
     """One row per recipe of the `llama` parts: seconds per iteration (peak GB, J) at each shape,
     then its loss parity (the `parity` part); and a row for each (recipe, others) of `against`:
     its speed-up over the best of the others at each shape."""
-    from trainperf.workloads.llama_sdpa import RECIPES, recipe_forms, setup_label, setup_spec
+    from trainperf.workloads.llama_sdpa import recipe_names
 
     table = pd.concat([_read(parts[p], "training_timing.csv") for p in ("llama", "llama-more") if p in parts],
                       ignore_index=True)
     if table.empty:
         return table
-    specs = [(name, setup_spec(setup, backend, batch=1, seq=1))
-             for backend in sorted(set(table.backend)) for name in RECIPES for setup in recipe_forms(name)]
-    label = {setup_label(s.sdpa_backend, s.compile, ",".join(s.swap_names()) or "none"): name
-             for name, s in specs}
-    swaps = table.swaps.astype(object).fillna("none")
-    table["recipe"] = [label.get(setup_label(b, c, s)) for b, c, s in
-                       zip(table.backend, table.compile, swaps, strict=True)]
+    table["recipe"] = recipe_names(table)
     table["case"] = table.batch_size.astype(str) + "x" + table.seq_len.astype(str)
     energy = table["energy_j_per_iter"] if "energy_j_per_iter" in table else [float("nan")] * len(table)
     table["cell"] = _cell(table, "mean_s") + [_bracket(g, j) for g, j in zip(table.peak_mem_gb, energy,

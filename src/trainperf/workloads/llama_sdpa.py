@@ -441,8 +441,8 @@ def _graphed(step: LlamaStep, device: torch.device) -> tuple[GraphedIteration, i
 
 CSV_COLUMNS = ["backend", "batch_size", "seq_len", "mean_s", "median_s", "std_s", "iters", "tokens_per_s",
                "tflops", "peak_mem_gb", "energy_j_per_iter", "status", "speedup", "vs_best_stock", "kv_heads",
-               "swaps", "reason", "gpu", "gpu_uuid", "torch", "cuda", "cudnn", "sm_clock_mhz", "dtype",
-               "compile", "inputs", "optimizer", "layers"]
+               "swaps", "recipe", "reason", "gpu", "gpu_uuid", "torch", "cuda", "cudnn", "sm_clock_mhz",
+               "dtype", "compile", "inputs", "optimizer", "layers"]
 
 
 _METRIC_COLUMNS = {"mean_s": "iter_s_mean", "median_s": "iter_s_median", "std_s": "iter_s_std",
@@ -460,13 +460,29 @@ def compile_mode(value: bool | str) -> str:
     return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else str(value)
 
 
+def backend_label(backend: str) -> str:
+    return backend.replace("_ATTENTION", "").lower()
+
+
 def setup_label(backend: str, compile: str, swaps: str) -> str:
     """Short name of one configuration for plots and the summary: backend, how it was compiled,
     trainperf's swaps (named, so setups that differ only in their swaps stay apart)."""
-    label = backend.replace("_ATTENTION", "").lower() + COMPILED_LABELS[compile_mode(compile)]
+    label = backend_label(backend) + COMPILED_LABELS[compile_mode(compile)]
     if swaps and swaps != "none":
         label += f" + {swaps}"
     return label
+
+
+def recipe_names(df: pd.DataFrame) -> list[str | None]:
+    """The recipe each row of a timing table ran as (its backend, compile and swaps are one of the
+    recipe's forms), None where no recipe names its setup. Read from the setup, so tables written
+    before the CSV had a recipe column get their names too."""
+    specs = [(name, setup_spec(setup, backend, batch=1, seq=1))
+             for backend in sorted(set(df.backend)) for name in RECIPES for setup in recipe_forms(name)]
+    label = {setup_label(s.sdpa_backend, s.compile, ",".join(s.swap_names()) or "none"): name
+             for name, s in specs}
+    swaps = df.swaps.astype(object).fillna("none")
+    return [label.get(setup_label(b, c, s)) for b, c, s in zip(df.backend, df.compile, swaps, strict=True)]
 
 
 def _stock(df: pd.DataFrame) -> pd.Series:
@@ -474,11 +490,18 @@ def _stock(df: pd.DataFrame) -> pd.Series:
     return df.swaps.isin(["none", None]) & df.compile.isin(["off", "on"])
 
 
-def _ok_by_setup(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows that ran, with their shape (`case`, e.g. 1x16384) and setup label."""
-    return df[df.status == "ok"].assign(
-        case=lambda d: d.batch_size.astype(str) + "x" + d.seq_len.astype(str),
-        setup=lambda d: [setup_label(*row) for row in zip(d.backend, d.compile, d.swaps, strict=True)])
+def _ok_by_setup(df: pd.DataFrame, by_recipe: bool = False) -> pd.DataFrame:
+    """The rows that ran, with their shape (`case`, e.g. 1x16384) and setup label: with `by_recipe`,
+    the recipe's name where one names it (and its backend where it ran on several), whichever form
+    it took at each shape."""
+    ok = df[df.status == "ok"].assign(case=lambda d: d.batch_size.astype(str) + "x" + d.seq_len.astype(str))
+    labels = [setup_label(*row) for row in zip(ok.backend, ok.compile, ok.swaps, strict=True)]
+    if by_recipe:
+        names = pd.Series(recipe_names(ok), index=ok.index)
+        backends = ok.backend.groupby(names).nunique()
+        labels = [label if pd.isna(name) else name + (f" ({backend_label(b)})" if backends[name] > 1 else "")
+                  for label, name, b in zip(labels, names, ok.backend, strict=True)]
+    return ok.assign(setup=labels)
 
 
 def timing_table(records: list[Record], baseline: str = "EFFICIENT_ATTENTION") -> pd.DataFrame:
@@ -495,6 +518,7 @@ def timing_table(records: list[Record], baseline: str = "EFFICIENT_ATTENTION") -
         row.update({col: r.env.get(col) for col in ("gpu_uuid", "torch", "cuda", "cudnn")})
         rows.append(row)
     df = pd.DataFrame(rows, columns=[c for c in CSV_COLUMNS if c not in ("speedup", "vs_best_stock")])
+    df["recipe"] = recipe_names(df) if len(df) else []
     stock = (df.status == "ok") & _stock(df)
     shape = ["batch_size", "seq_len"]
     bases = (df[stock & (df.backend == baseline) & (df.compile == "off")].groupby(shape)["mean_s"].first(),
@@ -506,18 +530,20 @@ def timing_table(records: list[Record], baseline: str = "EFFICIENT_ATTENTION") -
     return df
 
 
-def summary_table(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per shape: seconds per iteration of every setup, then each of trainperf's setups
-    (per-layer compile or swaps) as a speed-up over the best stock row of that shape."""
-    ok = _ok_by_setup(df)
+def summary_table(df: pd.DataFrame, by_recipe: bool = False) -> pd.DataFrame:
+    """One row per shape: seconds per iteration of every setup (named by recipe with `by_recipe`),
+    then each of trainperf's setups (per-layer compile or swaps) as a speed-up over the best stock
+    row of that shape."""
+    ok = _ok_by_setup(df, by_recipe)
     times = ok.pivot_table(index="case", columns="setup", values="mean_s", aggfunc="first", sort=False)
     gains = ok[~_stock(ok)].pivot_table(index="case", columns="setup", values="vs_best_stock",
                                         aggfunc="first", sort=False).add_suffix(" vs best stock")
     return times.join(gains).rename_axis("shape").reset_index()
 
 
-def write_outputs(df: pd.DataFrame, out, baseline: str, plots: bool = True) -> list:
-    """training_timing.csv, and with `plots` iteration_time.png and speedup.png, in folder `out`."""
+def write_outputs(df: pd.DataFrame, out, baseline: str, plots: bool = True, by_recipe: bool = False) -> list:
+    """training_timing.csv, and with `plots` iteration_time.png and speedup.png (bars named by recipe
+    with `by_recipe`), in folder `out`."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "training_timing.csv", out / "iteration_time.png", out / "speedup.png"]
     df.to_csv(paths[0], index=False)
@@ -525,7 +551,7 @@ def write_outputs(df: pd.DataFrame, out, baseline: str, plots: bool = True) -> l
         return paths[:1]
     from trainperf.core.plots import grouped_bars
 
-    ok = _ok_by_setup(df)
+    ok = _ok_by_setup(df, by_recipe)
     gpu = ", ".join(sorted(set(df.gpu.dropna())))
     grouped_bars(ok, "case", "setup", "mean_s", paths[1], "mean seconds per iteration (lower is better)",
                  title=f"Llama training iteration, {gpu}")
