@@ -46,9 +46,25 @@ def test_a_recipe_run_names_its_rows_columns_and_bars_by_recipe(db, tmp_path):
     assert list(summary.columns) == ["shape", "stock (math)", "stock (flash)", "fast (math)", "fast (flash)",
                                      "fast (math) vs best stock", "fast (flash) vs best stock"]
     # a setup no recipe names keeps its own label; without by_recipe every setup does
-    df.loc[0, "swaps"] = "norm=fused"
+    df.loc[0, ["swaps", "recipe"]] = ["norm=fused", None]
     assert "math + norm=fused" in llama_sdpa.summary_table(df, by_recipe=True).columns
     assert "math compiled per layer + loss=chunked" in llama_sdpa.summary_table(df).columns
+
+
+def test_a_row_s_recipe_is_read_from_its_spec_whether_or_not_it_ran():
+    from trainperf.workloads.llama_sdpa import recipe_names, recipe_of
+
+    fast = {"sdpa_backend": "FA4", "compile": "layers", "loss": "chunked", "swiglu": "quack", "gemm": "quack",
+            "graph": "step", "kv_heads": "packed"}
+    assert recipe_of(fast) == "fast"
+    assert recipe_of({"sdpa_backend": "MATH", "library": "liger"}) == "liger"  # unsupported rows too
+    assert recipe_of({"sdpa_backend": "FA4"}) == "fa4"  # stock on FA4 is the fa4 recipe
+    assert recipe_of({"sdpa_backend": "MATH", "compile": True}) == "compile"
+    assert recipe_of({"sdpa_backend": "MATH", "norm": "fused"}) is None
+    # a table from before the recipe column: named from the setup that ran, so only where it ran
+    old = pd.DataFrame({"backend": ["MATH", "MATH", "MATH"], "compile": ["off", "on", "off"],
+                        "swaps": ["none", "none", None], "status": ["ok", "ok", "unsupported"]})
+    assert recipe_names(old) == ["stock", "compile", None]
 
 
 def test_a_recipe_with_its_own_settings_is_one_line(db):

@@ -473,16 +473,41 @@ def setup_label(backend: str, compile: str, swaps: str) -> str:
     return label
 
 
+# The spec fields a recipe sets (the CLI refuses them beside --recipe), its attention aside.
+SETUP_FIELDS = ("compile", "norm", "swiglu", "rope", "loss", "gemm", "library", "float8", "graph", "kv_heads")
+
+
+def recipe_of(spec: dict[str, Any]) -> str | None:
+    """The recipe whose setup `spec` is, in any of its forms, whether or not its case ran; None if
+    none: its setup fields are the form's and the rest at their defaults, its attention the form's
+    where the form names one. Where two recipes match, the later one names it (stock on FA4 is fa4)."""
+    defaults = {k: getattr(LlamaSpec, k) for k in SETUP_FIELDS}
+    setup = {**defaults, **{k: spec[k] for k in SETUP_FIELDS if k in spec}}
+    setup["compile"] = compile_mode(setup["compile"])
+    backend = spec.get("sdpa_backend")
+    named = None
+    for name in RECIPES:
+        for form in recipe_forms(name):
+            own = {**defaults, **{k: v for k, v in form.items() if k != "sdpa_backend"}}
+            if own == setup and form.get("sdpa_backend", backend) == backend:
+                named = name
+    return named
+
+
 def recipe_names(df: pd.DataFrame) -> list[str | None]:
-    """The recipe each row of a timing table ran as (its backend, compile and swaps are one of the
-    recipe's forms), None where no recipe names its setup. Read from the setup, so tables written
-    before the CSV had a recipe column get their names too."""
+    """The recipe each row of a timing table ran as: its `recipe` column; in a table written before
+    it had one, matched from the setup that ran (backend, compile, swaps), which names only rows
+    that ran."""
+    if "recipe" in df:
+        return [None if pd.isna(name) else name for name in df.recipe]
     specs = [(name, setup_spec(setup, backend, batch=1, seq=1))
              for backend in sorted(set(df.backend)) for name in RECIPES for setup in recipe_forms(name)]
     label = {setup_label(s.sdpa_backend, s.compile, ",".join(s.swap_names()) or "none"): name
              for name, s in specs}
+    ran = df.status == "ok"
     swaps = df.swaps.astype(object).fillna("none")
-    return [label.get(setup_label(b, c, s)) for b, c, s in zip(df.backend, df.compile, swaps, strict=True)]
+    return [label.get(setup_label(b, c, s)) if ok else None
+            for b, c, s, ok in zip(df.backend, df.compile, swaps, ran, strict=True)]
 
 
 def _stock(df: pd.DataFrame) -> pd.Series:
@@ -513,12 +538,12 @@ def timing_table(records: list[Record], baseline: str = "EFFICIENT_ATTENTION") -
         row = {"backend": r.spec["sdpa_backend"], "batch_size": r.spec["batch"], "seq_len": r.spec["seq"],
                "status": r.status, "reason": r.reason, "gpu": r.env.get("gpu_name") or "cpu",
                "dtype": r.spec["dtype"], "compile": compile_mode(r.spec["compile"]),
+               "recipe": recipe_of(r.spec),
                **{k: r.spec.get(k) for k in ("inputs", "optimizer", "layers")}}
         row.update({col: r.metrics.get(key) for col, key in _METRIC_COLUMNS.items()})
         row.update({col: r.env.get(col) for col in ("gpu_uuid", "torch", "cuda", "cudnn")})
         rows.append(row)
     df = pd.DataFrame(rows, columns=[c for c in CSV_COLUMNS if c not in ("speedup", "vs_best_stock")])
-    df["recipe"] = recipe_names(df) if len(df) else []
     stock = (df.status == "ok") & _stock(df)
     shape = ["batch_size", "seq_len"]
     bases = (df[stock & (df.backend == baseline) & (df.compile == "off")].groupby(shape)["mean_s"].first(),
