@@ -25,6 +25,8 @@ def test_a_recipe_whose_package_is_missing_is_an_unsupported_row_naming_it(db, t
     res = runner.invoke(app, ["llama", *CPU, "--recipe", "stock,liger,fp8", "--batch-seq", "1x32",
                               "--iters", "1", "--warmup", "1", "--db", str(db), "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
+    recipes = pd.read_csv(tmp_path / "training_timing.csv").recipe  # rows that did not run name theirs too
+    assert list(dict.fromkeys(recipes)) == ["stock", "liger", "fp8"]
     rows = {r.spec["library"] + "/" + r.spec["float8"]: r for r in Store(db).records()}
     assert rows["none/off"].status == "ok"
     liger = rows["liger/off"]

@@ -293,8 +293,14 @@ def kernels(
             err_console.print(f"wrote {path}")
 
 
+def _recipe(r: Record) -> str:
+    from trainperf.workloads.llama_sdpa import recipe_of
+
+    return recipe_of(r.spec) or "-"
+
+
 LLAMA_COLUMNS: list[report.Column] = [
-    ("sdpa backend", report.spec("sdpa_backend")), ("batch", report.spec("batch")),
+    ("recipe", _recipe), ("sdpa backend", report.spec("sdpa_backend")), ("batch", report.spec("batch")),
     ("seq", report.spec("seq")),
     ("s/iter mean", report.metric("iter_s_mean")), ("median", report.metric("iter_s_median")),
     ("std", report.metric("iter_s_std", 2)), ("tok/s", report.metric("tokens_per_s", 4)),
