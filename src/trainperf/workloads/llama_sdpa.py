@@ -558,11 +558,16 @@ def timing_table(records: list[Record], baseline: str = "EFFICIENT_ATTENTION") -
 def summary_table(df: pd.DataFrame, by_recipe: bool = False) -> pd.DataFrame:
     """One row per shape: seconds per iteration of every setup (named by recipe with `by_recipe`),
     then each of trainperf's setups (per-layer compile or swaps) as a speed-up over the best stock
-    row of that shape."""
+    row of that shape; with `by_recipe`, the gain's column names the recipes those stock rows ran
+    (stock, compile, fa4: none swaps a kernel in)."""
     ok = _ok_by_setup(df, by_recipe)
+    stock = _stock(ok)
     times = ok.pivot_table(index="case", columns="setup", values="mean_s", aggfunc="first", sort=False)
-    gains = ok[~_stock(ok)].pivot_table(index="case", columns="setup", values="vs_best_stock",
-                                        aggfunc="first", sort=False).add_suffix(" vs best stock")
+    named = recipe_names(ok[stock]) if by_recipe else [None]
+    against = (f"best of {', '.join(n for n in RECIPES if n in named)}" if named and None not in named
+               else "best stock")
+    gains = ok[~stock].pivot_table(index="case", columns="setup", values="vs_best_stock",
+                                   aggfunc="first", sort=False).add_suffix(f" vs {against}")
     return times.join(gains).rename_axis("shape").reset_index()
 
 
