@@ -581,10 +581,11 @@ def write_outputs(df: pd.DataFrame, out, baseline: str, plots: bool = True, by_r
         return paths[:1]
     from trainperf.core.plots import grouped_bars
 
-    ok = _ok_by_setup(df, by_recipe)
+    hue = "recipe" if by_recipe else "setup"  # the legend's title
+    ok = _ok_by_setup(df, by_recipe).drop(columns="recipe", errors="ignore").rename(columns={"setup": hue})
     gpu = ", ".join(sorted(set(df.gpu.dropna())))
-    grouped_bars(ok, "case", "setup", "mean_s", paths[1], "mean seconds per iteration (lower is better)",
+    grouped_bars(ok, "case", hue, "mean_s", paths[1], "mean seconds per iteration (lower is better)",
                  title=f"Llama training iteration, {gpu}")
-    grouped_bars(ok.dropna(subset=["speedup"]), "case", "setup", "speedup", paths[2],
+    grouped_bars(ok.dropna(subset=["speedup"]), "case", hue, "speedup", paths[2],
                  f"speed-up over {baseline}", title=f"SDPA backend speed-up, {gpu}", reference_line=1.0)
     return paths
