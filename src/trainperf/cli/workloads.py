@@ -347,6 +347,7 @@ def llama(
         GRAPH_MODES,
         KV_HEADS,
         RECIPES,
+        LlamaSpec,
         measure_llama,
         recipe_setup,
         setup_spec,
@@ -375,10 +376,9 @@ def llama(
                   iters=(100 if gpu else 5) if iters is None else iters)
     replayed = inputs == "embeds"  # a recipe's CUDA graph is captured from input embeddings only
     if recipe is not None:
-        given = {"--compile": compile, "--norm": norm, "--swiglu": swiglu, "--rope": rope, "--loss": loss,
-                 "--gemm": gemm, "--library": library, "--float8": float8, "--graph": graph}
-        stock = {"--compile": "off", "--library": "none", "--float8": "off", "--graph": "off"}
-        clash = [flag for flag, value in given.items() if value != stock.get(flag, "torch")]
+        given = {"compile": compile, "norm": norm, "swiglu": swiglu, "rope": rope, "loss": loss, "gemm": gemm,
+                 "library": library, "float8": float8, "graph": graph}
+        clash = [f"--{field}" for field, value in given.items() if value != getattr(LlamaSpec, field)]
         if clash:
             raise SpecError(f"--recipe sets {', '.join(clash)} itself; give one or the other")
         # a recipe may pick by sequence length: each setup is a function of it

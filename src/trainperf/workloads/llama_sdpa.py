@@ -581,8 +581,9 @@ def write_outputs(df: pd.DataFrame, out, baseline: str, plots: bool = True, by_r
         return paths[:1]
     from trainperf.core.plots import grouped_bars
 
-    hue = "recipe" if by_recipe else "setup"  # the legend's title
-    ok = _ok_by_setup(df, by_recipe).drop(columns="recipe", errors="ignore").rename(columns={"setup": hue})
+    ok, hue = _ok_by_setup(df, by_recipe), "setup"
+    if by_recipe:  # the bars' labels under a legend titled recipe
+        ok, hue = ok.assign(recipe=ok.setup), "recipe"
     gpu = ", ".join(sorted(set(df.gpu.dropna())))
     grouped_bars(ok, "case", hue, "mean_s", paths[1], "mean seconds per iteration (lower is better)",
                  title=f"Llama training iteration, {gpu}")
