@@ -90,7 +90,21 @@ def test_the_window_is_summarised_by_medians_and_the_power_capped_share(fake_nvm
     assert m["power_w"] == pytest.approx(statistics.median(fake_nvml.watts), abs=0.05)
     assert m["power_capped"] == pytest.approx(sum(fake_nvml.capped) / len(fake_nvml.capped))
     assert 0 < m["power_capped"] < 1
+    share = sum(fake_nvml.capped) / len(fake_nvml.capped)
+    assert m["clock_reasons"] == f"idle 100%, power cap {share:.0%}"
     assert fake_nvml.inits == fake_nvml.shutdowns == 1
+
+
+@pytest.mark.parametrize("samples, named", [
+    ([0x4, 0x4, 0x4, 0x24], "power cap 100%, software thermal 25%"),
+    ([0x0, 0x0, 0x80, 0x88], "power brake 50%, hardware slowdown 25%"),
+    ([0x2, 0x2], "application clocks 100%"),
+    ([0x0, 0x1000], "0x1000 50%"),  # a bit NVML names after this list
+    ([0x0, 0x0], "none"),
+])
+def test_every_reason_the_clock_was_held_down_is_named_with_its_share(samples, named):
+    """A clock below its maximum with the power-cap flag unset has another cause, named here."""
+    assert gpu_monitor.clock_reasons(samples) == named
 
 
 def test_sampling_stops_with_the_window(fake_nvml):
@@ -132,6 +146,7 @@ def test_a_gpu_case_records_the_clock_and_power_of_its_window():
     assert 100 < m["sm_clock_mhz"] <= 4000
     assert 10 < m["power_w"] < 2000
     assert 0 <= m["power_capped"] <= 1
+    assert m["clock_reasons"]  # a name with a share, or "none"
 
 
 def test_power_is_the_instantaneous_reading_where_the_driver_has_one(monkeypatch):

@@ -56,6 +56,7 @@ def test_metrics_and_verified_backend():
 
 
 def test_energy_per_iteration_is_the_window_energy_over_the_timed_iterations(monkeypatch):
+    """And the window's power and the reasons the clock was held down reach the table beside it."""
     class Monitor:  # the GPU's counter took 12 J over the timed window
         def __init__(self, device):
             pass
@@ -67,13 +68,14 @@ def test_energy_per_iteration_is_the_window_energy_over_the_timed_iterations(mon
             pass
 
         def metrics(self):
-            return {"energy_j": 12.0, "power_w": 600.0}
+            return {"energy_j": 12.0, "power_w": 600.0, "clock_reasons": "power cap 90%"}
     monkeypatch.setattr(llama_sdpa, "GpuMonitor", Monitor)
     spec = tiny(iters=3)
     m = measure_llama(spec)
     assert m["iter_energy_j"] == pytest.approx(4.0)
     table = llama_sdpa.timing_table([Record("llama", spec.__dict__, "ok", m)])
     assert table.energy_j_per_iter.tolist() == pytest.approx([4.0])
+    assert table.power_w.tolist() == [600.0] and table.clock_reasons.tolist() == ["power cap 90%"]
 
 
 def test_kv_heads_expanded_is_recorded_as_asked_and_as_a_swap():

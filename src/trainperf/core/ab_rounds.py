@@ -43,7 +43,8 @@ def alternating_rounds(variants: dict[str, Variant], rounds: int, calls: int, de
             r = {**monitored_calls(run, calls, device), "peak_gib": peak}
             results[name].append(r)
             say(f"  round {rnd} {name:14s}: {r['s']:.4f} s/call, {r['j']:.1f} J/call, "
-                f"{r.get('sm_clock_mhz')} MHz, {r.get('power_w')} W, peak {peak:.2f} GiB")
+                f"{r.get('sm_clock_mhz')} MHz, {r.get('power_w')} W ({r.get('clock_reasons')}), "
+                f"peak {peak:.2f} GiB")
             del run
     return results
 

@@ -4,7 +4,10 @@ One clock reading taken after a measurement can miss what happened during it. Un
 limit an H100's SM clock follows the energy the kernels burn: two attention kernels of
 about equal cycle counts ran at 1545-1575 MHz (triton-fa2) and 1665-1710 MHz (cuDNN), so their
 times differed by the clock. The workloads therefore report the window's median clocks and
-power, and the share of samples in which the power cap held the clock down. Power is NVML's
+power, the share of samples in which the power cap held the clock down, and every other reason
+NVML gave for a clock below its maximum (thermal, a hardware slowdown, the power brake,
+application clocks), each with its share: a clock held down with the power cap flag unset has a
+cause there. Power is NVML's
 instantaneous reading where the driver has one: its default reading is a one-second average,
 which lags a window of a fraction of a second (it read 246 W for a case that sat at the 700 W
 cap in the instantaneous readings).
@@ -27,6 +30,10 @@ import torch
 
 SAMPLE_S = 0.01  # NVML updates clocks and power about this often
 POWER_CAP_REASON = 0x4  # nvmlClocksEventReasonSwPowerCap (older name: ...ThrottleReason...)
+# NVML's clocks-event reason bits (nvml.h, nvmlClocksEventReason*), named as the report shows them
+CLOCK_REASONS = {0x1: "idle", 0x2: "application clocks", POWER_CAP_REASON: "power cap",
+                 0x8: "hardware slowdown", 0x10: "sync boost", 0x20: "software thermal",
+                 0x40: "hardware thermal", 0x80: "power brake", 0x100: "display clock"}
 
 
 def _nvml():  # noqa: ANN202 - the pynvml module, or None where it is missing
@@ -44,7 +51,7 @@ class GpuMonitor:
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.samples: list[tuple[float, float, float, bool]] = []
+        self.samples: list[tuple[float, float, float, int]] = []  # SM MHz, memory MHz, W, reason bits
         self._energy_mj: list[int | None] = []  # the counter at the window's start and end
         self._nvml = _nvml() if device.type == "cuda" else None
         self._handle: Any = None
@@ -122,20 +129,34 @@ class GpuMonitor:
         with contextlib.suppress(Exception):  # a reading NVML refuses is left out, not the measurement
             self.samples.append((nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM),
                                  nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM),
-                                 self._watts(), bool(self._reasons(h) & POWER_CAP_REASON)))
+                                 self._watts(), int(self._reasons(h))))
 
     def metrics(self) -> dict[str, Any]:
         """Medians over the window: sm_clock_mhz, mem_clock_mhz, power_w; power_capped: the share
-        of samples under the power cap; energy_j: the energy the GPU took over the window, where
-        its counter was read at both ends. Empty when nothing was sampled."""
+        of samples under the power cap; clock_reasons: every reason NVML gave, with its share of
+        the samples, most frequent first ("power cap 97%, software thermal 4%"; "none" where the
+        clock was never held down); energy_j: the energy the GPU took over the window, where its
+        counter was read at both ends. Empty when nothing was sampled."""
         if not self.samples:
             return {}
-        sm, mem, watts, capped = zip(*self.samples, strict=True)
+        sm, mem, watts, reasons = zip(*self.samples, strict=True)
         out = {"sm_clock_mhz": statistics.median(sm), "mem_clock_mhz": statistics.median(mem),
-               "power_w": round(statistics.median(watts), 1), "power_capped": sum(capped) / len(capped)}
+               "power_w": round(statistics.median(watts), 1),
+               "power_capped": sum(bool(r & POWER_CAP_REASON) for r in reasons) / len(reasons),
+               "clock_reasons": clock_reasons(reasons)}
         if len(self._energy_mj) == 2 and None not in self._energy_mj:
             out["energy_j"] = (self._energy_mj[1] - self._energy_mj[0]) / 1e3
         return out
+
+
+def clock_reasons(samples: tuple[int, ...] | list[int]) -> str:
+    """Each reason bit set in any sample, named, with the share of samples that had it, most
+    frequent first; bits NVML has not named yet show in hex."""
+    shares = {}
+    for bit in sorted({1 << i for r in samples for i in range(r.bit_length()) if r >> i & 1}):
+        shares[CLOCK_REASONS.get(bit, hex(bit))] = sum(bool(r & bit) for r in samples) / len(samples)
+    ranked = sorted(shares.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{name} {share:.0%}" for name, share in ranked) or "none"
 
 
 def monitored_calls(run: Callable[[], object], calls: int, device: torch.device) -> dict[str, Any]:

@@ -442,13 +442,14 @@ def _graphed(step: LlamaStep, device: torch.device) -> tuple[GraphedIteration, i
 CSV_COLUMNS = ["backend", "batch_size", "seq_len", "mean_s", "median_s", "std_s", "iters", "tokens_per_s",
                "tflops", "peak_mem_gb", "energy_j_per_iter", "status", "speedup", "vs_best_stock", "kv_heads",
                "swaps", "recipe", "reason", "gpu", "gpu_uuid", "torch", "cuda", "cudnn", "sm_clock_mhz",
-               "dtype", "compile", "inputs", "optimizer", "layers"]
+               "power_w", "clock_reasons", "dtype", "compile", "inputs", "optimizer", "layers"]
 
 
 _METRIC_COLUMNS = {"mean_s": "iter_s_mean", "median_s": "iter_s_median", "std_s": "iter_s_std",
                    "iters": "iter_s_n", "tokens_per_s": "tokens_per_s", "tflops": "tflops",
                    "peak_mem_gb": "peak_mem_gb", "kv_heads": "kv_heads", "swaps": "swaps",
-                   "sm_clock_mhz": "sm_clock_mhz", "energy_j_per_iter": "iter_energy_j"}
+                   "sm_clock_mhz": "sm_clock_mhz", "power_w": "power_w", "clock_reasons": "clock_reasons",
+                   "energy_j_per_iter": "iter_energy_j"}
 
 
 COMPILED_LABELS = {"off": "", "on": " compiled", "layers": " compiled per layer",
