@@ -1,9 +1,10 @@
 """Probe: what does the float32 loss that transformers computes cost `stock` and `compile`?
 transformers' causal-LM loss (and torchtitan's) casts the logits to float32 before the
 cross-entropy; trainperf's steps hand PyTorch's cross-entropy the bf16 logits.
-usage: PYTHONPATH=src python3 benchmarks/probes/loss_upcast.py DEADLINE_EPOCH SHAPE...
+usage: PYTHONPATH=src python3 benchmarks/probes/loss_upcast.py DEADLINE_EPOCH SHAPE[:VARIANT,...]...
 
-Per shape (e.g. 12x1024), `stock` and `compile` on PyTorch's cuDNN attention, each with the
+Per shape (e.g. 12x1024, or 1x16384:compile,compile+fp32 for some of the variants), `stock` and
+`compile` on PyTorch's cuDNN attention, each with the
 cross-entropy on the bf16 logits (as the recipes run) and on the logits cast to float32 (`+fp32`),
 in three alternating rounds of 10 iterations: CUDA-event time, energy, clock and power, peak
 memory; and each step's first loss.
@@ -43,11 +44,12 @@ def built(shape: str, variant: str) -> llama_sdpa.LlamaStep:
 def main() -> None:
     deadline, shapes = float(sys.argv[1]), sys.argv[2:]
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    for shape in shapes:
+    for arg in shapes:
+        shape, _, named = arg.partition(":")
         if time.time() > deadline - 300:
             print("deadline: skipping", shape, flush=True)
             continue
-        steps = {v: built(shape, v) for v in VARIANTS}
+        steps = {v: built(shape, v) for v in (named.split(",") if named else VARIANTS)}
         results = alternating_rounds({v: (lambda s=s: s) for v, s in steps.items()}, 3, 10,
                                      torch.device("cuda"), deadline, say=lambda line: print(line, flush=True))
         for line in summary(results, "compile"):
