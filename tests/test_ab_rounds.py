@@ -48,3 +48,11 @@ def test_rounds_stop_at_the_deadline(fake_gpu):
                                            deadline=0.0, say=lines.append)
     assert results == {"A": []} and lines == ["deadline reached"]
     assert ab_rounds.summary(results, "A") == []
+
+
+def test_without_the_reference_the_summary_gives_no_ratio():
+    """A probe that runs some of its variants at a shape has no reference there to divide by."""
+    results = {"A": [], "B": [{"s": 0.18, "peak_gib": 3.0}, {"s": 0.19, "peak_gib": 3.5}]}
+    (line,) = ab_rounds.summary(results, "A")
+    assert "over" not in line and "nan" not in line
+    assert "best 0.1800 s" in line and "peak 3.50 GiB" in line

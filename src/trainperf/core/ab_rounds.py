@@ -51,12 +51,13 @@ def alternating_rounds(variants: dict[str, Variant], rounds: int, calls: int, de
 
 def summary(results: dict[str, list[dict[str, Any]]], reference: str) -> list[str]:
     """One line per variant that ran: its best and mean seconds per call, the reference's best over
-    its best, and its peak memory."""
+    its best (where the reference ran), and its peak memory."""
     ran = {name: rs for name, rs in results.items() if rs}
-    base = min(r["s"] for r in ran[reference]) if reference in ran else float("nan")
+    base = min(r["s"] for r in ran[reference]) if reference in ran else None
     lines = []
     for name, rs in ran.items():
         best = min(r["s"] for r in rs)
+        ratio = f"{base / best:.4f}x over {reference}, " if base is not None else ""
         lines.append(f"{name:14s}: best {best:.4f} s, mean {statistics.fmean(r['s'] for r in rs):.4f} s, "
-                     f"{base / best:.4f}x over {reference}, peak {max(r['peak_gib'] for r in rs):.2f} GiB")
+                     f"{ratio}peak {max(r['peak_gib'] for r in rs):.2f} GiB")
     return lines
