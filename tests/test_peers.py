@@ -569,3 +569,15 @@ def test_fields_given_beside_a_recipe_override_its_own_attention():
     assert setup_spec(setup, "CUDNN_ATTENTION", batch=1, seq=8).sdpa_backend == "FA4"
     spec = setup_spec(setup, "CUDNN_ATTENTION", batch=1, seq=8, sdpa_backend="CUDNN_FE")
     assert (spec.sdpa_backend, spec.loss) == ("CUDNN_FE", "chunked")
+
+
+def test_the_fastest_step_s_energy_is_set_against_the_best_peer_s_where_both_were_read():
+    """Under the power cap time follows energy: the row says how much less the step took."""
+    from trainperf.suites.catalog import _against_best
+
+    ok = pd.DataFrame({"case": ["1x8"] * 2 + ["2x4"] * 2, "recipe": ["liger", "fast"] * 2,
+                       "mean_s": [0.8, 0.5] * 2, "peak_mem_gb": [4.0, 5.0] * 2,
+                       "energy_j_per_iter": [200.0, 150.0, None, 150.0]})
+    row = _against_best(ok, "fast", ("liger",))
+    assert row["1x8"] == "1.60x over liger (memory 1.25x; energy 0.75x)"
+    assert row["2x4"] == "1.60x over liger (memory 1.25x)"  # the peer's energy unread: no ratio

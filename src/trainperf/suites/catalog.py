@@ -207,17 +207,19 @@ FA4_PEERS = ("fa4", "liger-fa4")
 
 def _against_best(ok: pd.DataFrame, recipe: str, peers: tuple[str, ...]) -> pd.Series:
     """Per shape: the best peer's time over `recipe`'s (its speed-up, ± its standard error where the
-    rows have their iterations' spread and count), and `recipe`'s peak memory over that peer's;
-    said when the two rows were measured on different GPUs (a suite resumed on another machine),
-    which no speed-up survives."""
+    rows have their iterations' spread and count), and `recipe`'s peak memory and energy per
+    iteration over that peer's (under a power cap, time follows energy); said when the two rows
+    were measured on different GPUs (a suite resumed on another machine), which no speed-up
+    survives."""
     cells = {}
     for case, df in ok.groupby("case", sort=False):
         rows = df.set_index("recipe")
         best = rows.loc[rows.index.isin(peers), "mean_s"]
         if recipe in rows.index and not best.empty:
             mine, peer = rows.loc[recipe], rows.loc[best.idxmin()]
-            memory = mine.peak_mem_gb / peer.peak_mem_gb
-            notes = [f"memory {memory:.2f}x"] if pd.notna(memory) else []
+            ratios = {what: mine.get(col, float("nan")) / peer.get(col, float("nan"))
+                      for what, col in (("memory", "peak_mem_gb"), ("energy", "energy_j_per_iter"))}
+            notes = [f"{what} {r:.2f}x" for what, r in ratios.items() if pd.notna(r)]
             uuids = (mine.get("gpu_uuid"), peer.get("gpu_uuid"))
             if all(pd.notna(u) for u in uuids) and uuids[0] != uuids[1]:
                 notes.append("on two different GPUs")
@@ -454,8 +456,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "Liger + compile, FlashAttention 4, Liger + FlashAttention 4) beside stock and trainperf's "
           "fastest step (FlashAttention 4 where it runs) at the six shapes of the seed grid, cuDNN "
           "attention where a recipe names none; each recipe's loss curve beside stock's from the same "
-          "weights and batches, on four draws of the parity task; and the fastest step's speed-up and "
-          "memory against the best peer of each shape. The float8 steps are the `float8` suite's.",
+          "weights and batches, on four draws of the parity task; and the fastest step's speed-up, "
+          "memory and energy against the best peer of each shape. The float8 steps are the `float8` suite's.",
           (Part("llama", ("llama",),
                 gpu={"--recipe": "stock,compile,liger,liger-compile,fa4,liger-fa4,fast",
                      "--sdpa-backend": "CUDNN_ATTENTION", "--warmup": "3", "--iters": "30"},
@@ -465,7 +467,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           peers_headline,
           "Seconds per iteration (mean of 30 after 3 warm-up), peak memory and, where it was read, the "
           "GPU's energy per iteration at each shape; the fastest step's speed-up ± its standard error "
-          "(from the iterations' spread, taken as independent); loss parity: "
+          "(from the iterations' spread, taken as independent), and its memory and energy over the "
+          "peer's; loss parity: "
           "the largest deviation of the recipe's smoothed loss from stock's over 100 AdamW steps (2 "
           "decoder layers, 8 x 1024 tokens), of its worst draw, each draw beside stock's run of the same "
           "draw; ok within 3% in every draw."),
