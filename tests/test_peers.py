@@ -527,7 +527,7 @@ def test_the_peers_headline_names_each_recipe_s_rows_in_every_form_it_runs(tmp_p
     assert table.loc["fast", "4x2"] == "0.3 (2.0 GB, 200 J)"  # replayed as a CUDA graph as well
     assert table.loc["fast", "8x1"] == "0.2 (1.0 GB, 100 J)"  # and with its K/V heads packed
     against = table.loc["fast vs the best of compile, liger, liger-compile"]
-    assert against["1x8"] == "1.60x over liger (memory 1.25x)"
+    assert against["1x8"] == "1.60x over liger (memory 1.25x; energy 0.62x)"
 
 
 def test_the_peers_headline_reads_results_from_before_energy_was_read(tmp_path):
