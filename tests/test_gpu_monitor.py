@@ -214,3 +214,30 @@ def test_monitored_calls_reports_seconds_and_joules_per_call(monkeypatch):
     assert got["s"] == pytest.approx(0.05)
     assert got["j"] == pytest.approx(7.5 / 8)
     assert got["energy_j"] == pytest.approx(7.5) and "power_w" in got
+
+
+def test_heat_or_the_hardware_holding_the_clock_is_flagged_in_the_table(monkeypatch):
+    """The power cap is how the GPU is run; thermal or hardware slowdowns disturb a measurement."""
+    from trainperf.core import report
+    from trainperf.core.record import Record
+
+    fake = FakeNvml()
+    fake.nvmlDeviceGetCurrentClocksEventReasons = lambda handle: 0x4 | 0x20  # cap and thermal, always
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    with GpuMonitor(torch.device("cuda", 0)) as gpu:
+        pass
+    m = gpu.metrics()
+    assert m["clock_reasons"] == "power cap 100%, software thermal 100%"
+    assert m["clock_throttled"] == "software thermal 100%"
+    assert report.notes(Record("llama", {}, "ok", {**m, "notes": "noisy"})) == \
+        "noisy; clock throttled: software thermal 100%"
+
+
+def test_the_power_cap_alone_flags_nothing(fake_nvml):
+    from trainperf.core import report
+    from trainperf.core.record import Record
+
+    with GpuMonitor(torch.device("cuda", 0)) as gpu:
+        pass
+    assert "clock_throttled" not in gpu.metrics()
+    assert report.notes(Record("llama", {}, "ok", gpu.metrics())) == ""

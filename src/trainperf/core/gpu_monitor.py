@@ -34,6 +34,8 @@ POWER_CAP_REASON = 0x4  # nvmlClocksEventReasonSwPowerCap (older name: ...Thrott
 CLOCK_REASONS = {0x1: "idle", 0x2: "application clocks", POWER_CAP_REASON: "power cap",
                  0x8: "hardware slowdown", 0x10: "sync boost", 0x20: "software thermal",
                  0x40: "hardware thermal", 0x80: "power brake", 0x100: "display clock"}
+# Reasons that disturb a measurement: heat or the hardware, not the power limit the GPU is run at
+THROTTLES = 0x8 | 0x20 | 0x40 | 0x80
 
 
 def _nvml():  # noqa: ANN202 - the pynvml module, or None where it is missing
@@ -135,8 +137,9 @@ class GpuMonitor:
         """Medians over the window: sm_clock_mhz, mem_clock_mhz, power_w; power_capped: the share
         of samples under the power cap; clock_reasons: every reason NVML gave, with its share of
         the samples, most frequent first ("power cap 97%, software thermal 4%"; "none" where the
-        clock was never held down); energy_j: the energy the GPU took over the window, where its
-        counter was read at both ends. Empty when nothing was sampled."""
+        clock was never held down); clock_throttled: those of heat or the hardware alone, only
+        where there were any, for the tables to flag; energy_j: the energy the GPU took over the
+        window, where its counter was read at both ends. Empty when nothing was sampled."""
         if not self.samples:
             return {}
         sm, mem, watts, reasons = zip(*self.samples, strict=True)
@@ -144,6 +147,8 @@ class GpuMonitor:
                "power_w": round(statistics.median(watts), 1),
                "power_capped": sum(bool(r & POWER_CAP_REASON) for r in reasons) / len(reasons),
                "clock_reasons": clock_reasons(reasons)}
+        if any(r & THROTTLES for r in reasons):
+            out["clock_throttled"] = clock_reasons([r & THROTTLES for r in reasons])
         if len(self._energy_mj) == 2 and None not in self._energy_mj:
             out["energy_j"] = (self._energy_mj[1] - self._energy_mj[0]) / 1e3
         return out

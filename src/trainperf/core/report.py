@@ -65,8 +65,13 @@ def spec(name: str) -> Getter:
 
 
 def notes(r: Record) -> str:
-    """Why a case failed, or the measurement notes of a good one."""
-    return (r.reason or "") if r.status != "ok" else r.metrics.get("notes", "")
+    """Why a case failed, or the measurement notes of a good one, with heat or the hardware named
+    where they held the GPU's clock down while it was timed (core.gpu_monitor)."""
+    if r.status != "ok":
+        return r.reason or ""
+    throttled = r.metrics.get("clock_throttled")
+    told = [r.metrics.get("notes", ""), f"clock throttled: {throttled}" if throttled else ""]
+    return "; ".join(t for t in told if t)
 
 
 STATUS_STYLE = {"ok": "", "oom": "yellow", "unsupported": "magenta", "error": "red"}
