@@ -171,3 +171,20 @@ def test_the_machine_line_names_each_part_s_gpus_only_where_a_suite_ran_on_sever
                                                                     index=False)
     assert machine_line(env, tmp_path).endswith(
         "; records from several GPUs: llama on 26662266, parity on 13268013 and 26662266")
+
+
+def test_the_machine_line_says_what_held_the_clock(tmp_path):
+    """The power cap's share of the samples over the cases, and the cases heat or the hardware held."""
+    from trainperf.suites.page import machine_line
+
+    env = {"gpu_name": "NVIDIA H100 80GB HBM3", "torch": "2.11"}
+    (tmp_path / "llama").mkdir()
+    table = pd.DataFrame({"sm_clock_mhz": [1500.0, 1700.0], "power_w": [690.0, 700.0],
+                          "power_capped": [1.0, 0.5]})
+    table.to_csv(tmp_path / "llama" / "llama.csv", index=False)
+    line = machine_line(env, tmp_path)
+    assert line.endswith("observed 1600 MHz SM clock, 695 W (medians while timing); "
+                         "the power cap held the clock in 75% of the samples (mean over the cases)")
+    table.assign(clock_throttled=[None, "software thermal 20%"]).to_csv(tmp_path / "llama" / "llama.csv",
+                                                                        index=False)
+    assert machine_line(env, tmp_path).endswith("; heat or the hardware held it in 1 case (their notes)")

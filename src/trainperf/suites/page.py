@@ -40,13 +40,23 @@ def _part_tables(folder: Path) -> dict[str, pd.DataFrame]:
 
 
 def _observed(tables: dict[str, pd.DataFrame]) -> str:
-    """Median SM clock and power over the suite's cases, as NVML sampled them during timing."""
+    """Median SM clock and power over the suite's cases, as NVML sampled them during timing; how
+    much of the time the power cap held the clock, and how many cases heat or the hardware did."""
     df = pd.concat(tables.values(), ignore_index=True) if tables else pd.DataFrame()
     found = []
     for col, unit in (("sm_clock_mhz", "MHz SM clock"), ("power_w", "W")):
         if col in df and df[col].notna().any():
             found.append(f"{df[col].median():.0f} {unit}")
-    return ", ".join(found) + " (medians while timing)" if found else "not sampled (no NVML)"
+    if not found:
+        return "not sampled (no NVML)"
+    told = ", ".join(found) + " (medians while timing)"
+    if "power_capped" in df and df.power_capped.notna().any():
+        told += (f"; the power cap held the clock in {df.power_capped.mean():.0%} of the samples "
+                 "(mean over the cases)")
+    if "clock_throttled" in df and df.clock_throttled.notna().any():
+        n = int(df.clock_throttled.notna().sum())
+        told += f"; heat or the hardware held it in {n} case{'s' * (n != 1)} (their notes)"
+    return told
 
 
 def machine_line(env: dict[str, Any], folder: Path) -> str:
