@@ -1,4 +1,5 @@
 import contextlib
+import warnings
 
 import pandas as pd
 import pytest
@@ -457,6 +458,29 @@ def test_own_attention_builds_no_mask_and_reads_nothing_on_the_host(monkeypatch)
         reads[backend] = mode.reads
     assert reads["FA4"] == 0 and reads["MATH"] > 0
     torch.testing.assert_close(outputs["FA4"], outputs["MATH"], rtol=1e-10, atol=1e-12)
+
+
+def test_own_attention_compiles_without_dynamo_warnings(monkeypatch):
+    """torch.compile traces the per-step lookup of trainperf's own attention; it takes no cache
+    wrapper there, at which Dynamo warns of possible silent incorrectness in every user's run."""
+    from trainperf.attention import registry
+
+    def causal_sdpa(q, k, v, causal, scale):  # noqa: ANN001, ANN202
+        groups = q.shape[1] // k.shape[1]
+        k, v = (t.repeat_interleave(groups, dim=1) for t in (k, v))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+    monkeypatch.setattr(registry, "get_attention", lambda impl, device: causal_sdpa)
+    monkeypatch.setattr(hf_llama, "_IMPLEMENTATIONS", {})
+    torch._dynamo.reset()
+    cfg = hf_llama.load_config("tiny")
+    model = hf_llama.build_model(cfg, torch.float32, torch.device("cpu"))
+    hf_llama.set_attention(model, hf_llama.attention_name("FA4", expand_kv=False))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        logits = torch.compile(model)(inputs_embeds=torch.randn(1, 16, cfg.hidden_size)).logits
+    assert torch.isfinite(logits).all()
+    assert not [str(w.message) for w in seen if "Dynamo" in str(w.message)]
 
 
 def test_recipe_step_builds_the_recipe_as_llama_runs_it_without_the_graph():

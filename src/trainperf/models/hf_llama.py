@@ -26,6 +26,7 @@ import functools
 import json
 import re
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -182,12 +183,19 @@ def pack_query_heads(model: torch.nn.Module) -> None:
         module.trainperf_packed_heads = True
 
 
-@functools.cache
-def _attention_for(impl: str, device: torch.device):  # noqa: ANN202
-    """The registry's implementation, looked up once per device (every layer calls it each step)."""
+_IMPLEMENTATIONS: dict[tuple[str, str, int | None], Callable[..., torch.Tensor]] = {}
+
+
+def _attention_for(impl: str, device: torch.device) -> Callable[..., torch.Tensor]:
+    """The registry's implementation, looked up once per device (every layer calls it each step).
+    A plain table, not functools.cache: torch.compile traces through this call, and warns at
+    every cache wrapper it meets there."""
     from trainperf.attention.registry import get_attention
 
-    return get_attention(impl, device)
+    key = (impl, device.type, device.index)
+    if key not in _IMPLEMENTATIONS:
+        _IMPLEMENTATIONS[key] = get_attention(impl, device)
+    return _IMPLEMENTATIONS[key]
 
 
 def build_model(cfg, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
