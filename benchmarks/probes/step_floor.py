@@ -26,7 +26,7 @@ import torch
 from trainperf.attention.fa4 import fa4_attention_backward_op, fa4_attention_op
 from trainperf.core.ab_rounds import alternating_rounds, summary
 from trainperf.kernels.chunked_loss import chunk_rows, loss_and_grads
-from trainperf.kernels.quack_gemm import mm_into
+from trainperf.kernels.quack_gemm import mm_into, tuned_mm
 from trainperf.workloads import llama_sdpa
 from trainperf.workloads.step_graph import GraphedIteration
 
@@ -44,13 +44,6 @@ def _rand(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     operands at unit spread, as their scales would make them."""
     x = torch.randn(*shape, device="cuda")
     return (x * 0.02).to(dtype) if dtype == torch.bfloat16 else x.to(dtype)
-
-
-def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a @ b into a new tensor, on the GEMM `fast` takes for its shape."""
-    out = a.new_empty(a.shape[0], b.shape[1])
-    mm_into(a, b, out)
-    return out
 
 
 class Floor:
@@ -85,12 +78,12 @@ class Floor:
     def _forward(self, i: int, name: str, x: torch.Tensor) -> torch.Tensor:
         if "f8fwd" in self.flags:
             return self._f8(self.x8[x.shape[1]], self.w8[i][name].t(), fast_accum=True)
-        return _mm(x, self.weights[i][name].t())
+        return tuned_mm(x, self.weights[i][name].t())
 
     def _input_grad(self, i: int, name: str, dy: torch.Tensor) -> torch.Tensor:
         if "f8dgrad" in self.flags:
             return self._f8(self.dy8[dy.shape[1]], self.w8t[i][name].t(), fast_accum=False)
-        return _mm(dy, self.weights[i][name])
+        return tuned_mm(dy, self.weights[i][name])
 
     def _weight_grad(self, i: int, name: str, dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         if "f8wgrad" in self.flags:
@@ -140,7 +133,7 @@ class Floor:
         epilogues), in float8 one product against the stacked weights (_scaled_mm adds nothing)."""
         if "f8dgrad" in self.flags:
             return self._f8(self.dy8[D + 2 * KV], self.qkv8t[i].t(), fast_accum=False)
-        dx = _mm(dq, self.weights[i]["q"])
+        dx = tuned_mm(dq, self.weights[i]["q"])
         for name, d in (("k", dk), ("v", dv)):
             mm_into(d, self.weights[i][name], dx, accumulate=True)
         return dx
@@ -151,7 +144,7 @@ class Floor:
         dx, head_grad, rows = torch.empty_like(x), torch.empty_like(self.head), chunk_rows(VOCAB, x.dtype)
         for i in range(0, x.shape[0], rows):
             h = x[i:i + rows]
-            logits = _mm(h, self.head.t())
+            logits = tuned_mm(h, self.head.t())
             mm_into(logits, self.head, dx[i:i + rows])
             mm_into(logits.t(), h, head_grad, accumulate=i > 0)
         return dx, head_grad
