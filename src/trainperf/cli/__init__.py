@@ -4,11 +4,14 @@
 from trainperf.cli.common import app  # noqa: I001
 from trainperf.cli import workloads, distributed, profile, results, suites  # noqa: F401
 from trainperf.cli.interrupts import stop_at_second_interrupt
+from trainperf.cli.usage import run_cli
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "run_cli"]
 
 
 def main() -> None:
     """The `trainperf` program: the command line, stopped at once by a second Ctrl-C."""
+    import sys
+
     stop_at_second_interrupt()
-    app()
+    sys.exit(run_cli(app, sys.argv[1:]))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -21,7 +22,7 @@ from trainperf.core.errors import SpecError, Unsupported
 from trainperf.core.record import Record
 from trainperf.core.runner import run_sweep
 from trainperf.core.spec import parse_list, positive_int
-from trainperf.core.store import DEFAULT_DB, Store, to_frame
+from trainperf.core.store import DEFAULT_DB, Store, path_problem, to_frame
 
 
 def _quiet_third_party() -> None:
@@ -74,11 +75,24 @@ def dtypes(text: str) -> list[str]:
     return parse_list(text, str, "--dtype", DTYPE_CHOICES, aliases=DTYPE_ALIASES)
 
 
+LONG_VALUE = 80  # characters of one word a message shows whole
+
+
+def shorten_values(message: str) -> str:
+    """The message with any word longer than LONG_VALUE cut to its start and its length: a value
+    of thousands of characters is named, not echoed back."""
+    def cut(match: re.Match[str]) -> str:
+        word = match.group(0)
+        return f"{word[:LONG_VALUE // 2]}... ({len(word)} characters)"
+    return re.sub(rf"[^\s'\",;]{{{LONG_VALUE + 1},}}", cut, message)
+
+
 def fail(message: str) -> None:
     """One-line error, exit code 2, nothing written."""
     from rich.markup import escape
 
-    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    err_console.print(f"[red]error:[/red] {escape(shorten_values(message))}", highlight=False,
+                      soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -114,6 +128,15 @@ def check_out_dir(path: Path, option: str = "--out") -> None:
     """SpecError unless `path` is, or can be made, a writable folder (checked before any work;
     the folder itself is made when the first file is written)."""
     _check_writable(path, option, want_dir=True)
+
+
+def check_outputs(out: Path, db: Path) -> None:
+    """SpecError unless the results can go where the user named: --out a writable folder, --db a
+    store that can be opened or made (checked before any work, and before any other package loads)."""
+    check_out_dir(out)
+    problem = path_problem(db, create=True)
+    if problem:
+        raise SpecError(f"--db {str(db)!r}: {problem}")
 
 
 def check_out_file(path: Path, option: str) -> None:

@@ -21,6 +21,7 @@ from trainperf.cli.common import (
     app,
     batch_seq_pair,
     check_out_dir,
+    check_outputs,
     cli_errors,
     console,
     device_or_fail,
@@ -400,9 +401,9 @@ def llama(
     if fast:
         specs += [setup_spec(recipe_setup("fast", dev.type, replayed, n), backends[0], batch=b, seq=n,
                              **common) for (b, n) in grid]
+    check_outputs(out, db)
     for s in specs:
         validate(s)
-    check_out_dir(out)
     records = run_and_show("llama", specs, measure_llama, LLAMA_COLUMNS, db=db, device=dev,
                            rerun=rerun, quiet=quiet, as_json=as_json, title="trainperf llama", out=out)
     table = timing_table(records, base)
@@ -477,9 +478,9 @@ def parity(
             raise SpecError(f"{name} must be positive, got {value}")
     specs = [ParitySpec(recipe=r, dtype=dtype, device=dev.type, run=(d - 1) * repeats + n, draw=d, **opts)
              for d in range(1, draws + 1) for n in range(1, repeats + 1) for r in recipes]
+    check_outputs(out, db)
     for s in specs:
         validate(s)
-    check_out_dir(out)
     records = run_and_show("parity", specs, measure_parity, PARITY_COLUMNS, db=db, device=dev, rerun=rerun,
                            quiet=quiet, as_json=as_json, title="trainperf parity", out=out)
     losses = curves(records)

@@ -7,3 +7,7 @@ class Unsupported(Exception):
 
 class SpecError(ValueError):
     """Bad user input: the CLI prints the one-line message and exits with code 2."""
+
+
+class MissingPackage(SpecError):
+    """A command needs a package this install lacks; the message names the pip command."""

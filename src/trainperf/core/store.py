@@ -19,6 +19,7 @@ import pandas as pd
 from trainperf.core.errors import SpecError
 from trainperf.core.legacy import upgrade_spec
 from trainperf.core.record import Record, case_key_for
+from trainperf.core.sqlite_input import connect_read_only
 
 DEFAULT_DB = "trainperf.db"
 RESUMABLE_STATUSES = ("ok", "oom", "unsupported")  # 'error' cases are retried on a rerun
@@ -60,8 +61,9 @@ class Store:
 
     def __init__(self, path: str | Path = DEFAULT_DB, *, create: bool = True) -> None:
         self.path = Path(path)
+        self.read_only = not create  # a store a user names to read is never written to
         name = f"results store {str(path)!r}"
-        problem = _path_problem(self.path, create)
+        problem = path_problem(self.path, create)
         if problem:
             raise StoreError(f"{name}: {problem}")
         try:
@@ -83,6 +85,8 @@ class Store:
             raise StoreError(f"{name}: {_sqlite_problem(exc)}") from None
 
     def _connect(self) -> sqlite3.Connection:
+        if self.read_only:
+            return connect_read_only(self.path)
         con = sqlite3.connect(self.path, timeout=60)
         con.execute("PRAGMA journal_mode=WAL")
         con.execute("PRAGMA busy_timeout=60000")
@@ -200,7 +204,7 @@ def _alive(host: str, pid: int) -> bool:
     return True
 
 
-def _path_problem(path: Path, create: bool) -> str | None:
+def path_problem(path: Path, create: bool) -> str | None:
     """What keeps `path` from being a store, judged from the file system alone; None if nothing."""
     if str(path) in ("", "."):
         return "needs a file name"

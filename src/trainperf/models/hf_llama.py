@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
+import socket
 import types
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from trainperf.core.errors import Unsupported
+from trainperf.core.errors import MissingPackage, Unsupported
 from trainperf.models.lm import IMPLS
 from trainperf.models.norms import NORMS
 from trainperf.profiling.ranges import in_sub_range
@@ -63,23 +65,27 @@ def attention_op(backend: str, kv_heads: str) -> str:
 
 def load_config(model: str = "llama-3.2-1b", layers: int | None = None):
     """A LlamaConfig (or any causal-LM config) from `--model`: a preset, a local config.json or
-    model folder, or a hub id (the network, only because the user named one)."""
-    from transformers import AutoConfig
-
+    model folder, or a hub id (the network, only because the user named one). The name and
+    --layers are checked before transformers is imported, so bad input is answered as such on an
+    install without it."""
     if not model.strip():
         raise ValueError("--model needs a preset, a config.json or model folder, or a hub id")
+    hub_id = re.fullmatch(r"[\w.-]+/[\w.-]+", model) and not model.endswith(".json")
+    if model not in PRESETS and not Path(model).exists() and not hub_id:
+        raise ValueError(f"unknown --model {model!r}: not a preset ({', '.join(PRESETS)}), an existing "
+                         "config.json or model folder, or a hub id (org/name)")
+    if layers is not None and layers < 1:
+        raise ValueError(f"--layers must be at least 1, got {layers}")
+    auto_config = transformers_module().AutoConfig
     if model in PRESETS:
         cfg = _from_json(PRESETS[model])
     elif Path(model).exists():
         path = Path(model)
-        cfg = _from_json(path) if path.is_file() else AutoConfig.from_pretrained(path)
-    elif re.fullmatch(r"[\w.-]+/[\w.-]+", model) and not model.endswith(".json"):
-        cfg = AutoConfig.from_pretrained(model)
+        cfg = _from_json(path) if path.is_file() else auto_config.from_pretrained(path)
     else:
-        raise ValueError(f"unknown --model {model!r}: not a preset ({', '.join(PRESETS)}), an existing "
-                         "config.json or model folder, or a hub id (org/name)")
+        cfg = hub_config(model)
     if layers is not None:
-        if not 0 < layers <= cfg.num_hidden_layers:
+        if layers > cfg.num_hidden_layers:
             raise ValueError(f"--layers must be between 1 and the model's {cfg.num_hidden_layers}, "
                              f"got {layers}")
         cfg.num_hidden_layers = layers
@@ -87,14 +93,45 @@ def load_config(model: str = "llama-3.2-1b", layers: int | None = None):
     return cfg
 
 
+def transformers_module() -> types.ModuleType:
+    """transformers, or MissingPackage naming the install command."""
+    try:
+        import transformers
+    except ImportError:
+        raise MissingPackage("the Llama workloads need transformers, which this install lacks: "
+                             "pip install 'trainperf[hf]'") from None
+    return transformers
+
+
+HUB = ("huggingface.co", 443)
+
+
+def hub_config(model_id: str):
+    """A hub model's config: from the local cache, else from the hub; without network a one-line
+    error at once instead of minutes of retries."""
+    auto_config = transformers_module().AutoConfig
+    try:
+        return auto_config.from_pretrained(model_id, local_files_only=True)
+    except OSError:
+        pass
+    how = "pass a local config.json or model folder to --model, or a preset"
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
+        raise ValueError(f"--model {model_id!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE "
+                         f"is set; {how}")
+    try:
+        socket.create_connection(HUB, timeout=2).close()
+    except OSError:
+        raise ValueError(f"--model {model_id!r} could not be fetched: not in the local Hugging Face cache "
+                         f"and the hub cannot be reached (offline?); {how}") from None
+    return auto_config.from_pretrained(model_id)
+
+
 def _from_json(path: Path):
     """A transformers config from one JSON file of any name."""
-    from transformers import AutoConfig
-
     data = json.loads(path.read_text())
     if "model_type" not in data:
         raise ValueError(f"{path} has no 'model_type'; is it a transformers config.json?")
-    return AutoConfig.for_model(data.pop("model_type"), **data)
+    return transformers_module().AutoConfig.for_model(data.pop("model_type"), **data)
 
 
 def attention_name(backend: str, expand_kv: bool, reads_mask: bool = True) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from trainperf.core.sqlite_input import connect_read_only
 from trainperf.profiling.breakdown import Trace
 
 REQUIRED_TABLES = ("StringIds", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL")
@@ -29,7 +30,7 @@ def read_nsys_sqlite(path: str | Path) -> Trace:
     if not path.exists():
         raise NsysFormatError(f"{path}: no such file")
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        con = connect_read_only(path)
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.DatabaseError as exc:
         raise NsysFormatError(f"{path} is not an SQLite file ({exc})") from None
