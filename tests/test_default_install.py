@@ -40,12 +40,13 @@ TINY = ["--batch-seq", "1x16", "--iters", "1", "--warmup", "0", "--quiet"]
 def test_llama_commands_without_transformers_refuse_in_one_line_after_checking_the_input(tmp_path):
     out, db = str(tmp_path / "out"), str(tmp_path / "r.db")
     where = ["--out", out, "--db", db]
+    hf = "pip install 'trainperf[hf]'"
     runs = {
-        "llama": (["llama", *TINY, *where], "pip install 'trainperf[hf]'"),
-        "profile llama": (["profile", "llama", "--batch-seq", "1x16", "--out", out], "pip install 'trainperf[hf]'"),
-        "memory llama": (["memory", "llama", "--batch-seq", "1x16", "--out", out], "pip install 'trainperf[hf]'"),
-        "parity": (["parity", "--train-steps", "2", *where], "pip install 'trainperf[hf]'"),
-        "cudnn-study": (["cudnn-study", "--out", out], "pip install 'trainperf[hf]'"),
+        "llama": (["llama", *TINY, *where], hf),
+        "profile llama": (["profile", "llama", "--batch-seq", "1x16", "--out", out], hf),
+        "memory llama": (["memory", "llama", "--batch-seq", "1x16", "--out", out], hf),
+        "parity": (["parity", "--train-steps", "2", *where], hf),
+        "cudnn-study": (["cudnn-study", "--out", out], hf),
         "llama --layers 0": (["llama", "--layers", "0", *where], "--layers must be at least 1, got 0"),
         "llama --model bogus": (["llama", "--model", "bogus", *where], "unknown --model 'bogus'"),
         "llama bad --db": (["llama", "--db", str(tmp_path / "no" / "r.db")], "--db"),
