@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trainperf.cli.common import (
     DTYPE_CHOICES,
@@ -28,32 +29,35 @@ from trainperf.cli.vocabulary import DTYPE_ALIASES, RenamedFlags, option
 from trainperf.core import env as envmod
 from trainperf.core import report
 from trainperf.core.errors import SpecError
-from trainperf.core.record import Record, case_key_for
+from trainperf.core.record import Record, case_key_for, spec_dict
 from trainperf.core.spec import on_off, parse_list, parse_one, positive_int, sweep
 from trainperf.core.store import Store, to_frame
 from trainperf.distributed.launch import LaunchError, existing_launch, launch, rank_device, world_size_problem
 from trainperf.distributed.ranked_sweep import run_ranked_cases
+from trainperf.distributed.supervisor import DEFAULT_TIMEOUT_S, Supervisor
 from trainperf.workloads.comm import binary_size
 
+MEASURES = {"comm": "measure_comm", "ddp": "measure_ddp", "shard": "measure_sharded"}
 
-def _rank_worker(rank: int, world: int, workload: str, specs: list, db: str, env: dict, quiet: bool,
+
+def _measure_of(workload: str) -> Any:
+    import importlib
+
+    module = {"comm": "comm", "ddp": "ddp", "shard": "sharded"}[workload]
+    return getattr(importlib.import_module(f"trainperf.workloads.{module}"), MEASURES[workload])
+
+
+def _rank_worker(rank: int, world: int, workload: str, cases: list, db: str, env: dict,
                  backend: str) -> None:
-    """Entry point of every rank (top level, so that spawn can pickle it)."""
-    import warnings
-
-    # reduce_scatter_tensor is deprecated in new torch, but it is the name torch 2.5 knows
-    warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
-    from trainperf.workloads.comm import measure_comm
-    from trainperf.workloads.ddp import measure_ddp
-    from trainperf.workloads.sharded import measure_sharded
-
-    measure = {"comm": measure_comm, "ddp": measure_ddp, "shard": measure_sharded}[workload]
-    run_ranked_cases(rank, world, workload, specs, measure, rank_device(backend, rank), db, env, quiet)
+    """Entry point of every rank of a torchrun or Slurm launch (top level, so that spawn can
+    pickle it): the cases in lockstep, outcomes exchanged after each."""
+    run_ranked_cases(rank, world, workload, cases, _measure_of(workload), rank_device(backend, rank), db, env)
 
 
-def _run_distributed(workload: str, specs: list, backend: str, db: Path, rerun: bool,
-                     quiet: bool) -> list[Record]:
-    """Group cases by world size, launch each group once, return the stored records in order."""
+def _run_distributed(workload: str, specs: list, backend: str, db: Path, out: Path, rerun: bool,
+                     quiet: bool, timeout_s: float, precheck: Any = None) -> list[Record]:
+    """Group cases by world size, run each group under the supervisor (a failed case is a record and
+    the rest run in a fresh process group), return the stored records in order."""
     if existing_launch() is None:  # this host starts the ranks: can it?
         for world in sorted({s.world_size for s in specs}):
             problem = world_size_problem(world, backend)
@@ -63,28 +67,56 @@ def _run_distributed(workload: str, specs: list, backend: str, db: Path, rerun: 
     env = envmod.capture(device)
     store = Store(db)
     keys = [case_key_for(workload, s, env) for s in specs]
-    for world in sorted({s.world_size for s in specs}):
-        todo = [s for s, k in zip(specs, keys, strict=True)
-                if s.world_size == world and (rerun or store.find_case(k) is None)]
-        if todo:
-            try:
-                launch(_rank_worker, world, backend, args=(workload, todo, str(db), env, quiet, backend))
-            except LaunchError as exc:
-                raise SpecError(str(exc)) from None
-    return [r for r in (store.find_case(k) for k in keys) if r is not None]
+    todo = [(i, s) for i, (s, k) in enumerate(zip(specs, keys, strict=True))
+            if rerun or store.find_case(k) is None]
+    if precheck is not None:  # a case that cannot fit is an oom record without running
+        for i, s in list(todo):
+            why = precheck(s, device)
+            if why:
+                store.append(Record(workload, spec_dict(s), "oom", reason=why, env=env))
+                todo.remove((i, s))
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, disable=quiet) as progress:
+        task = progress.add_task(workload, total=len(todo))
+        failed: dict[str, Record] = {}
+        for world in sorted({s.world_size for _, s in todo}):
+            cases = [(i, s) for i, s in todo if s.world_size == world]
+            if existing_launch() is not None:
+                try:
+                    launch(_rank_worker, world, backend, args=(workload, cases, str(db), env, backend),
+                           timeout_s=timeout_s)
+                except LaunchError as exc:
+                    raise SpecError(str(exc)) from None
+                continue
+            start = progress.tasks[0].completed
+            supervisor = Supervisor(workload, _measure_of(workload), world, backend, db, env, out / "logs",
+                                    timeout_s=timeout_s, say=lambda line: progress.console.print(
+                                        line, markup=False, highlight=False, soft_wrap=True),
+                                    on_progress=lambda done, start=start: progress.update(
+                                        task, completed=start + done))
+            failed.update({r.key: r for r in supervisor.run(cases)})
+            progress.update(task, completed=start + len(cases))
+    found = (failed.get(k) or store.find_case(k) for k in keys)  # an error record is not a finished case
+    return [r for r in found if r is not None]
 
 
 def _validate_run_show(workload: str, specs: list, validate: Any, columns: list[report.Column],
                        backend: str, out: Path, db: Path, rerun: bool, quiet: bool,
-                       as_json: bool) -> list[Record]:
+                       as_json: bool, timeout_s: float, precheck: Any = None) -> list[Record]:
     """Refuse a bad case before any work, run the cases on their ranks, show and write the records."""
     for s in specs:
         validate(s)
+    if timeout_s <= 0:
+        raise SpecError(f"--timeout must be positive, got {timeout_s:g}")
     check_out_dir(out)
-    records = _run_distributed(workload, specs, backend, db, rerun, quiet or as_json)
+    records = _run_distributed(workload, specs, backend, db, out, rerun, quiet or as_json, timeout_s,
+                               precheck)
     show_records(records, columns, f"trainperf {workload}", as_json)
     write_records_csv(records, out, workload)
     return records
+
+
+TimeoutOpt = option("--timeout", DEFAULT_TIMEOUT_S)
 
 
 COMM_COLUMNS: list[report.Column] = [
@@ -114,8 +146,8 @@ def comm(
     dist_backend: str = option("--dist-backend", None),
     dtype: str = option("--dtype", "fp32", "Of the message."),
     warmup: int = option("--warmup", 5), iters: int = option("--iters", 20),
-    out: Path = OutOpt, db: Path = DbOpt, rerun: bool = RerunOpt, quiet: bool = QuietOpt,
-    as_json: bool = JsonOpt,
+    timeout: float = TimeoutOpt, out: Path = OutOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
+    quiet: bool = QuietOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Time collectives through torch.distributed; algbw/busbw as nccl-tests define them."""
     from trainperf.workloads.comm import OPS, TIMINGS, CommSpec, parse_sizes, validate
@@ -135,7 +167,7 @@ def comm(
     dtype = parse_one(dtype, str, "--dtype", DTYPE_CHOICES, DTYPE_ALIASES)
     specs = [CommSpec(dist_backend=backend, dtype=dtype, warmup=warmup, iters=iters, **a) for a in axes]
     records = _validate_run_show("comm", specs, validate, COMM_COLUMNS, backend, out, db, rerun, quiet,
-                                 as_json)
+                                 as_json, timeout)
     ok = to_frame(r for r in records if r.status == "ok")
     if not ok.empty and plots_available(quiet or as_json):
         from trainperf.core.plots import line_grid
@@ -175,8 +207,8 @@ def ddp(
     optimizer: str = option("--optimizer", "adamw", "Here adamw or sgd."),
     dist_backend: str = option("--dist-backend", None),
     warmup: int = option("--warmup", 3), iters: int = option("--iters", 10),
-    out: Path = OutOpt, db: Path = DbOpt, rerun: bool = RerunOpt, quiet: bool = QuietOpt,
-    as_json: bool = JsonOpt,
+    timeout: float = TimeoutOpt, out: Path = OutOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
+    quiet: bool = QuietOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Time a data-parallel training step per gradient-sync variant (and PyTorch DDP / FSDP2)."""
     from trainperf.workloads.ddp import VARIANTS, DDPSpec, validate
@@ -200,7 +232,7 @@ def ddp(
             continue
         for b in (buckets if a["variant"] in ("bucketed", "ddp") else [None]):
             specs.append(DDPSpec(bucket_mb=b, **a, **common))
-    _validate_run_show("ddp", specs, validate, DDP_COLUMNS, backend, out, db, rerun, quiet, as_json)
+    _validate_run_show("ddp", specs, validate, DDP_COLUMNS, backend, out, db, rerun, quiet, as_json, timeout)
 
 
 SHARD_COLUMNS: list[report.Column] = [
@@ -239,13 +271,13 @@ def shard(
     vocab: int = option("--vocab", None, "Default: the preset's own (cs336-8b), else 10000."),
     dist_backend: str = option("--dist-backend", None),
     warmup: int = option("--warmup", 2), iters: int = option("--iters", 5),
-    out: Path = OutOpt, db: Path = DbOpt, rerun: bool = RerunOpt, quiet: bool = QuietOpt,
-    as_json: bool = JsonOpt,
+    timeout: float = TimeoutOpt, out: Path = OutOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
+    quiet: bool = QuietOpt, as_json: bool = JsonOpt,
 ) -> None:
     """Time the full training step (forward, loss, backward, AdamW) of a model sharded across ranks
     (FSDP2 full or hybrid sharding, or plain data parallel), per sharding and checkpointing choice."""
     from trainperf.attention.registry import NAMES
-    from trainperf.workloads.sharded import DEFAULTS, OPTIMIZERS, SHARDS, ShardSpec, validate
+    from trainperf.workloads.sharded import DEFAULTS, OPTIMIZERS, SHARDS, ShardSpec, cannot_fit, validate
     from trainperf.workloads.step import LOSSES
 
     backend = dist_backend_or_default(dist_backend)
@@ -265,4 +297,5 @@ def shard(
                  loss=parse_list(loss, str, "--loss", LOSSES))
     specs = [ShardSpec(seq=opts["seq"], batch=opts["batch"], vocab=vocab,
                        dist_backend=backend, warmup=warmup, iters=iters, **a) for a in axes]
-    _validate_run_show("shard", specs, validate, SHARD_COLUMNS, backend, out, db, rerun, quiet, as_json)
+    _validate_run_show("shard", specs, validate, SHARD_COLUMNS, backend, out, db, rerun, quiet, as_json,
+                       timeout, precheck=cannot_fit)

@@ -94,6 +94,8 @@ GLOSSARY: dict[str, str] = {
     "--file": "File the table is written to.",
     "--db": "SQLite results store.",
     "--device": "auto, cpu, cuda, cuda:N.",
+    "--timeout": "Seconds a multi-GPU case may go without progress outside its timed steps (building, "
+                 "compiling, warming up) before it is ended as an error; the process group's timeout too.",
     "--rerun": "Measure again cases already in the store.",
     "--quiet": "No progress bar.",
     "--json": "Print JSON on stdout instead of a table.",

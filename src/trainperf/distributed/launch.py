@@ -57,12 +57,21 @@ def rank_device(backend: str, rank: int) -> torch.device:
     return torch.device("cpu")
 
 
+def init_rank(rank: int, world_size: int, backend: str, port: int, timeout_s: float) -> torch.device:
+    """Join this host's process group as `rank`, on its own device: the GPU is chosen before the
+    group exists and named to it, so NCCL never guesses (as torchtitan does)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    device = rank_device(backend, rank)
+    bound = {"device_id": device} if device.type == "cuda" else {}
+    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s),
+                            **bound)
+    return device
+
+
 def _entry(local_rank: int, world_size: int, backend: str, port: int, timeout_s: float,
            worker: Callable[..., Any], args: tuple, error_dir: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     try:
-        dist.init_process_group(backend, rank=local_rank, world_size=world_size,
-                                timeout=timedelta(seconds=timeout_s))
+        init_rank(local_rank, world_size, backend, port, timeout_s)
         worker(local_rank, world_size, *args)
         Path(error_dir, f"done{local_rank}").touch()
         gc.collect()  # free DDP/FSDP objects (reference cycles) before their process group goes
@@ -118,8 +127,10 @@ def launch(worker: Callable[..., Any], world_size: int, backend: str, args: tupl
         if world != world_size:
             raise LaunchError(f"launched with WORLD_SIZE={world}, asked for world size {world_size}")
         if not dist.is_initialized():
+            device = rank_device(backend, local_rank)
+            bound = {"device_id": device} if device.type == "cuda" else {}
             dist.init_process_group(backend, rank=rank, world_size=world,
-                                    timeout=timedelta(seconds=timeout_s))
+                                    timeout=timedelta(seconds=timeout_s), **bound)
         worker(rank, world, *args)
         return
     problem = world_size_problem(world_size, backend)

@@ -9,18 +9,21 @@ from typing import Any
 import torch.distributed as dist
 
 from trainperf.core.timing import synchronize
+from trainperf.distributed.heartbeat import timed_loop
 
 
 def per_rank_times(fn: Callable[[], object], device: Any, iters: int) -> list[list[float]]:
     """Every rank's milliseconds for each of `iters` calls of `fn`, gathered on all ranks."""
     times = []
-    for _ in range(iters):
-        synchronize(device)
-        dist.barrier()
-        t0 = time.perf_counter()
-        fn()
-        synchronize(device)
-        times.append((time.perf_counter() - t0) * 1e3)
+    with timed_loop():
+        for _ in range(iters):
+            synchronize(device)
+            dist.barrier()
+            timed_loop.call()
+            t0 = time.perf_counter()
+            fn()
+            synchronize(device)
+            times.append((time.perf_counter() - t0) * 1e3)
     everyone: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, times)
     return everyone

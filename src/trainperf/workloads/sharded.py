@@ -117,6 +117,26 @@ def validate(spec: ShardSpec) -> None:
         raise SpecError(str(exc)) from None
 
 
+STATE_BYTES_PER_PARAM = 16  # fp32 weight, gradient and AdamW's two moments
+
+
+def cannot_fit(spec: ShardSpec, device: torch.device) -> str | None:
+    """Why `spec` cannot fit on this host's GPUs before it starts (None when it may): the fp32
+    weights, gradients and AdamW state alone, split over the shards, above one GPU's memory. A
+    lower bound: activations come on top, so what passes may still run out of memory."""
+    if device.type != "cuda" or spec.offload:
+        return None
+    with torch.device("meta"):
+        params = sum(p.numel() for p in TransformerLM(spec.model_config()).parameters())
+    shards = {"full": spec.world_size, "hybrid": max(spec.world_size // 2, 1), "none": 1}[spec.shard]
+    need = params * STATE_BYTES_PER_PARAM / shards
+    have = torch.cuda.get_device_properties(device).total_memory
+    if need <= have:
+        return None
+    return (f"needs at least {need / 2**30:.1f} GiB a rank for fp32 weights, gradients and AdamW state "
+            f"({params / 1e9:.2f}B parameters over {shards} shard(s)); a GPU holds {have / 2**30:.1f} GiB")
+
+
 def _save_products_policy():  # noqa: ANN202
     """Selective checkpointing's policy: keep matrix products and attention, recompute the rest."""
     from torch.utils.checkpoint import CheckpointPolicy

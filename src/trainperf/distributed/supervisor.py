@@ -1,0 +1,251 @@
+"""Multi-GPU cases under a supervisor: a failing rank ends its case in seconds, as a record.
+
+A collective in flight cannot be left by raising, and NCCL's watchdog takes minutes to kill what
+waits on a dead peer. So the ranks never decide among themselves that a case failed: this process
+starts them, watches them and ends them. Each rank runs the cases in order (ranked_sweep.py) and
+keeps a heartbeat file (heartbeat.py); a rank whose case fails writes why and exits at once. The
+supervisor looks every POLL_S and ends the run's processes on the first of
+  - a rank's report of a failed case (out of memory, an exception),
+  - a rank that died without a report (a signal, the OOM killer),
+  - no rank making progress: inside a timed loop for max(stall_s, STALL_CALLS x the usual call),
+    elsewhere (building, compiling, warming up) for `timeout_s`;
+stores that case's record (status, failing rank, reason, its peak memory, `detect_s`: seconds from
+the failure to the run moving on, the rank's log file) and starts a fresh process group for the
+cases after it. Everything NCCL and PyTorch print goes to one log file per rank under `log_dir`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+
+from trainperf.core.record import Record, spec_dict
+from trainperf.core.store import Store
+
+POLL_S = 0.1
+STALL_CALLS = 10  # a timed call this many times longer than the usual one is a hang
+DEFAULT_STALL_S = 10.0  # ... but never less than this
+DEFAULT_TIMEOUT_S = 300.0  # without progress outside timed loops (compiles take minutes)
+TORCH_DIR = str(Path(torch.__file__).parent)
+
+Measure = Callable[[Any, int, int, torch.device], dict[str, Any]]
+Say = Callable[[str], None]
+
+
+@dataclass
+class Failure:
+    """Why a run stopped: the case, the rank held responsible, and what it left."""
+
+    case: int
+    rank: int | None
+    status: str  # oom | error
+    reason: str
+    when: float  # epoch seconds of the failure (or of the last progress, for a hang)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RankFiles:
+    """Where a run's ranks write their reports, heartbeats and end markers."""
+
+    folder: Path
+
+    def report(self, rank: int) -> Path:
+        return self.folder / f"failed{rank}.json"
+
+    def heartbeat(self, rank: int) -> Path:
+        return self.folder / f"heartbeat{rank}.json"
+
+    def finished(self, rank: int) -> Path:
+        return self.folder / f"finished{rank}"
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def log_path(log_dir: Path, workload: str, rank: int) -> Path:
+    return log_dir / f"{workload}-rank{rank}.log"
+
+
+def _rank_main(rank: int, world: int, backend: str, port: int, timeout_s: float, workload: str,
+               cases: list[tuple[int, Any]], measure: Measure, db: str, env: dict[str, Any],
+               folder: str, log_dir: str) -> None:
+    """One rank of one run: its output to its log, the process group on its device, the cases."""
+    log = log_path(Path(log_dir), workload, rank)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    from trainperf.distributed.heartbeat import Heartbeat, install
+    from trainperf.distributed.launch import init_rank
+    from trainperf.distributed.ranked_sweep import run_ranked_cases
+
+    files = RankFiles(Path(folder))
+    device = init_rank(rank, world, backend, port, timeout_s)
+    beat = Heartbeat(files.heartbeat(rank), rank, device)
+    install(beat)
+
+    def report(index: int, rec: Record) -> None:
+        failure = {"case": index, "status": rec.status, "reason": rec.reason, "when": time.time(),
+                   "metrics": {**rec.metrics, "peak_mem_gb": beat.peak_gb()}}
+        tmp = files.report(rank).with_suffix(".tmp")
+        tmp.write_text(json.dumps(failure, default=str))
+        tmp.replace(files.report(rank))
+        os._exit(1)  # a collective in flight cannot be left any other way; the supervisor ends the rest
+
+    try:
+        run_ranked_cases(rank, world, workload, cases, measure, device, db, env, beat, report)
+    except BaseException as exc:  # noqa: BLE001 - outside a case (set-up, the exchange): still a report
+        line = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        report(beat.case, Record(workload, {}, "error", reason=line))
+    files.finished(rank).touch()
+    os._exit(0)  # no teardown: a process group's destructors can abort or wait on peers
+
+
+class Supervisor:
+    """Runs `cases` (index, spec) of `workload` on `world` ranks, each failure a record."""
+
+    def __init__(self, workload: str, measure: Measure, world: int, backend: str, db: Path,
+                 env: dict[str, Any], log_dir: Path, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 stall_s: float = DEFAULT_STALL_S, say: Say = print,
+                 on_progress: Callable[[int], None] = lambda done: None) -> None:
+        self.workload, self.measure, self.world, self.backend = workload, measure, world, backend
+        self.db, self.env, self.log_dir = db, env, log_dir
+        self.timeout_s, self.stall_s, self.say, self.on_progress = timeout_s, stall_s, say, on_progress
+
+    def run(self, cases: Sequence[tuple[int, Any]]) -> list[Record]:
+        """Measure every case; the records of failed cases (the others rank 0 stored itself)."""
+        from trainperf.distributed.launch import free_port
+
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        failed: list[Record] = []
+        pending = list(cases)
+        while pending:
+            with tempfile.TemporaryDirectory(prefix="trainperf-ranks-") as folder:
+                files = RankFiles(Path(folder))
+                ctx, port = mp.get_context("spawn"), free_port()
+                procs = [ctx.Process(target=_rank_main, args=(
+                    r, self.world, self.backend, port, self.timeout_s, self.workload, pending, self.measure,
+                    str(self.db), self.env, folder, str(self.log_dir))) for r in range(self.world)]
+                for p in procs:
+                    p.start()
+                try:
+                    failure = self._watch(procs, files)
+                finally:
+                    _end(procs)
+                if failure is None:
+                    return failed
+                record = self._record(failure, pending)
+                Store(self.db).append(record)
+                failed.append(record)
+                pending = [(i, s) for i, s in pending if i > failure.case]
+        return failed
+
+    def _record(self, failure: Failure, pending: Sequence[tuple[int, Any]]) -> Record:
+        spec = dict(pending)[failure.case]
+        detect_s = round(time.time() - failure.when, 2)
+        who = f"rank {failure.rank}" if failure.rank is not None else "every rank"
+        log = log_path(self.log_dir, self.workload, failure.rank or 0)
+        metrics = {**failure.metrics, "failed_rank": failure.rank, "detect_s": detect_s, "log": str(log)}
+        label = spec.label() if hasattr(spec, "label") else str(spec_dict(spec))
+        self.say(f"{label}: {failure.status} on {who}: {failure.reason} (ended {detect_s:.1f} s after the "
+                 f"failure; log {log})")
+        return Record(self.workload, spec_dict(spec), failure.status, metrics,
+                      reason=f"{who}: {failure.reason}", env=self.env)
+
+    def _watch(self, procs: list[Any], files: RankFiles) -> Failure | None:
+        """Wait for the run to end; the failure that ended it, or None when every rank finished."""
+        progress: dict[int, tuple[Any, float]] = {}  # rank -> ((case, calls), when it last moved)
+        dead_since: dict[int, float] = {}
+        done = 0
+        while True:
+            now = time.time()
+            reports = {r: rep for r in range(self.world) if (rep := _read_json(files.report(r)))}
+            if reports:
+                time.sleep(POLL_S)  # the peers' reports of the same failure come in a moment
+                return self._cause(procs, files, beats={}, seen=now)
+            beats = {r: hb for r in range(self.world) if (hb := _read_json(files.heartbeat(r)))}
+            for r, p in enumerate(procs):
+                if p.exitcode not in (None, 0) and not files.finished(r).exists():
+                    dead_since.setdefault(r, now)
+            if dead_since and now - min(dead_since.values()) > 2 * POLL_S:  # a report may still come
+                return self._cause(procs, files, beats, min(dead_since.values()))
+            if all(p.exitcode is not None for p in procs) and not dead_since:
+                return None
+            for r, hb in beats.items():
+                mark = (hb["case"], hb["calls"])
+                if r not in progress or progress[r][0] != mark:
+                    progress[r] = (mark, now)
+            if 0 in beats and beats[0]["done"] > done:
+                done = beats[0]["done"]
+                self.on_progress(done)
+            if len(progress) == self.world:
+                last_move = max(when for _, when in progress.values())
+                usual = [hb["call_s"] for hb in beats.values() if hb["timed"] and hb["call_s"]]
+                limit = max(self.stall_s, STALL_CALLS * max(usual)) if usual else self.timeout_s
+                if now - last_move > limit:
+                    return _stall(beats, last_move, limit)
+            time.sleep(POLL_S)
+
+
+    def _cause(self, procs: list[Any], files: RankFiles, beats: dict[int, dict[str, Any]],
+               seen: float) -> Failure:
+        """A rank that died without a word (a signal) is the cause; else the earliest report (later
+        ones are peers losing their connection to it)."""
+        reports = {r: rep for r in range(self.world) if (rep := _read_json(files.report(r)))}
+        silent = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in reports
+                  and not files.finished(r).exists()]
+        if silent or not reports:
+            r = silent[0]
+            beat = beats.get(r) or _read_json(files.heartbeat(r))
+            return _death(r, procs[r].exitcode, beat, seen)
+        return _first_report(reports)
+
+
+def _first_report(reports: dict[int, dict[str, Any]]) -> Failure:
+    rank, rep = min(reports.items(), key=lambda kv: kv[1]["when"])
+    status = rep["status"] if rep["status"] in ("oom", "error") else "error"
+    return Failure(rep["case"], rank, status, rep["reason"] or "failed", rep["when"], rep.get("metrics", {}))
+
+
+def _death(rank: int, exitcode: int | None, beat: dict[str, Any] | None, seen: float) -> Failure:
+    how = (f"killed by {signal.Signals(-exitcode).name}" if exitcode is not None and exitcode < 0
+           else f"exited with code {exitcode}")
+    metrics = {"peak_mem_gb": beat["peak_gb"]} if beat else {}
+    return Failure(beat["case"] if beat else -1, rank, "error", f"the process was {how}", seen, metrics)
+
+
+def _stall(beats: dict[int, dict[str, Any]], last_move: float, limit: float) -> Failure:
+    """Every rank stopped moving: the one whose main thread is outside torch is the one the others
+    wait for (in a collective or a synchronize)."""
+    outside = [r for r, hb in sorted(beats.items()) if TORCH_DIR not in hb["where"]]
+    rank = outside[0] if len(outside) == 1 else None
+    where = beats[rank]["where"] if rank is not None else beats[0]["where"]
+    case = beats[rank if rank is not None else 0]["case"]
+    peak = beats[rank if rank is not None else 0]["peak_gb"]
+    return Failure(case, rank, "error",
+                   f"stopped responding for {limit:.0f} s in {Path(where.split(':')[0]).name}"
+                   f" ({where.split(' ')[-1]})", last_move, {"peak_mem_gb": peak})
+
+
+def _end(procs: list[Any]) -> None:
+    """SIGKILL every rank still running and reap them all: nothing is left behind."""
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    for p in procs:
+        p.join(timeout=30)
