@@ -267,19 +267,27 @@ def test_a_claim_held_by_a_live_sweep_blocks_and_one_of_a_dead_process_is_taken_
     assert store.claim("k-live", "me")
 
 
-def _ranked_worker(rank: int, world: int, db: str, hang: bool) -> None:
-    """Three cases; rank 1 raises in case 0 (or, with `hang`, sleeps through case 1)."""
+def _ranked_worker(rank: int, world: int, db: str) -> None:
+    """Three cases in lockstep without a supervisor (as under torchrun); rank 1 raises in case 0."""
     from trainperf.distributed.ranked_sweep import run_ranked_cases
 
     def measure(spec, rank, world, device):
-        if rank == 1 and spec["i"] == 0 and not hang:
+        if rank == 1 and spec["i"] == 0:
             raise ValueError("rank 1 broke")
-        if rank == 1 and spec["i"] == 1 and hang:
-            time.sleep(1000)
         return {"value": spec["i"]}
 
-    run_ranked_cases(rank, world, "t", [{"i": i} for i in range(3)], measure, torch.device("cpu"), db, ENV,
-                     quiet=True)
+    run_ranked_cases(rank, world, "t", [(i, {"i": i}) for i in range(3)], measure, torch.device("cpu"), db, ENV)
+
+
+def measure_all_reduce(spec, rank, world, device):
+    """A case of timed all-reduces (where TRAINPERF_FAULT strikes)."""
+    import torch.distributed as dist
+
+    from trainperf.distributed.timing import per_rank_times
+
+    x = torch.ones(1024)
+    times = per_rank_times(lambda: dist.all_reduce(x), device, 6)
+    return {"ms": max(max(t) for t in times), "sum": x[0].item()}
 
 
 def _children() -> list[str]:
@@ -296,26 +304,61 @@ def _children() -> list[str]:
     return found
 
 
-def test_a_rank_that_raises_is_named_in_its_case_s_record_and_the_other_cases_run(db):
+def test_without_a_supervisor_a_rank_that_raises_is_named_in_its_case_s_record_and_the_other_cases_run(db):
     from trainperf.distributed.launch import launch
 
-    launch(_ranked_worker, 2, "gloo", args=(str(db), False), timeout_s=30)
+    launch(_ranked_worker, 2, "gloo", args=(str(db),), timeout_s=30)
     records = {r.spec["i"]: r for r in Store(db).records()}
     assert records[0].status == "error" and records[0].reason == "rank 1: ValueError: rank 1 broke"
     assert records[1].status == records[2].status == "ok"
 
 
-def test_a_rank_that_hangs_stops_the_run_within_the_timeout_and_leaves_no_process(db):
-    from trainperf.distributed.launch import LaunchError, launch
+@pytest.mark.parametrize("fault, status, rank, reason", [
+    ("oom:0:1:3", "oom", 0, "out of memory (injected)"),
+    ("raise:1:1:3", "error", 1, "RuntimeError: injected fault on rank 1"),
+    ("kill:1:1:3", "error", 1, "the process was killed by SIGKILL"),
+    ("hang:1:1:3", "error", 1, "stopped responding for 3 s in heartbeat.py (inject_fault)"),
+])
+def test_a_failing_rank_ends_its_case_in_seconds_as_a_record_and_the_next_case_runs(
+        db, tmp_path, monkeypatch, fault, status, rank, reason):
+    from trainperf.distributed.supervisor import Supervisor
 
+    monkeypatch.setenv("TRAINPERF_FAULT", fault)
+    said = []
+    supervisor = Supervisor("t", measure_all_reduce, 2, "gloo", db, ENV, tmp_path / "logs", timeout_s=60,
+                            stall_s=3, say=said.append)
     start = time.monotonic()
-    with pytest.raises(LaunchError, match="the run was stopped"):
-        launch(_ranked_worker, 2, "gloo", args=(str(db), True), timeout_s=5)
+    failed = supervisor.run([(i, {"i": i}) for i in range(3)])
     assert time.monotonic() - start < 60
     records = {r.spec["i"]: r for r in Store(db).records()}
-    assert records[0].status == "ok"
-    assert records[1].status == "error" and "not every rank finished this case" in records[1].reason
+    assert [r.spec["i"] for r in failed] == [1]
+    bad = records[1]
+    assert bad.status == status and bad.reason.startswith(f"rank {rank}: {reason}"), bad.reason
+    assert bad.metrics["failed_rank"] == rank and 0 <= bad.metrics["detect_s"] < 10
+    assert Path(bad.metrics["log"]) == tmp_path / "logs" / f"t-rank{rank}.log"
+    assert records[0].status == records[2].status == "ok"
+    assert records[2].metrics["sum"] == 2.0**6  # six all-reduces of ones: the fresh group computes right
+    assert len(said) == 1 and reason in said[0] and "log" in said[0]
     wait_for_none = time.monotonic() + 10
     while _children() and time.monotonic() < wait_for_none:
         time.sleep(0.1)
     assert _children() == []
+
+
+def test_a_rank_stuck_outside_timed_steps_is_ended_at_the_timeout(db, tmp_path, monkeypatch):
+    from trainperf.distributed.supervisor import Supervisor
+
+    supervisor = Supervisor("t", measure_stuck_building, 2, "gloo", db, ENV, tmp_path / "logs", timeout_s=4,
+                            say=lambda line: None)
+    start = time.monotonic()
+    supervisor.run([(0, {"i": 0}), (1, {"i": 1})])
+    assert time.monotonic() - start < 40
+    records = {r.spec["i"]: r for r in Store(db).records()}
+    assert records[0].status == "error" and "stopped responding for 4 s" in records[0].reason
+    assert records[1].status == "ok"
+
+
+def measure_stuck_building(spec, rank, world, device):
+    if spec["i"] == 0 and rank == 0:
+        time.sleep(1000)  # as a compile or a build that never ends
+    return measure_all_reduce(spec, rank, world, device)

@@ -43,6 +43,7 @@ class Heartbeat:
 
     def start_case(self, index: int) -> None:
         self.case, self.calls, self.timed, self.call_s = index, 0, False, []
+        self._write()  # at once: a case may fail before the next beat
 
     def enter_loop(self, timed: bool) -> None:
         self.timed, self._last_call = timed, None
@@ -73,14 +74,17 @@ class Heartbeat:
         return {"t": time.time(), "case": self.case, "calls": self.calls, "timed": self.timed,
                 "call_s": call_s, "done": self.done, "peak_gb": self.peak_gb(), "where": self.where()}
 
+    def _write(self) -> None:
+        tmp = self.path.with_suffix(f".tmp{threading.get_ident()}")
+        try:
+            tmp.write_text(json.dumps(self.state()))
+            tmp.replace(self.path)
+        except Exception:  # noqa: BLE001 - a beat is skipped, never the rank's work
+            pass
+
     def _beat(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
         while True:
-            try:
-                tmp.write_text(json.dumps(self.state()))
-                tmp.replace(self.path)
-            except Exception:  # noqa: BLE001 - a beat is skipped, never the rank's work
-                pass
+            self._write()
             time.sleep(INTERVAL_S)
 
 

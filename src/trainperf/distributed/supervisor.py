@@ -37,6 +37,7 @@ POLL_S = 0.1
 STALL_CALLS = 10  # a timed call this many times longer than the usual one is a hang
 DEFAULT_STALL_S = 10.0  # ... but never less than this
 DEFAULT_TIMEOUT_S = 300.0  # without progress outside timed loops (compiles take minutes)
+PG_TIMEOUT_MARGIN_S = 60.0  # the process group waits longer: its watchdog is the last resort
 TORCH_DIR = str(Path(torch.__file__).parent)
 
 Measure = Callable[[Any, int, int, torch.device], dict[str, Any]]
@@ -95,7 +96,7 @@ def _rank_main(rank: int, world: int, backend: str, port: int, timeout_s: float,
     from trainperf.distributed.ranked_sweep import run_ranked_cases
 
     files = RankFiles(Path(folder))
-    device = init_rank(rank, world, backend, port, timeout_s)
+    device = init_rank(rank, world, backend, port, timeout_s + PG_TIMEOUT_MARGIN_S)
     beat = Heartbeat(files.heartbeat(rank), rank, device)
     install(beat)
 

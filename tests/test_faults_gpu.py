@@ -1,0 +1,90 @@
+"""Faults injected into real NCCL runs on two GPUs: each becomes its case's record in seconds, the
+next case runs in a fresh process group at its usual speed, and no process is left behind.
+
+`TRAINPERF_FAULTS_OUT=<folder>` keeps every row (the failed case's and the next one's, with the
+next case's time alone) as `faults.csv` there."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")]
+
+SRC = str(Path(__file__).parents[1] / "src")
+WORKLOADS = {  # two cases each: the fault strikes the first, the second must run as if alone
+    "ddp": ["ddp", "--world-size", "2", "--model", "small", "--variant", "naive,ddp", "--iters", "20"],
+    "shard": ["shard", "--world-size", "2", "--model", "small", "--seq", "1024", "--batch", "4",
+              "--checkpoint", "none,full", "--iters", "10"],
+}
+ALONE = {"ddp": ["--variant", "ddp"], "shard": ["--checkpoint", "full"]}
+FAULTS = {"oom:0:0:3": ("oom", 0), "raise:1:0:3": ("error", 1), "kill:1:0:3": ("error", 1),
+          "hang:1:0:3": ("error", 1)}
+ROWS: list[dict] = []
+
+
+def trainperf(args: list[str], tmp: Path, fault: str | None = None) -> tuple[list[dict], float, str]:
+    env = {**os.environ, "PYTHONPATH": SRC}
+    env.pop("TRAINPERF_FAULT", None)
+    if fault:
+        env["TRAINPERF_FAULT"] = fault
+    out = tmp / (fault or "alone").replace(":", "-")
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "trainperf", *args, "--out", str(out), "--db",
+                           str(out / "r.db"), "--quiet"], env=env, capture_output=True, text=True, timeout=600)
+    wall = time.monotonic() - start
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(out / f"{args[0]}.csv") as f:
+        return list(csv.DictReader(f)), wall, proc.stderr
+
+
+def _spawned_ranks() -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and b"trainperf.distributed.supervisor" in (proc / "cmdline").read_bytes():
+                found.append(proc.name)
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("workload", list(WORKLOADS))
+def test_each_fault_on_one_rank_is_a_row_in_seconds_and_the_next_case_runs_as_alone(workload, tmp_path):
+    args = WORKLOADS[workload]
+    alone, _, _ = trainperf(args + ALONE[workload], tmp_path)
+    alone_ms = float(alone[0]["step_ms_median"])
+    for fault, (status, rank) in FAULTS.items():
+        rows, wall, stderr = trainperf(args, tmp_path, fault)
+        bad, nxt = rows
+        ROWS.append({"workload": workload, "fault": fault, "status": bad["status"], "reason": bad["reason"],
+                     "failed_rank": bad["failed_rank"], "detect_s": bad["detect_s"],
+                     "peak_mem_gb": bad.get("peak_mem_gb"), "log": bad["log"], "wall_s": round(wall, 1),
+                     "next_status": nxt["status"], "next_step_ms": nxt["step_ms_median"],
+                     "alone_step_ms": alone_ms})
+        assert bad["status"] == status and int(float(bad["failed_rank"])) == rank, bad
+        assert float(bad["detect_s"]) < 30, bad
+        assert nxt["status"] == "ok", nxt
+        assert float(nxt["step_ms_median"]) == pytest.approx(alone_ms, rel=0.05)
+        assert len([line for line in stderr.splitlines() if line.strip()]) == 1, stderr  # one line a failure
+        assert _spawned_ranks() == []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _keep_rows():
+    yield
+    folder = os.environ.get("TRAINPERF_FAULTS_OUT")
+    if folder and ROWS:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with open(Path(folder) / "faults.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(ROWS[0]))
+            writer.writeheader()
+            writer.writerows(ROWS)
