@@ -276,7 +276,8 @@ def _ranked_worker(rank: int, world: int, db: str) -> None:
             raise ValueError("rank 1 broke")
         return {"value": spec["i"]}
 
-    run_ranked_cases(rank, world, "t", [(i, {"i": i}) for i in range(3)], measure, torch.device("cpu"), db, ENV)
+    cases = [(i, {"i": i}) for i in range(3)]
+    run_ranked_cases(rank, world, "t", cases, measure, torch.device("cpu"), db, ENV)
 
 
 def measure_all_reduce(spec, rank, world, device):
