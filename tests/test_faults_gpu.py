@@ -38,7 +38,8 @@ def trainperf(args: list[str], tmp: Path, fault: str | None = None) -> tuple[lis
         env["TRAINPERF_FAULT"] = fault
     out = tmp / (fault or "alone").replace(":", "-")
     start = time.monotonic()
-    command = [sys.executable, "-m", "trainperf", *args, "--out", str(out), "--db", str(out / "r.db"), "--quiet"]
+    command = [sys.executable, "-m", "trainperf", *args, "--out", str(out), "--db", str(out / "r.db"),
+               "--quiet"]
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     wall = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr[-3000:]
