@@ -37,6 +37,7 @@ def trainperf(args: list[str], tmp: Path, fault: str | None = None) -> tuple[lis
     if fault:
         env["TRAINPERF_FAULT"] = fault
     out = tmp / (fault or "alone").replace(":", "-")
+    out.mkdir()
     start = time.monotonic()
     command = [sys.executable, "-m", "trainperf", *args, "--out", str(out), "--db", str(out / "r.db"),
                "--quiet"]
