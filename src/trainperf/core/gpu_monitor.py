@@ -38,7 +38,7 @@ CLOCK_REASONS = {0x1: "idle", 0x2: "application clocks", POWER_CAP_REASON: "powe
 THROTTLES = 0x8 | 0x20 | 0x40 | 0x80
 
 
-def _nvml():  # noqa: ANN202 - the pynvml module, or None where it is missing
+def nvml_module():  # noqa: ANN202 - the pynvml module, or None where it is missing
     try:
         import pynvml
     except ImportError:
@@ -55,7 +55,7 @@ class GpuMonitor:
         self.device = device
         self.samples: list[tuple[float, float, float, int]] = []  # SM MHz, memory MHz, W, reason bits
         self._energy_mj: list[int | None] = []  # the counter at the window's start and end
-        self._nvml = _nvml() if device.type == "cuda" else None
+        self._nvml = nvml_module() if device.type == "cuda" else None
         self._handle: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

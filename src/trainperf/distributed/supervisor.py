@@ -30,6 +30,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
+from trainperf.core.gpu_monitor import nvml_module
 from trainperf.core.record import Record, spec_dict
 from trainperf.core.store import Store
 
@@ -244,9 +245,35 @@ def _stall(beats: dict[int, dict[str, Any]], last_move: float, limit: float) -> 
 
 
 def _end(procs: list[Any]) -> None:
-    """SIGKILL every rank still running and reap them all: nothing is left behind."""
+    """SIGKILL every rank still running and reap them all: nothing is left behind. Then wait (up to
+    RELEASE_S) until no GPU lists them any more: the driver frees a killed process's context, and
+    with it an NCCL kernel still spinning, after the process is gone, and the next case must not
+    share the GPU with it."""
     for p in procs:
         if p.is_alive():
             p.kill()
     for p in procs:
         p.join(timeout=30)
+    pids = {p.pid for p in procs}
+    deadline = time.time() + RELEASE_S
+    while _pids_on_gpus() & pids and time.time() < deadline:
+        time.sleep(POLL_S)
+
+
+RELEASE_S = 30.0
+
+
+def _pids_on_gpus() -> set[int]:
+    """The processes NVML lists on any GPU of this host (none where NVML is missing)."""
+    nvml = nvml_module()
+    if nvml is None:
+        return set()
+    try:
+        nvml.nvmlInit()
+        try:
+            return {proc.pid for i in range(nvml.nvmlDeviceGetCount())
+                    for proc in nvml.nvmlDeviceGetComputeRunningProcesses(nvml.nvmlDeviceGetHandleByIndex(i))}
+        finally:
+            nvml.nvmlShutdown()
+    except nvml.NVMLError:
+        return set()
