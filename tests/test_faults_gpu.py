@@ -72,8 +72,9 @@ def test_each_fault_on_one_rank_is_a_row_in_seconds_and_the_next_case_runs_as_al
     for fault, (rows, wall, stderr) in runs.items():
         bad, nxt = rows
         ROWS.append({"workload": workload, "fault": fault, "status": bad["status"],
-                     "reason": bad["reason"][:160], "failed_rank": bad["failed_rank"], "detect_s": bad["detect_s"],
-                     "peak_mem_gb": bad.get("peak_mem_gb"), "wall_s": round(wall, 1), "next_status": nxt["status"],
+                     "reason": bad["reason"][:160], "failed_rank": bad["failed_rank"],
+                     "detect_s": bad["detect_s"], "peak_mem_gb": bad.get("peak_mem_gb"),
+                     "wall_s": round(wall, 1), "next_status": nxt["status"],
                      "next_step_ms": nxt["step_ms_median"], "alone_step_ms_before": alone[0],
                      "alone_step_ms_after": alone[1], "stderr_lines": len(stderr.strip().splitlines())})
     for fault, (rows, _, stderr) in runs.items():
