@@ -84,7 +84,10 @@ def test_each_fault_on_one_rank_is_a_row_in_seconds_and_the_next_case_runs_as_al
         assert float(bad["detect_s"]) < 30, (fault, bad)
         assert Path(bad["log"]).exists()
         assert nxt["status"] == "ok", (fault, nxt)
-        assert 0.95 * min(alone) <= float(nxt["step_ms_median"]) <= 1.05 * max(alone), (fault, nxt, alone)
+        # The same case alone in two processes differs by up to 17% here (faults/h100-2026-11-27), so a
+        # 5% band between processes measures noise; what a leftover rank would cost (an NCCL kernel
+        # spinning on the GPU, its memory held) is far more than that spread.
+        assert float(nxt["step_ms_median"]) <= 1.25 * max(alone), (fault, nxt, alone)
         assert len(stderr.strip().splitlines()) == 1, (fault, stderr)  # one line a failed case
     assert _spawned_ranks() == []
 
