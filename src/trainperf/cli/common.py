@@ -19,22 +19,13 @@ from trainperf.cli.vocabulary import DTYPE_ALIASES, help_epilog, option
 from trainperf.core import env as envmod
 from trainperf.core import report
 from trainperf.core.errors import SpecError, Unsupported
+from trainperf.core.library_noise import VERBOSE_ENV, quiet_libraries
 from trainperf.core.record import Record
 from trainperf.core.runner import run_sweep
 from trainperf.core.spec import parse_list, positive_int
 from trainperf.core.store import DEFAULT_DB, Store, path_problem, to_frame
 
-
-def _quiet_third_party() -> None:
-    """Only trainperf speaks: silence what other libraries print that a user cannot act on.
-    Kineto (the profiler's tracer) writes a `USDT:... profiler_start/stop` line to stderr for each
-    profiled window on the CPU build; level 6 is above all its levels. It reads the variable when a
-    profiler starts, so setting it here is in time; a user's own setting wins."""
-    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
-    warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
-
-
-_quiet_third_party()
+quiet_libraries()
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Measure and explain how fast a Transformer LM trains.",
                   epilog=help_epilog())
@@ -47,8 +38,12 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
-def _main(version: bool = option("--version", False, callback=_print_version, is_eager=True)) -> None:
+def _main(version: bool = option("--version", False, callback=_print_version, is_eager=True),
+          verbose: bool = option("--verbose", False)) -> None:
     """Measure and explain how fast a Transformer LM trains."""
+    if verbose:
+        os.environ[VERBOSE_ENV] = "1"  # ranks and workers started from here inherit it
+        warnings.resetwarnings()
 
 
 # Wide tables stay readable in logs and CI, where there is no terminal to size them by.
@@ -186,15 +181,16 @@ def device_or_fail(name: str):
 
 def run_and_show(workload: str, specs: Sequence[Any], measure: Callable[[Any], dict[str, Any]],
                  columns: Sequence[report.Column], *, db: Path, device, rerun: bool, quiet: bool,
-                 as_json: bool, title: str, out: Path) -> list[Record]:
+                 as_json: bool, title: str, out: Path,
+                 named: dict[str, Callable[[Record], Any]] | None = None) -> list[Record]:
     """The shared tail of every workload command: sweep into the store, show the table, write the
-    cases as `<out>/<workload>.csv`."""
+    cases as `<out>/<workload>.csv` (with the `named` columns first, each a function of a record)."""
     store = Store(db)
     env = envmod.capture(device)
     records = run_sweep(workload, specs, measure, store, env, rerun=rerun, quiet=quiet or as_json,
                         label=lambda s: s.label(), console=err_console)
     show_records(records, columns, title, as_json)
-    path = write_records_csv(records, out, workload)
+    path = write_records_csv(records, out, workload, named)
     if not as_json:
         gpu = env.get("gpu_name") or f"CPU ({env['cpu_count']} cores)"
         console.print(f"[dim]{len(records)} cases on {gpu}, torch {env['torch']}; stored in {db}; "
@@ -202,11 +198,16 @@ def run_and_show(workload: str, specs: Sequence[Any], measure: Callable[[Any], d
     return records
 
 
-def write_records_csv(records: Sequence[Record], out: Path, workload: str) -> Path:
-    """The records of this command as `<out>/<workload>.csv` (one row per case)."""
+def write_records_csv(records: Sequence[Record], out: Path, workload: str,
+                      named: dict[str, Callable[[Record], Any]] | None = None) -> Path:
+    """The records of this command as `<out>/<workload>.csv` (one row per case), the `named`
+    columns (each a function of a record) after the status."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{workload}.csv"
-    path.write_text(report.export(to_frame(records), "csv"))
+    frame = to_frame(records)
+    for i, (name, of) in enumerate((named or {}).items()):
+        frame.insert(2 + i, name, [of(r) for r in records])
+    path.write_text(report.export(frame, "csv"))
     return path
 
 

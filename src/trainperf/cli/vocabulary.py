@@ -98,6 +98,8 @@ GLOSSARY: dict[str, str] = {
                  "compiling, warming up) before it is ended as an error; the process group's timeout too.",
     "--rerun": "Measure again cases already in the store.",
     "--quiet": "No progress bar.",
+    "--verbose": "Show everything libraries print (warnings about their internals too); before the "
+                 "command: trainperf --verbose llama ...",
     "--json": "Print JSON on stdout instead of a table.",
     "--format": "File format: csv, json, markdown.",
     "--workload": "Only records of this workload.",

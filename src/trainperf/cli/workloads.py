@@ -350,6 +350,7 @@ def llama(
         RECIPES,
         LlamaSpec,
         measure_llama,
+        recipe_of,
         recipe_setup,
         setup_spec,
         summary_table,
@@ -364,6 +365,8 @@ def llama(
     grid = parse_list(batch_seq, batch_seq_pair, "--batch-seq") if batch_seq is not None else list(
         DEFAULT_GRID if gpu else CPU_GRID)
     stock_backends = "CUDNN_ATTENTION,EFFICIENT_ATTENTION,FLASH_ATTENTION" if gpu else "MATH,FLASH_ATTENTION"
+    if recipe is not None:  # each recipe on its own attention: the stock ones on the first stock backend
+        stock_backends = stock_backends.split(",")[0]
     backends = parse_list(stock_backends if sdpa_backend is None else sdpa_backend, str, "--sdpa-backend",
                           BACKENDS)
     stock_base = "EFFICIENT_ATTENTION" if "EFFICIENT_ATTENTION" in backends else backends[0]
@@ -405,7 +408,8 @@ def llama(
     for s in specs:
         validate(s)
     records = run_and_show("llama", specs, measure_llama, LLAMA_COLUMNS, db=db, device=dev,
-                           rerun=rerun, quiet=quiet, as_json=as_json, title="trainperf llama", out=out)
+                           rerun=rerun, quiet=quiet, as_json=as_json, title="trainperf llama", out=out,
+                           named={"recipe": lambda r: recipe_of(r.spec)})
     table = timing_table(records, base)
     summary = summary_table(table, by_recipe=recipe is not None)
     if not (quiet or as_json) and summary.shape[1] > 2:  # more than one setup to set side by side

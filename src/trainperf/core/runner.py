@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trainperf.core.errors import Unsupported
+from trainperf.core.library_noise import case_notes
 from trainperf.core.record import Record, case_key_for, spec_dict
 from trainperf.core.store import Store
 
@@ -48,7 +49,10 @@ def measure_case(workload: str, spec: Any, measure: Measure, env: dict[str, Any]
     """Run one case and describe the outcome as a Record (never raises, except Ctrl-C)."""
     sd = spec_dict(spec)
     try:
-        metrics = measure(spec)
+        with case_notes() as notes:
+            metrics = measure(spec)
+        if notes:
+            metrics["notes"] = "; ".join(n for n in (metrics.get("notes"), *notes) if n)
         return Record(workload, sd, "ok", metrics, env=env, run_id=run_id)
     except (torch.cuda.OutOfMemoryError, MemoryError) as exc:
         reason, metrics = _oom_reason(exc)

@@ -1,0 +1,98 @@
+"""Only trainperf speaks: what libraries print about their own internals stays off the console.
+
+Two kinds of library output, each handled by message and module, never by a blanket filter:
+  - warnings that say something true about the case (an SDPA backend that refused the inputs, a
+    kernel that fell back) become the record's notes, once each (`case_notes`), and are not
+    printed;
+  - warnings and log lines about a library's own workings (an optional backend of Liger's that
+    cannot import, the CuTe DSL's advice on its own code generation, deprecations inside torch's
+    collectives) are ignored (`quiet_libraries`).
+`--verbose` (TRAINPERF_VERBOSE=1, which spawned ranks inherit) shows everything, and the notes
+still gather.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+VERBOSE_ENV = "TRAINPERF_VERBOSE"
+
+# Warnings about the case at hand: a backend refused these inputs, a kernel fell back.
+CASE_WARNINGS = (
+    r"(cuDNN|Flash|Memory efficient) attention kernel not used because",
+    r"Memory efficient kernel not used because",
+    r"Flash attention has been runtime disabled",
+    r"cuDNN attention has been runtime disabled",
+    r"Falling back to",
+    r".*fall(s|ing)? back to",
+)
+# (message, module) of warnings about a library's internals.
+INTERNAL_WARNINGS = (
+    (r".*", r"cutlass\.base_dsl(\..*)?"),  # the CuTe DSL's own advice, with its source line
+    (r"Backend impl .* could not be imported", r"liger_kernel(\..*)?"),
+    (r".*reduce_scatter_tensor.*deprecated", r"torch\.distributed(\..*)?"),
+    (r".*Profiler clears events at the end of each cycle", r".*"),
+)
+# (logger, message) of log lines about a library's internals.
+INTERNAL_LOGS = (("liger_kernel", r"Backend impl .* could not be imported"),)
+
+
+def verbose() -> bool:
+    return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
+
+
+class _DropMatching(logging.Filter):
+    def __init__(self, pattern: str) -> None:
+        super().__init__()
+        self.pattern = re.compile(pattern)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.pattern.search(record.getMessage())
+
+
+def quiet_libraries() -> None:
+    """Ignore the libraries' talk about themselves (unless verbose). Kineto writes a `USDT:...`
+    line for each profiled window on the CPU build; level 6 is above all its levels (a user's own
+    setting wins)."""
+    if verbose():
+        return
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+    for message, module in INTERNAL_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, module=module)
+    for name, message in INTERNAL_LOGS:
+        logging.getLogger(name).addFilter(_DropMatching(message))
+
+
+def is_case_warning(text: str) -> bool:
+    return any(re.match(pattern, text) for pattern in CASE_WARNINGS)
+
+
+@contextmanager
+def case_notes() -> Iterator[list[str]]:
+    """Collect the case's warnings (CASE_WARNINGS), each once, into the yielded list instead of
+    printing them (verbose: printed too); other warnings take their usual course."""
+    notes: list[str] = []
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001, ANN202
+        text = " ".join(str(message).split())
+        if is_case_warning(text):
+            if text not in notes:
+                notes.append(text)
+            if not verbose():
+                return
+        shown(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        for pattern in CASE_WARNINGS:  # every case sees its own, not only the first one's
+            warnings.filterwarnings("always", message=pattern)
+        warnings.showwarning = show
+        try:
+            yield notes
+        finally:
+            warnings.showwarning = shown

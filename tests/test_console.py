@@ -1,0 +1,79 @@
+"""Only trainperf speaks on the console: a library's warning about the case becomes the record's
+note, its talk about itself is silenced (by message and module), and --verbose shows it all."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+from trainperf.core.library_noise import VERBOSE_ENV, quiet_libraries
+from trainperf.core.runner import measure_case
+
+SRC = str(Path(__file__).parents[1] / "src")
+LIBRARY_LINE = re.compile(r"Warning|^\[W|\.py:\d+|^\s+\S.*\($")  # a warning, torch's [W ...], a source line
+
+
+def test_a_warning_about_the_case_is_its_note_once_and_not_printed(monkeypatch):
+    monkeypatch.delenv(VERBOSE_ENV, raising=False)
+    def measure(spec):
+        for _ in range(3):
+            warnings.warn("Memory efficient kernel not used because: head_dim 300 > 256", UserWarning,
+                          stacklevel=1)
+        return {"value": 1}
+
+    with warnings.catch_warnings(record=True) as shown:
+        first = measure_case("t", {"i": 0}, measure, {})
+        second = measure_case("t", {"i": 1}, measure, {})  # a second case sees its own warning again
+    for rec in (first, second):
+        assert rec.metrics["notes"] == "Memory efficient kernel not used because: head_dim 300 > 256"
+    assert shown == []
+
+
+def _warn_from(module: str, message: str) -> None:
+    exec(compile(f"import warnings\nwarnings.warn({message!r}, UserWarning)", module, "exec"),
+         {"__name__": module})
+
+
+def test_a_library_s_talk_about_itself_is_silenced_by_message_and_module(monkeypatch):
+    monkeypatch.delenv(VERBOSE_ENV, raising=False)
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        quiet_libraries()
+        _warn_from("cutlass.base_dsl.dsl", "generate_mlir_function_types is deprecated")
+        _warn_from("liger_kernel.ops.backends", "Backend impl 'x' for op 'rope' could not be imported")
+        _warn_from("liger_kernel.ops.backends", "a warning of another kind")  # not one we name
+        _warn_from("trainperf_user", "generate_mlir_function_types is deprecated")  # another module
+    assert [(w.filename, str(w.message)) for w in shown] == [
+        ("liger_kernel.ops.backends", "a warning of another kind"),
+        ("trainperf_user", "generate_mlir_function_types is deprecated")]
+
+
+def test_verbose_shows_the_silenced_warnings_and_still_notes_the_case(monkeypatch):
+    monkeypatch.setenv(VERBOSE_ENV, "1")
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        quiet_libraries()
+        _warn_from("cutlass.base_dsl.dsl", "generate_mlir_function_types is deprecated")
+        rec = measure_case("t", {}, lambda s: warnings.warn("Flash attention has been runtime disabled.",
+                                                              stacklevel=1) or {}, {})
+    assert [str(w.message) for w in shown] == ["generate_mlir_function_types is deprecated",
+                                               "Flash attention has been runtime disabled."]
+    assert rec.metrics["notes"] == "Flash attention has been runtime disabled."
+
+
+def test_a_compiled_recipe_and_a_gloo_ddp_case_print_no_library_line(tmp_path):
+    env = {**os.environ, "PYTHONPATH": SRC}
+    env.pop(VERBOSE_ENV, None)
+    runs = [["llama", "--recipe", "compile", "--batch-seq", "1x16", "--iters", "1", "--warmup", "1"],
+            ["ddp", "--world-size", "2", "--variant", "naive", "--iters", "2", "--warmup", "1"]]
+    for args in runs:
+        proc = subprocess.run([sys.executable, "-m", "trainperf", *args, "--out", str(tmp_path / "out"),
+                               "--db", str(tmp_path / "r.db")], env=env, capture_output=True, text=True,
+                              timeout=600, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        noise = [line for line in proc.stderr.splitlines() if LIBRARY_LINE.search(line)]
+        assert noise == [], (args, noise)
