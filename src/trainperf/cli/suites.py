@@ -37,6 +37,13 @@ def suite_list() -> None:
                           soft_wrap=True)
 
 
+def invoke(argv: list[str]) -> int:
+    """Run one trainperf command line in this process; its exit code (a usage error in one line)."""
+    from trainperf.cli.usage import run_cli
+
+    return run_cli(app, argv)
+
+
 @suite_app.command("run", cls=RenamedFlags)
 @cli_errors
 def suite_run(
@@ -50,7 +57,7 @@ def suite_run(
     suite = get_suite(name)
     check_out_dir(results, "--results")
     check_out_file(db, "--db")
-    folder = run_suite(suite, results, db, rerun=rerun, quiet=quiet,
+    folder = run_suite(suite, results, db, invoke, rerun=rerun, quiet=quiet,
                        say=lambda text: console.print(f"[dim]{text}[/dim]", highlight=False, soft_wrap=True))
     console.print(suite_report(folder), highlight=False, markup=False)
     console.print(f"[dim]wrote {folder}[/dim]", highlight=False)

@@ -6,7 +6,7 @@ For each row (batch, head, position) with halves x1, x2 and the position's cos/s
 The kernel reads x through its strides (the [batch, heads, seq, dim] views that attention
 layers make by transposing need no copy first) and handles ROWS rows per program. cos/sin are
 [seq, dim/2] tables (trainperf's LM) or per-batch [batch, seq, dim] tensors whose halves repeat
-(Hugging Face's Llama). `rope_reference` is the LM's own PyTorch version (models/lm.py).
+(Hugging Face's Llama). `rope_reference` (kernels/rope_reference.py) is the PyTorch version the LM uses too.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from trainperf.models.lm import rope_reference  # noqa: F401 - the reference beside its kernel
+from trainperf.kernels.rope_reference import rope_reference  # noqa: F401 - the reference beside its kernel
 
 ROWS = 16
 

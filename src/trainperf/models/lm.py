@@ -14,16 +14,10 @@ from torch import nn
 
 from trainperf.attention.registry import NAMES as ATTENTION_NAMES
 from trainperf.attention.registry import get_attention
+from trainperf.kernels.rope_reference import rope_reference
 from trainperf.models.norms import NORMS, make_norm
 
 IMPLS = ("torch", "triton")  # implementations of RoPE and of the SwiGLU activation
-
-
-def rope_reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate-half RoPE in PyTorch. x: [..., seq, head_dim]; cos, sin: [seq, head_dim / 2]."""
-    x1, x2 = x.chunk(2, dim=-1)
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
-"""`trainperf suite run NAME`: every part of a suite through the CLI, into a dated results folder
-`<results>/<suite>/<gpu>-<date>/` with the environment, each part's CSV and plots, and report.md."""
+"""`trainperf suite run NAME`: every part of a suite, each a command line run by the runner the CLI
+hands in, into a dated results folder `<results>/<suite>/<gpu>-<date>/` with the environment,
+each part's CSV and plots, what the run printed (console.txt), and report.md."""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib.util import find_spec
 from pathlib import Path
@@ -15,6 +17,7 @@ import torch
 from trainperf.core import env as envmod
 from trainperf.core.errors import SpecError
 from trainperf.suites.catalog import SUITES, Suite
+from trainperf.suites.console_log import console_to
 
 INTERRUPTED = 130  # the exit code of a command stopped with Ctrl-C
 
@@ -44,34 +47,29 @@ def folder_name(suite: Suite, env: dict[str, Any], gpus: int, today: str) -> str
     return f"{slug}-{today}"
 
 
-def invoke(argv: list[str]) -> int:
-    """Run one trainperf command line in this process; its exit code."""
-    import typer
-
-    from trainperf.cli import app
-
-    command = typer.main.get_command(app)
-    try:
-        code = command.main(args=argv, prog_name="trainperf", standalone_mode=False)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    except Exception as exc:  # a usage error of the command line: shown as the CLI shows it
-        if not hasattr(exc, "exit_code") or not hasattr(exc, "show"):
-            raise
-        exc.show()
-        return int(exc.exit_code)
-    return int(code) if isinstance(code, int) else 0
+Invoke = Callable[[list[str]], int]  # runs one trainperf command line, returns its exit code
 
 
-def run_suite(suite: Suite, results: Path, db: Path, rerun: bool = False, quiet: bool = False,
-              say=print) -> Path:
-    """Run every part of `suite` on this machine; the results folder it wrote."""
+def run_suite(suite: Suite, results: Path, db: Path, invoke: Invoke, rerun: bool = False,
+              quiet: bool = False, say=print) -> Path:
+    """Run every part of `suite` on this machine through `invoke` (the command line's runner, which
+    the CLI hands in); the results folder it wrote, with what the run printed as console.txt."""
     on_gpu = torch.cuda.is_available()
     gpus = torch.cuda.device_count() if on_gpu else 0
     env = envmod.capture(torch.device("cuda" if on_gpu else "cpu"))
     today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     folder = results / suite.name / folder_name(suite, env, gpus, today)
     folder.mkdir(parents=True, exist_ok=True)
+    with console_to(folder / "console.txt"):
+        _run_parts(suite, folder, db, invoke, env, on_gpu, gpus, today, rerun, quiet, say)
+    from trainperf.suites.page import write_report
+
+    write_report(folder)
+    return folder
+
+
+def _run_parts(suite: Suite, folder: Path, db: Path, invoke: Invoke, env: dict[str, Any], on_gpu: bool,
+               gpus: int, today: str, rerun: bool, quiet: bool, say) -> None:
     (folder / "env.json").write_text(json.dumps(env, indent=1, sort_keys=True, default=str) + "\n")
     parts = []
     for part in suite.parts:
@@ -103,7 +101,3 @@ def run_suite(suite: Suite, results: Path, db: Path, rerun: bool = False, quiet:
     meta = {"suite": suite.name, "about": suite.about, "command": f"trainperf suite run {suite.name}",
             "date": today, "commit": env.get("git_commit"), "parts": parts}
     (folder / "suite.json").write_text(json.dumps(meta, indent=1) + "\n")
-    from trainperf.suites.page import write_report
-
-    write_report(folder)
-    return folder

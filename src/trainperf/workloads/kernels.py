@@ -113,7 +113,7 @@ def _op(spec: KernelSpec, device: torch.device) -> Op:
             _triton(device, "rope-triton")
             from trainperf.kernels.rope import rope_triton as rotate
         else:
-            from trainperf.models.lm import rope_reference as rotate
+            from trainperf.kernels.rope_reference import rope_reference as rotate
         fn = torch.compile(rotate) if impl == "compiled" else rotate
         x = rand(1, d // HEAD_DIM, n, HEAD_DIM)
         return (lambda x: fn(x, cos, sin)), [x], [x]
