@@ -1,12 +1,15 @@
-"""The package is a pipeline: no module reaches back up to one that imports it, directly or
-through others (imports inside functions count too: they are the same dependency, later)."""
+"""The house: the package is a pipeline (no module reaches back up to one that imports it, directly
+or through others; imports inside functions count too: they are the same dependency, later),
+results folders hold data only, and every probe is listed with its question."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-SRC = Path(__file__).parents[1] / "src"
+ROOT = Path(__file__).parents[1]
+SRC = ROOT / "src"
+DATA = {".csv", ".json", ".txt", ".png", ".md", ".db", ".log"}
 
 
 def module_name(path: Path) -> str:
@@ -61,3 +64,17 @@ def test_the_import_graph_has_no_cycle():
 def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_results_folders_hold_data_only():
+    code = [str(p.relative_to(ROOT)) for p in (ROOT / "benchmarks" / "results").rglob("*")
+            if p.is_file() and p.suffix not in DATA]
+    assert code == []
+
+
+def test_every_probe_is_listed_with_its_question_command_and_last_answer():
+    listed = (ROOT / "benchmarks" / "probes" / "README.md").read_text()
+    for probe in (ROOT / "benchmarks" / "probes").glob("*.py"):
+        row = next((line for line in listed.splitlines() if line.startswith(f"| `{probe.name}` |")), None)
+        assert row is not None, probe.name
+        assert f"python3 benchmarks/probes/{probe.name}" in row and row.count(" | ") == 3, row
