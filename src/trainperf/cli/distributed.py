@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -106,8 +107,8 @@ def _validate_run_show(workload: str, specs: list, validate: Any, columns: list[
     """Refuse a bad case before any work, run the cases on their ranks, show and write the records."""
     for s in specs:
         validate(s)
-    if timeout_s <= 0:
-        raise SpecError(f"--timeout must be positive, got {timeout_s:g}")
+    if not 0 < timeout_s < math.inf:
+        raise SpecError(f"--timeout must be a positive number of seconds, got {timeout_s:g}")
     check_out_dir(out)
     records = _run_distributed(workload, specs, backend, db, out, rerun, quiet or as_json, timeout_s,
                                precheck)
