@@ -2,7 +2,7 @@
 
 An option is declared with `option(flag, ...)`, so its help starts with the glossary's meaning; a
 test walks the typer app and fails when a flag is missing here, or a meaning has two names. The
-README's glossary is `markdown_glossary()`, checked by a test too."""
+glossary of docs/options.md is `markdown_glossary()`, checked by a test too."""
 
 from __future__ import annotations
 
