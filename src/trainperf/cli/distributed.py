@@ -187,8 +187,9 @@ DDP_COLUMNS: list[report.Column] = [
     ("variant", report.spec("variant")), ("model", report.spec("model")), ("n", report.spec("world_size")),
     ("bucket MB", report.spec("bucket_mb")), ("shard opt", report.spec("shard_optimizer")),
     ("step ms", report.timing("step")), ("compute ms", report.metric("compute_ms")),
-    ("exposed comm ms", report.metric("exposed_comm_ms")), ("comm ms", report.metric("comm_ms")),
-    ("hidden", report.metric("hidden_share", 2)), ("opt state MB", report.metric("opt_state_mb")),
+    ("NCCL ms", report.metric("nccl_ms")), ("exposed comm ms", report.metric("exposed_comm_ms")),
+    ("hidden", report.metric("hidden_share", 2)), ("comm alone ms", report.metric("comm_alone_ms")),
+    ("opt state MB", report.metric("opt_state_mb")),
     ("peak GB", report.metric("peak_mem_gb")), ("status", report.status), ("notes", report.notes),
 ]
 

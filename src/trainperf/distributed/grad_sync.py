@@ -6,8 +6,12 @@ returns:
   flat      one all-reduce of all gradients flattened into one buffer
   overlap   an async all-reduce per parameter, launched from its grad hook during backward
   bucketed  gradients grouped into buckets of ~bucket_mb (in reverse registration order, the
-            order backward produces them); each bucket is flattened and all-reduced
-            asynchronously as soon as its last gradient is ready
+            order backward produces them); each bucket is all-reduced asynchronously as soon as
+            its last gradient is ready. As in PyTorch DDP with `gradient_as_bucket_view`, each
+            bucket is one persistent buffer and the gradients are views into it, so backward
+            accumulates straight into the bucket: no copy in, no copy out, no allocation per step.
+The mean is NCCL's own average (ReduceOp.AVG) where the backend has one, else a sum and a
+division. `zero_grad()` replaces the optimizer's: a bucketed gradient must stay a view.
 """
 
 from __future__ import annotations
@@ -34,24 +38,39 @@ class GradSync:
     def __init__(self, model: nn.Module) -> None:
         self.params = _params(model)
         self.world = dist.get_world_size()
+        self.averages = dist.get_backend() == "nccl"  # NCCL averages itself; gloo sums
+
+    def mean(self, t: torch.Tensor, async_op: bool = False) -> dist.Work | None:
+        """All-reduce `t` into its mean over ranks (async: the division follows `wait`)."""
+        op = dist.ReduceOp.AVG if self.averages else dist.ReduceOp.SUM
+        return dist.all_reduce(t, op=op, async_op=async_op)
+
+    def divided(self, t: torch.Tensor) -> None:
+        """After a sum: the mean."""
+        if not self.averages:
+            t.div_(self.world)
 
     def finish(self) -> None:
         """Called after backward: make the gradients the mean over ranks."""
+
+    def zero_grad(self, opt: torch.optim.Optimizer) -> None:
+        opt.zero_grad(set_to_none=True)
 
 
 class NaiveSync(GradSync):
     def finish(self) -> None:
         for p in self.params:
-            dist.all_reduce(p.grad)
-            p.grad.div_(self.world)
+            self.mean(p.grad)
+            self.divided(p.grad)
 
 
 class FlatSync(GradSync):
     def finish(self) -> None:
         grads = [p.grad for p in self.params]
         flat = _flatten_dense_tensors(grads)
-        dist.all_reduce(flat)
-        copy_from_flat(grads, flat.div_(self.world))
+        self.mean(flat)
+        self.divided(flat)
+        copy_from_flat(grads, flat)
 
 
 class OverlapSync(GradSync):
@@ -62,12 +81,12 @@ class OverlapSync(GradSync):
             p.register_post_accumulate_grad_hook(self._launch)
 
     def _launch(self, p: nn.Parameter) -> None:
-        self.pending.append((dist.all_reduce(p.grad, async_op=True), p.grad))
+        self.pending.append((self.mean(p.grad, async_op=True), p.grad))
 
     def finish(self) -> None:
         for work, grad in self.pending:
             work.wait()
-            grad.div_(self.world)
+            self.divided(grad)
         self.pending.clear()
 
 
@@ -76,33 +95,39 @@ class BucketedSync(GradSync):
         super().__init__(model)
         self.buckets = partition_buckets(self.params, bucket_mb)
         self.bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b}
+        self.flats = [torch.zeros(sum(p.numel() for p in b), dtype=b[0].dtype, device=b[0].device)
+                      for b in self.buckets]
+        self.views = {id(p): view.view_as(p) for b, flat in zip(self.buckets, self.flats, strict=True)
+                      for p, view in zip(b, flat.split([p.numel() for p in b]), strict=True)}
         self.ready = [0] * len(self.buckets)
-        self.pending: dict[int, tuple[dist.Work, torch.Tensor]] = {}
+        self.pending: dict[int, dist.Work] = {}
         for p in self.params:
+            p.grad = self.views[id(p)]
             p.register_post_accumulate_grad_hook(self._mark_ready)
 
     def _mark_ready(self, p: nn.Parameter) -> None:
         i = self.bucket_of[id(p)]
         self.ready[i] += 1
         if self.ready[i] == len(self.buckets[i]):
-            self._launch(i)
-
-    def _launch(self, i: int) -> None:
-        flat = _flatten_dense_tensors([p.grad for p in self.buckets[i]])
-        self.pending[i] = (dist.all_reduce(flat, async_op=True), flat)
+            self.pending[i] = self.mean(self.flats[i], async_op=True)
 
     def finish(self) -> None:
         for i in range(len(self.buckets)):
-            if i not in self.pending:  # a bucket whose gradients never all arrived
-                for p in self.buckets[i]:
-                    if p.grad is None:
-                        p.grad = torch.zeros_like(p)
-                self._launch(i)
-        for i, (work, flat) in sorted(self.pending.items()):
+            if i not in self.pending:  # a bucket whose gradients never all arrived (still zeros)
+                self.pending[i] = self.mean(self.flats[i], async_op=True)
+        for i, work in sorted(self.pending.items()):
             work.wait()
-            copy_from_flat([p.grad for p in self.buckets[i]], flat.div_(self.world))
+            self.divided(self.flats[i])
         self.pending.clear()
         self.ready = [0] * len(self.buckets)
+
+    def zero_grad(self, opt: torch.optim.Optimizer) -> None:
+        """Zero the buckets and keep every gradient a view into its bucket."""
+        for flat in self.flats:
+            flat.zero_()
+        for p in self.params:
+            if p.grad is None or p.grad.data_ptr() != self.views[id(p)].data_ptr():
+                p.grad = self.views[id(p)]
 
 
 def _nbytes(p: nn.Parameter) -> int:

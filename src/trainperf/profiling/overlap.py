@@ -46,3 +46,13 @@ def communication_overlap(kernels: pd.DataFrame) -> dict[str, float]:
     total = _length(comm)
     exposed = total - _intersection(comm, compute)
     return {"comm": total, "exposed": exposed, "hidden_share": 1 - exposed / total if total else float("nan")}
+
+
+def step_communication_ms(step, device) -> dict[str, float]:  # noqa: ANN001 - a callable, a device
+    """One more call of `step` under the profiler: the milliseconds NCCL kernels run (`comm`), the
+    part of them that no computation kernel overlaps (`exposed`), and hidden_share."""
+    from trainperf.profiling.torch_prof import profile_steps
+
+    found = communication_overlap(profile_steps(step, device).kernels)
+    return {"comm": found["comm"] / 1e3, "exposed": found["exposed"] / 1e3,
+            "hidden_share": found["hidden_share"]}

@@ -398,8 +398,9 @@ def ddp_headline(parts: dict[str, Path]) -> pd.DataFrame:
     if df.empty:
         return df
     out = df[["variant", "model", "world_size", "bucket_mb", "shard_optimizer"]].copy()
-    for col, name in (("step_ms_median", "step ms"), ("exposed_comm_ms", "exposed comm ms"),
-                      ("compute_ms", "compute ms")):
+    for col, name in (("step_ms_median", "step ms"), ("compute_ms", "compute ms"), ("nccl_ms", "NCCL ms"),
+                      ("exposed_comm_ms", "exposed comm ms"), ("hidden_share", "hidden"),
+                      ("opt_state_mb", "opt state MB")):
         out[name] = _cell(df, col) if col in df else ""
     return out
 
@@ -597,12 +598,13 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "message size in MiB.",
           multi_gpu=True),
     Suite("ddp",
-          "A data-parallel training step of the small GPT LM over every GPU of the machine, per "
-          "gradient-sync variant.",
+          "A data-parallel training step of the xl GPT LM (bf16 autocast) over every GPU of the machine, per "
+          "gradient-sync variant, with and without the sharded optimizer (ZeRO-1).",
           (Part("ddp", ("ddp",),
-                gpu={"--world-size": GPUS, "--model": "small"},
+                gpu={"--world-size": GPUS, "--model": "xl", "--iters": "20", "--shard-optimizer": "off,on"},
                 cpu={"--world-size": "2", "--variant": "flat,ddp", "--seq": "16", "--warmup": "1",
                      "--iters": "1"}, min_gpus=2),),
-          ddp_headline, "Median milliseconds per step; exposed comm is the step time beyond "
-          "compute alone.", multi_gpu=True),
+          ddp_headline, "Median milliseconds per step of the slowest rank; compute is the same step with no "
+          "synchronisation; NCCL, exposed comm and hidden come from the kernel trace of one more step on every "
+          "rank (exposed: NCCL time no computation overlaps).", multi_gpu=True),
 )}

@@ -3,9 +3,13 @@
 Every rank trains the same model on its own slice of one global batch. Measured per variant:
   step_ms          median step time of the slowest rank (ranks start each step together)
   compute_ms       the same step with no gradient synchronisation at all
-  exposed_comm_ms  step_ms − compute_ms: communication the variant failed to hide
-  comm_ms          the variant's collectives timed alone, on buffers of the gradients' sizes
-  hidden_share     1 − exposed / comm (0: nothing overlapped; 1: all of it hidden)
+  nccl_ms          on GPUs, from the kernel trace of one more step on every rank: the time NCCL
+                   kernels run (the slowest rank's)
+  exposed_comm_ms  of that, the time no computation kernel overlaps (the slowest rank's)
+  hidden_share     1 − exposed / NCCL time (0: nothing overlapped; 1: all of it hidden), the
+                   definition `shard` uses. Without kernels to trace (gloo on CPUs) the exposed
+                   time is step_ms − compute_ms and the share is taken of comm_alone_ms
+  comm_alone_ms    the variant's collectives timed alone, on buffers of the gradients' sizes
 """
 
 from __future__ import annotations
@@ -140,7 +144,7 @@ class DataParallelStep:
         loss.backward()
         self.sync.finish()
         self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
+        self.sync.zero_grad(self.opt)
         return loss
 
     def opt_state_bytes(self) -> int:
@@ -217,14 +221,22 @@ def measure_ddp(spec: DDPSpec, rank: int, world: int, device: torch.device) -> d
     if device.type == "cuda":
         metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30 - leftover_gb
         metrics["leftover_mem_gb"] = leftover_gb
+        from trainperf.profiling.overlap import step_communication_ms
+
+        traced: list[Any] = [None] * world
+        dist.all_gather_object(traced, step_communication_ms(step, device))
+        metrics.update(nccl_ms=max(t["comm"] for t in traced),
+                       exposed_comm_ms=max(t["exposed"] for t in traced))
     del step
     release_memory(device)
-    comm_ms = _comm_alone_ms(spec, sizes, device)
-    exposed = max(step_ms - compute_ms, 0.0)
+    comm_alone_ms = _comm_alone_ms(spec, sizes, device)
+    if device.type != "cuda":  # no kernels to trace: what the step lost to its communication
+        metrics.update(exposed_comm_ms=max(step_ms - compute_ms, 0.0))
+    comm = metrics.get("nccl_ms", comm_alone_ms)
     metrics.update({
         "step_ms_median": step_ms, "step_ms_std": stats["std"], "step_ms_n": stats["n"],
-        "compute_ms": compute_ms, "exposed_comm_ms": exposed, "comm_ms": comm_ms,
-        "hidden_share": min(max(1 - exposed / comm_ms, 0.0), 1.0) if comm_ms > 0 else None,
+        "compute_ms": compute_ms, "comm_alone_ms": comm_alone_ms,
+        "hidden_share": min(max(1 - metrics["exposed_comm_ms"] / comm, 0.0), 1.0) if comm > 0 else None,
         "tokens_per_s": world * spec.batch * spec.seq / (step_ms / 1e3),
     })
     metrics.update(monitor.metrics())

@@ -290,11 +290,10 @@ def _time_steps(step: ShardedStep, spec: ShardSpec, device: torch.device) -> tup
     phases = {name: summarize(ms)["median"] for name, ms in timer.samples().items()}
     peak_gb = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
     if device.type == "cuda":  # one more step, profiled: how much communication the compute hides
-        from trainperf.profiling.overlap import communication_overlap
-        from trainperf.profiling.torch_prof import profile_steps
+        from trainperf.profiling.overlap import step_communication_ms
 
-        overlap = communication_overlap(profile_steps(step, device).kernels)
-        phases.update(comm=overlap["comm"] / 1e3, exposed_comm=overlap["exposed"] / 1e3)
+        overlap = step_communication_ms(step, device)
+        phases.update(comm=overlap["comm"], exposed_comm=overlap["exposed"])
     return per_rank, phases, peak_gb, monitor.metrics()
 
 
