@@ -25,4 +25,5 @@ def test_the_trace_shows_naive_sync_exposed_and_ddp_partly_hidden(tmp_path):
     assert all(r.status == "ok" for r in recs.values()), [r.reason for r in recs.values()]
     naive, ddp = recs["naive"].metrics, recs["ddp"].metrics
     assert naive["nccl_ms"] > 0 and naive["exposed_comm_ms"] >= 0.9 * naive["nccl_ms"], naive
-    assert ddp["exposed_comm_ms"] < naive["exposed_comm_ms"] and ddp["hidden_share"] > naive["hidden_share"], ddp
+    assert ddp["exposed_comm_ms"] < naive["exposed_comm_ms"], ddp
+    assert ddp["hidden_share"] > naive["hidden_share"], ddp

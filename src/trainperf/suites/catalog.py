@@ -604,7 +604,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                 gpu={"--world-size": GPUS, "--model": "xl", "--iters": "20", "--shard-optimizer": "off,on"},
                 cpu={"--world-size": "2", "--variant": "flat,ddp", "--seq": "16", "--warmup": "1",
                      "--iters": "1"}, min_gpus=2),),
-          ddp_headline, "Median milliseconds per step of the slowest rank; compute is the same step with no "
-          "synchronisation; NCCL, exposed comm and hidden come from the kernel trace of one more step on every "
-          "rank (exposed: NCCL time no computation overlaps).", multi_gpu=True),
+          ddp_headline, "Median milliseconds per step of the slowest rank; compute is the same step with "
+          "no synchronisation; NCCL, exposed comm and hidden come from the kernel trace of one more step on "
+          "every rank (exposed: NCCL time no computation overlaps).", multi_gpu=True),
 )}
