@@ -39,6 +39,18 @@ class GradSync:
         self.params = _params(model)
         self.world = dist.get_world_size()
         self.averages = dist.get_backend() == "nccl"  # NCCL averages itself; gloo sums
+        self.hooks: list[torch.utils.hooks.RemovableHandle] = []
+
+    def hook(self, fn) -> None:  # noqa: ANN001 - called with each parameter once its gradient is ready
+        self.hooks += [p.register_post_accumulate_grad_hook(fn) for p in self.params]
+
+    def close(self) -> None:
+        """Remove the hooks: a parameter's hook holds this object, which holds the parameters, and
+        the garbage collector does not see through the hook, so without this every case that used
+        hooks would keep its model alive."""
+        for handle in self.hooks:
+            handle.remove()
+        self.hooks.clear()
 
     def mean(self, t: torch.Tensor, async_op: bool = False) -> dist.Work | None:
         """All-reduce `t` into its mean over ranks (async: the division follows `wait`)."""
@@ -77,8 +89,7 @@ class OverlapSync(GradSync):
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
         self.pending: list[tuple[dist.Work, torch.Tensor]] = []
-        for p in self.params:
-            p.register_post_accumulate_grad_hook(self._launch)
+        self.hook(self._launch)
 
     def _launch(self, p: nn.Parameter) -> None:
         self.pending.append((self.mean(p.grad, async_op=True), p.grad))
@@ -103,7 +114,7 @@ class BucketedSync(GradSync):
         self.pending: dict[int, dist.Work] = {}
         for p in self.params:
             p.grad = self.views[id(p)]
-            p.register_post_accumulate_grad_hook(self._mark_ready)
+        self.hook(self._mark_ready)
 
     def _mark_ready(self, p: nn.Parameter) -> None:
         i = self.bucket_of[id(p)]

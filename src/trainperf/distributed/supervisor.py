@@ -92,10 +92,12 @@ def _rank_main(rank: int, world: int, backend: str, port: int, timeout_s: float,
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
+    from trainperf.core.library_noise import quiet_libraries
     from trainperf.distributed.heartbeat import Heartbeat, install
     from trainperf.distributed.launch import init_rank
     from trainperf.distributed.ranked_sweep import run_ranked_cases
 
+    quiet_libraries()  # the log keeps what says something; --verbose keeps everything
     files = RankFiles(Path(folder))
     device = init_rank(rank, world, backend, port, timeout_s + PG_TIMEOUT_MARGIN_S)
     beat = Heartbeat(files.heartbeat(rank), rank, device)

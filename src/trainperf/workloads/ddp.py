@@ -147,6 +147,10 @@ class DataParallelStep:
         self.sync.zero_grad(self.opt)
         return loss
 
+    def close(self) -> None:
+        """Let the model go: the sync's hooks would keep it alive past the case."""
+        self.sync.close()
+
     def opt_state_bytes(self) -> int:
         if isinstance(self.opt, ShardedOptimizer):
             return self.opt.state_bytes()
@@ -211,6 +215,7 @@ def measure_ddp(spec: DDPSpec, rank: int, world: int, device: torch.device) -> d
     compute_only = DataParallelStep(spec, rank, world, device, "none")
     compute_ms = _slowest(compute_only, device, spec.warmup, spec.iters)["median"]
     sizes = _comm_sizes(spec, compute_only.model)
+    compute_only.close()
     del compute_only
     leftover_gb = release_memory(device)
     step = DataParallelStep(spec, rank, world, device, spec.variant)
@@ -227,6 +232,7 @@ def measure_ddp(spec: DDPSpec, rank: int, world: int, device: torch.device) -> d
         dist.all_gather_object(traced, step_communication_ms(step, device))
         metrics.update(nccl_ms=max(t["comm"] for t in traced),
                        exposed_comm_ms=max(t["exposed"] for t in traced))
+    step.close()
     del step
     release_memory(device)
     comm_alone_ms = _comm_alone_ms(spec, sizes, device)
