@@ -22,6 +22,15 @@ BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) 
        "reduce_scatter": lambda n: (n - 1) / n}
 
 
+def collective(op: str, full: torch.Tensor, part: torch.Tensor) -> None:
+    if op == "all_reduce":
+        dist.all_reduce(full)
+    elif op == "all_gather":
+        dist.all_gather_into_tensor(full, part)
+    else:
+        dist.reduce_scatter_tensor(part, full)
+
+
 def rank_main(rank: int, world: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")
     torch.cuda.set_device(rank)
@@ -33,23 +42,19 @@ def rank_main(rank: int, world: int, out: str) -> None:
             numel = nbytes // 4
             full = torch.ones(numel, device="cuda")
             part = torch.ones(numel // world, device="cuda")
-            call = {"all_reduce": lambda: dist.all_reduce(full),
-                    "all_gather": lambda: dist.all_gather_into_tensor(full, part),
-                    "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, full)}[op]
             for _ in range(5):
-                call()
+                collective(op, full, part)
             torch.cuda.synchronize()
             dist.barrier()
             t0 = time.perf_counter()
             for _ in range(20):
-                call()
+                collective(op, full, part)
             torch.cuda.synchronize()
             seconds = torch.tensor([(time.perf_counter() - t0) / 20], device="cuda")
             dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
             algbw = nbytes / seconds.item() / 1e9
             rows.append({"op": op, "world_size": world, "bytes": nbytes, "time_us": seconds.item() * 1e6,
                          "algbw_gbps": algbw, "busbw_gbps": algbw * BUS[op](world)})
-            del full, part
     if rank == 0:
         with open(out, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
