@@ -497,9 +497,8 @@ def test_a_suite_part_whose_package_is_missing_is_left_out_and_said(tmp_path, mo
 
     said = []
     monkeypatch.setattr(suite_runner, "find_spec", lambda name: None if name == "liger_kernel" else object())
-    monkeypatch.setattr(suite_runner, "invoke", lambda argv: 0)
     folder = suite_runner.run_suite(SUITES["peers-explain"], tmp_path / "r", tmp_path / "r.db",
-                                    say=said.append)
+                                    invoke=lambda argv: 0, say=said.append)
     parts = {p["name"]: p for p in json.loads((folder / "suite.json").read_text())["parts"]}
     assert parts["profile-liger"]["left_out"] == "needs the liger_kernel package"
     assert "left_out" not in parts["profile-stock"]

@@ -115,7 +115,7 @@ def test_suite_list_names_every_suite_and_its_commands():
 
 
 def test_ctrl_c_inside_a_part_stops_the_suite_with_exit_130(tmp_path, monkeypatch):
-    monkeypatch.setattr("trainperf.suites.runner.invoke", lambda argv: 130)
+    monkeypatch.setattr("trainperf.cli.suites.invoke", lambda argv: 130)
     res = runner.invoke(app, ["suite", "run", "step-sizes", "--results", str(tmp_path / "r"),
                               "--db", str(tmp_path / "r.db")])
     assert res.exit_code == 130 and "run the same command again to resume" in res.output
@@ -123,7 +123,7 @@ def test_ctrl_c_inside_a_part_stops_the_suite_with_exit_130(tmp_path, monkeypatc
 
 
 def test_a_part_that_fails_stops_the_suite_naming_it(tmp_path, monkeypatch):
-    monkeypatch.setattr("trainperf.suites.runner.invoke", lambda argv: 1)
+    monkeypatch.setattr("trainperf.cli.suites.invoke", lambda argv: 1)
     res = runner.invoke(app, ["suite", "run", "step-sizes", "--results", str(tmp_path / "r"),
                               "--db", str(tmp_path / "r.db")])
     assert res.exit_code == 2 and "suite step-sizes, part step" in res.output and "exit code 1" in res.output
