@@ -16,8 +16,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
 def test_the_trace_shows_naive_sync_exposed_and_ddp_partly_hidden(tmp_path):
     from trainperf.core.store import Store
 
-    specs = [DDPSpec(variant=v, model="medium", world_size=2, bucket_mb=25.0 if v == "ddp" else None,
-                     shard_optimizer=False, seq=512, batch=4, dtype="bf16", dist_backend="nccl", iters=5)
+    specs = [DDPSpec(variant=v, model="xl", world_size=2, bucket_mb=25.0 if v == "ddp" else None,
+                     shard_optimizer=False, seq=512, batch=4, dtype="bf16", dist_backend="nccl", iters=10)
              for v in ("naive", "ddp")]
     Supervisor("ddp", measure_ddp, 2, "nccl", tmp_path / "r.db", {}, tmp_path / "logs",
                say=print).run(list(enumerate(specs)))
