@@ -233,11 +233,13 @@ def test_parity_draws_train_each_recipe_on_another_language_beside_stock_s_of_th
 
 def test_parity_cli_trains_each_recipe_from_the_same_start(db, tmp_path):
     res = runner.invoke(app, ["parity", *CPU, "--recipe", "fast", "--train-steps", "6", "--seq", "16",
-                              "--batch", "2", "--dtype", "fp32", "--repeats", "2", "--db", str(db),
-                              "--out", str(tmp_path)])
+                              "--batch", "2", "--dtype", "fp32", "--repeats", "2", "--stock-seeds", "2",
+                              "--db", str(db), "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
-    recs = {(r.spec["recipe"], r.spec["run"]): r for r in Store(db).records(workload="parity")}
-    assert set(recs) == {("stock", 1), ("fast", 1), ("stock", 2), ("fast", 2)}  # stock is the reference
+    stored = Store(db).records(workload="parity")
+    recs = {(r.spec["recipe"], r.spec["run"], r.spec["seed"]): r for r in stored}
+    assert set(recs) == {("stock", 1, 0), ("fast", 1, 0), ("stock", 2, 0), ("fast", 2, 0),
+                         ("stock", 1, 1)}  # stock is the reference, and from another seed its band
     curves = parity.curves(list(recs.values()))
     assert curves["fast #2"].tolist() == curves.fast.tolist()  # the CPU's kernels are deterministic
     assert len(curves) == 6 and curves.stock.iloc[-1] < curves.stock.iloc[0]  # it learns
@@ -246,6 +248,9 @@ def test_parity_cli_trains_each_recipe_from_the_same_start(db, tmp_path):
     assert table.loc["fast", "parity"] == "ok" and table.loc["fast", "runs"] == 2
     assert table.loc["stock", "max_rel_dev"] == 0
     assert (tmp_path / "parity_losses.png").exists()
+    judged = pd.read_csv(tmp_path / "parity_band.csv")
+    assert sorted(zip(judged.recipe, judged.run)) == [("fast", 1), ("fast", 2), ("stock", 2)]
+    assert (judged.seeds == 2).all() and judged.verdict.notna().all()
 
 
 @pytest.mark.gpu

@@ -58,6 +58,8 @@ GLOSSARY: dict[str, str] = {
     "--recipe": "Named setups, each a row of the same run: stock, compile, liger, liger-compile, fast, fp8, "
                 "fp8-trainperf, fa4, liger-fa4.",
     "--train-steps": "Optimizer steps of a loss-parity run (untimed).",
+    "--stock-seeds": "Stock's runs from other weights and batch orders of the same task: the band of its own "
+                     "noise that a recipe's loss is judged against.",
     "--repeats": "Loss-parity runs of each recipe: the same training again, to see how far a curve "
                  "moves between runs.",
     "--draws": "Loss-parity draws of the task: each another language and its batches, to see whether "

@@ -424,6 +424,7 @@ def llama(
 
 PARITY_COLUMNS: list[report.Column] = [
     ("recipe", report.spec("recipe")), ("run", report.spec("run")), ("draw", report.spec("draw")),
+    ("seed", report.spec("seed")),
     ("model", report.spec("model")),
     ("layers", report.spec("layers")),
     ("batch", report.spec("batch")), ("seq", report.spec("seq")), ("steps", report.spec("train_steps")),
@@ -440,10 +441,11 @@ def parity(
                                            "(default: every recipe on a GPU, stock and fast on the CPU)."),
     model: str = option("--model", None, "Here a Llama preset, config or hub id (default llama-3.2-1b on a "
                                          "GPU, tiny on the CPU)."),
-    layers: int = option("--layers", None, "Default 4 on a GPU."),
+    layers: int = option("--layers", None, "Default: the model's full depth."),
     batch: int = option("--batch", None, "Default 8 on a GPU, 4 on the CPU."),
     seq: int = option("--seq", None, "Default 1024 on a GPU, 64 on the CPU."),
-    train_steps: int = option("--train-steps", None, "Default 200 on a GPU, 30 on the CPU."),
+    train_steps: int = option("--train-steps", None, "Default 300 on a GPU, 30 on the CPU."),
+    stock_seeds: int = option("--stock-seeds", None, "Default 4 on a GPU, 3 on the CPU; at least 2."),
     repeats: int = option("--repeats", 1, "Each run beside stock's run of the same number; a recipe "
                                           "keeps parity only if it does in every run."),
     draws: int = option("--draws", 1, "Draws of the task (another language and its batches each), "
@@ -465,23 +467,29 @@ def parity(
         parity_table,
         validate,
     )
+    from trainperf.workloads.parity_band import MIN_SEEDS, band_table
 
     dev = device_or_fail(device)
     gpu = dev.type == "cuda"
-    defaults = ({"recipe": ",".join(RECIPES), "model": "llama-3.2-1b", "layers": 4,
-                 "batch": 8, "seq": 1024, "train_steps": 200, "lr": 3e-4, "sdpa_backend": "CUDNN_ATTENTION"}
+    defaults = ({"recipe": ",".join(RECIPES), "model": "llama-3.2-1b", "batch": 8, "seq": 1024,
+                 "train_steps": 300, "lr": 3e-4, "sdpa_backend": "CUDNN_ATTENTION", "stock_seeds": 4}
                 if gpu else {"recipe": "stock,fast", "model": "tiny", "batch": 4, "seq": 64,
-                             "train_steps": 30, "lr": 3e-3, "sdpa_backend": "MATH"})
+                             "train_steps": 30, "lr": 3e-3, "sdpa_backend": "MATH", "stock_seeds": 3})
     opts = with_defaults(defaults, recipe=recipe, model=model, layers=layers, batch=batch, seq=seq,
-                         train_steps=train_steps, lr=lr, sdpa_backend=sdpa_backend)
+                         train_steps=train_steps, lr=lr, sdpa_backend=sdpa_backend, stock_seeds=stock_seeds)
+    seeds = opts.pop("stock_seeds")
     recipes = parse_list(opts.pop("recipe"), str, "--recipe", RECIPES)
     recipes = ["stock", *[r for r in recipes if r != "stock"]]
     dtype = parse_one(dtype, str, "--dtype", DTYPE_CHOICES, DTYPE_ALIASES)
     for name, value in (("--repeats", repeats), ("--draws", draws)):
         if value < 1:
             raise SpecError(f"{name} must be positive, got {value}")
+    if seeds < MIN_SEEDS:
+        raise SpecError(f"--stock-seeds must be at least {MIN_SEEDS} (a spread needs two runs), got {seeds}")
     specs = [ParitySpec(recipe=r, dtype=dtype, device=dev.type, run=(d - 1) * repeats + n, draw=d, **opts)
              for d in range(1, draws + 1) for n in range(1, repeats + 1) for r in recipes]
+    specs += [ParitySpec(recipe="stock", dtype=dtype, device=dev.type, run=(d - 1) * repeats + 1, draw=d,
+                         seed=seed, **opts) for d in range(1, draws + 1) for seed in range(1, seeds)]
     check_outputs(out, db)
     for s in specs:
         validate(s)
@@ -493,9 +501,15 @@ def parity(
     table = parity_table(losses)
     table.to_csv(out / "parity_table.csv", index=False)
     losses.to_csv(out / "parity_losses.csv")
+    judged = band_table(records)
+    judged.to_csv(out / "parity_band.csv", index=False)
     if not as_json:
-        console.print(frame_table(table, title=f"loss parity with stock (tolerance {TOLERANCE:.0%} of the "
-                                               f"smoothed loss)"))
+        console.print(frame_table(table, title=f"relative deviation from stock's run of the same weights and "
+                                               f"batches (smoothed; {TOLERANCE:.0%} marked)"))
+        if not judged.empty:
+            console.print(frame_table(judged, title="loss parity: each run against stock's band (its runs "
+                                                    "from other weights and batch orders); deviations in "
+                                                    "units of stock's spread"))
     if plots_available(quiet or as_json):
         from trainperf.workloads.parity import plot_parity
 

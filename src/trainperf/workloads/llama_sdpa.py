@@ -252,8 +252,8 @@ def _no_kernel(exc: BaseException) -> bool:
 class LlamaStep:
     """The model, its inputs and one training iteration, built once per case."""
 
-    def __init__(self, spec: LlamaSpec, device: torch.device) -> None:
-        torch.manual_seed(0)
+    def __init__(self, spec: LlamaSpec, device: torch.device, seed: int = 0) -> None:
+        torch.manual_seed(seed)
         self.cfg = hf_llama.load_config(spec.model, spec.layers)
         self.model = hf_llama.build_model(self.cfg, DTYPES[spec.dtype], device)
         hf_llama.apply_swaps(self.model, spec.norm, spec.swiglu, spec.rope, spec.gemm)

@@ -60,10 +60,12 @@ class ParitySpec:
     layers: int | None = None
     run: int = 1  # which of the runs (the `--repeats` of each draw, draw after draw)
     draw: int = 1  # which draw of the task: the language and batches from seed draw - 1
+    seed: int = 0  # another initialisation of the weights and order of the batches (stock's band)
 
     def label(self) -> str:
         again = f" #{self.run}" if self.run > 1 else ""
-        return f"{self.recipe} {self.train_steps} steps {self.batch}x{self.seq} lr={self.lr:g}{again}"
+        seeded = f" seed {self.seed}" if self.seed else ""
+        return f"{self.recipe} {self.train_steps} steps {self.batch}x{self.seq} lr={self.lr:g}{again}{seeded}"
 
     def llama_spec(self) -> LlamaSpec:
         setup = recipe_setup(self.recipe, self.device, replayed=False, seq=self.seq)  # new batches
@@ -80,13 +82,17 @@ def validate(spec: ParitySpec) -> None:
     validate_llama(spec.llama_spec())
 
 
-def markov_batches(vocab: int, batch: int, seq: int, steps: int, seed: int = 0) -> list[torch.Tensor]:
-    """`steps` batches of [batch, seq + 1] token ids from the fixed chain (the same for every
-    recipe: a CPU generator seeded alike)."""
+def markov_batches(vocab: int, batch: int, seq: int, steps: int, seed: int = 0,
+                   order: int = 0) -> list[torch.Tensor]:
+    """`steps` batches of [batch, seq + 1] token ids from the chain of draw `seed` (the same for
+    every recipe: a CPU generator seeded alike); `order` > 0 samples other batches of the same
+    chain."""
     g = torch.Generator().manual_seed(seed)
     n = min(LANGUAGE_TOKENS, vocab)
     successors = torch.stack([torch.randperm(n, generator=g)[:SUCCESSORS] for _ in range(n)])
     probs = torch.rand(n, SUCCESSORS, generator=g).add(0.2).softmax(-1)
+    if order:
+        g = torch.Generator().manual_seed(1_000_003 * order + seed)
     tokens = torch.empty(steps * batch, seq + 1, dtype=torch.long)
     tokens[:, 0] = torch.randint(0, n, (steps * batch,), generator=g)
     for t in range(seq):  # every sequence of every batch at once, one position at a time
@@ -99,7 +105,7 @@ def measure_parity(spec: ParitySpec) -> dict[str, Any]:
     """Train `spec.train_steps` AdamW steps; the loss of every step, as a comma-joined string."""
     device = torch.device(spec.device)
     llama = spec.llama_spec()
-    step = LlamaStep(llama, device)
+    step = LlamaStep(llama, device, seed=spec.seed)
     try:
         # the recipe's attention (FA4 for some) and K/V heads; one forward + backward, no optimizer yet
         choose_kv_mode(step, llama.sdpa_backend, llama.kv_heads)
@@ -107,7 +113,7 @@ def measure_parity(spec: ParitySpec) -> dict[str, Any]:
         mask = torch.ones(spec.batch, spec.seq, dtype=torch.long, device=device)
         losses = []
         for tokens in markov_batches(step.cfg.vocab_size, spec.batch, spec.seq, spec.train_steps,
-                                     seed=spec.draw - 1):
+                                     seed=spec.draw - 1, order=spec.seed):
             tokens = tokens.to(device)
             step.inputs = {"input_ids": tokens[:, :-1], "attention_mask": mask}
             step.targets = tokens[:, 1:].contiguous()
@@ -130,9 +136,10 @@ def _recipe_and_run(name: str) -> tuple[str, int]:
 
 
 def curves(records: list) -> pd.DataFrame:
-    """Step x run-of-a-recipe losses of the finished records (columns named by `column`); its
-    attrs["first_runs"] maps each run to the first run of its draw."""
-    done = [r for r in records if r.status == "ok"]
+    """Step x run-of-a-recipe losses of the finished records (columns named by `column`), stock's
+    runs of other seeds (its band, parity_band.py) aside; its attrs["first_runs"] maps each run to
+    the first run of its draw."""
+    done = [r for r in records if r.status == "ok" and not r.spec.get("seed", 0)]
     losses = pd.DataFrame({column(r.spec["recipe"], r.spec.get("run", 1)):
                            [float(x) for x in r.metrics["loss_curve"].split(",")]
                            for r in done}).rename_axis("step")

@@ -1,0 +1,105 @@
+"""Loss parity judged against stock's own noise: the band a recipe must stay inside is how far
+stock moves from itself, not a constant.
+
+Stock trains `--stock-seeds` N times on each draw of the task, each time from another
+initialisation of the weights and another order of the batches of the same language (seed 0 is
+the run every recipe shares its weights and batches with). Per step, on curves smoothed over SMOOTH
+steps, the band is stock's mean m(t) and spread s(t) (the standard deviation over its N runs, never below the
+resolution of the loss's number format); one
+more stock run lands within m ± k·s with 95% probability, k = t(0.975, N−1)·sqrt(1 + 1/N) (the
+prediction interval of one more draw from N). A recipe's run is judged against the band of its
+draw:
+  band_dev_max    the largest |R − m| / s over the run, in units of stock's spread
+  band_dev_final  (R − m) / s averaged over the last fifth of the steps
+  final_diff      R − m averaged over the last fifth: where the recipe ends against stock's mean,
+  final_ci        ± k · s there: the interval one more stock run ends within
+  left_at         the first step of a stretch of more than max(SMOOTH, steps/20) steps outside
+                  m ± k·s (a blip, which smoothing spreads over SMOOTH steps, or a lag of a step
+                  or two in a fast fall does not leave), None if none
+and the verdict is "within stock's noise", or "outside it from step X" (where it left, or the
+start of the last fifth if only its end is outside).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from trainperf.workloads.parity import SMOOTH, smoothed
+
+# Student's t, 97.5% quantile, by degrees of freedom (a constant of statistics, not a measurement)
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+        10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
+MIN_SEEDS = 2  # a spread needs two runs
+
+
+def prediction_factor(n: int) -> float:
+    """k such that one more run lands within mean ± k·sd of n runs with 95% probability."""
+    df = n - 1
+    t = T975.get(df) or T975[max(d for d in T975 if d <= df)]  # conservative between table rows
+    return t * math.sqrt(1 + 1 / n)
+
+
+def _stretch_start(outside: pd.Series, length: int) -> int | None:
+    """The first step of the first run of at least `length` consecutive True values."""
+    count = 0
+    for i, out in enumerate(outside.tolist()):
+        count = count + 1 if out else 0
+        if count >= length:
+            return int(outside.index[i - length + 1])
+    return None
+
+
+# The unit roundoff of the number format the loss is computed in: two losses closer than this
+# relative distance are one, so stock's spread is never taken as narrower (at the first steps every
+# initialisation gives ln(vocab)).
+RESOLUTION = {"bf16": 2.0**-8, "fp16": 2.0**-11, "fp32": 2.0**-24}
+
+
+def judge(curve: pd.Series, band: pd.DataFrame, resolution: float = RESOLUTION["fp32"]) -> dict[str, Any]:
+    """One run (a loss per step) against stock's runs of the same draw (one column each), whose
+    losses are computed to relative `resolution`."""
+    smooth = smoothed(pd.concat([band, curve.rename("_run")], axis=1))
+    runs, r = smooth[band.columns], smooth["_run"]
+    n = runs.shape[1]
+    mean = runs.mean(axis=1)
+    sd = runs.std(axis=1, ddof=1).clip(lower=resolution * mean.abs())
+    k = prediction_factor(n)
+    tail = max(len(r) // 5, 1)
+    left_at = _stretch_start((r - mean).abs() > k * sd, max(SMOOTH + 1, len(r) // 20))
+    final_diff = float((r - mean).iloc[-tail:].mean())
+    final_ci = float(k * sd.iloc[-tail:].mean())
+    outside = left_at is not None or abs(final_diff) > final_ci
+    if outside and left_at is None:
+        left_at = int(r.index[-tail])
+    return {"seeds": n, "band_dev_max": float(((r - mean).abs() / sd).max()),
+            "band_dev_final": float(((r - mean) / sd).iloc[-tail:].mean()),
+            "final_diff": final_diff, "final_ci": final_ci, "left_at": left_at,
+            "verdict": f"outside it from step {left_at}" if outside else "within stock's noise"}
+
+
+def band_table(records: list) -> pd.DataFrame:
+    """Per run of a recipe (stock's own repeats of the same seed too), its judgement against stock's
+    band of the same draw: recipe, run, draw and the fields of `judge`. Empty where no draw has
+    MIN_SEEDS stock runs."""
+    done = [r for r in records if r.status == "ok"]
+    curve = {id(r): pd.Series([float(x) for x in r.metrics["loss_curve"].split(",")]) for r in done}
+    rows = []
+    for draw in sorted({r.spec.get("draw", 1) for r in done}):
+        of_draw = [r for r in done if r.spec.get("draw", 1) == draw]
+        stock = [r for r in of_draw if r.spec["recipe"] == "stock"]
+        first_run = min((r.spec.get("run", 1) for r in stock), default=None)
+        members = [r for r in stock if r.spec.get("run", 1) == first_run]
+        if len(members) < MIN_SEEDS:
+            continue
+        band = pd.DataFrame({f"seed {r.spec.get('seed', 0)}": curve[id(r)] for r in members})
+        for r in of_draw:
+            if r in members:
+                continue
+            resolution = RESOLUTION.get(r.spec.get("dtype"), RESOLUTION["fp32"])
+            rows.append({"recipe": r.spec["recipe"], "run": r.spec.get("run", 1), "draw": draw,
+                         **judge(curve[id(r)], band, resolution)})
+    return pd.DataFrame(rows, columns=["recipe", "run", "draw", "seeds", "band_dev_max", "band_dev_final",
+                                       "final_diff", "final_ci", "left_at", "verdict"])

@@ -1,0 +1,59 @@
+"""Loss parity judged against stock's own noise: stock's runs from other weights and batch orders
+make the band; a run like stock's stays inside it, a perturbed update leaves it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from trainperf.core.record import Record
+from trainperf.workloads.parity import ParitySpec, measure_parity
+from trainperf.workloads.parity_band import band_table, judge, prediction_factor
+
+
+def _band(steps: int = 100, n: int = 4) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    base = 5 * np.exp(-np.arange(steps) / 20) + 1
+    return pd.DataFrame({f"s{k}": base + rng.normal(0, 0.02, steps) for k in range(n)})
+
+
+def test_a_curve_on_stock_s_mean_is_within_and_a_lasting_shift_leaves_where_it_starts():
+    band = _band()
+    mean = band.mean(axis=1)
+    same = judge(mean, band)
+    assert same["verdict"] == "within stock's noise" and same["band_dev_max"] == pytest.approx(0, abs=1e-9)
+    shifted = mean.copy()
+    shifted.iloc[60:] += 0.5  # far beyond a spread of about 0.02, from step 60 on
+    out = judge(shifted, band)
+    assert out["verdict"] == "outside it from step 60" and out["left_at"] == 60
+    assert out["final_diff"] == pytest.approx(0.5, rel=0.05) and out["band_dev_final"] > 10
+
+
+def test_a_blip_of_a_step_or_two_does_not_leave_the_band():
+    band = _band()
+    blip = band.mean(axis=1).copy()
+    blip.iloc[10] += 1.0  # the smoothing spreads it over five steps, still short of a lasting stretch
+    assert judge(blip, band)["verdict"] == "within stock's noise"
+
+
+def test_the_prediction_factor_is_student_s_for_one_more_run():
+    assert prediction_factor(3) == pytest.approx(4.303 * (1 + 1 / 3) ** 0.5)
+    assert prediction_factor(40) == pytest.approx(2.042 * (1 + 1 / 40) ** 0.5)  # conservative past the table
+
+
+def _record(**kw) -> Record:
+    spec = ParitySpec(model="tiny", batch=4, seq=64, train_steps=40, dtype="bf16", sdpa_backend="MATH",
+                      device="cpu", **{"recipe": "stock", "lr": 1e-3, **kw})
+    return Record("parity", spec.__dict__, "ok", measure_parity(spec))
+
+
+def test_stock_from_a_new_seed_is_within_its_band_and_a_learning_rate_times_1_5_is_outside():
+    band = [_record(seed=s) for s in range(3)]
+    new_seed = _record(seed=3, run=2)  # a run like stock's, from weights and batches not in the band
+    perturbed = _record(lr=1.5e-3, run=3)  # the same training with a perturbed update
+    table = band_table([*band, new_seed, perturbed]).set_index("run")
+    assert list(table.index) == [2, 3] and (table.seeds == 3).all()
+    assert table.loc[2, "verdict"] == "within stock's noise", table.loc[2].to_dict()
+    assert table.loc[3, "verdict"].startswith("outside it from step"), table.loc[3].to_dict()
+    assert abs(table.loc[3, "final_diff"]) > table.loc[3, "final_ci"]
