@@ -249,7 +249,7 @@ def test_parity_cli_trains_each_recipe_from_the_same_start(db, tmp_path):
     assert table.loc["stock", "max_rel_dev"] == 0
     assert (tmp_path / "parity_losses.png").exists()
     judged = pd.read_csv(tmp_path / "parity_band.csv")
-    assert sorted(zip(judged.recipe, judged.run)) == [("fast", 1), ("fast", 2), ("stock", 2)]
+    assert sorted(zip(judged.recipe, judged.run, strict=True)) == [("fast", 1), ("fast", 2), ("stock", 2)]
     assert (judged.seeds == 2).all() and judged.verdict.notna().all()
 
 
