@@ -34,6 +34,7 @@ from trainperf.core.record import Record, case_key_for, spec_dict
 from trainperf.core.spec import on_off, parse_list, parse_one, positive_int, sweep
 from trainperf.core.store import Store, to_frame
 from trainperf.distributed.launch import LaunchError, existing_launch, launch, rank_device, world_size_problem
+from trainperf.distributed.links import LINKS
 from trainperf.distributed.ranked_sweep import run_ranked_cases
 from trainperf.distributed.supervisor import DEFAULT_TIMEOUT_S, Supervisor
 from trainperf.workloads.comm import binary_size
@@ -80,8 +81,8 @@ def _run_distributed(workload: str, specs: list, backend: str, db: Path, out: Pa
                   TimeElapsedColumn(), console=err_console, disable=quiet) as progress:
         task = progress.add_task(workload, total=len(todo))
         failed: dict[str, Record] = {}
-        for world in sorted({s.world_size for _, s in todo}):
-            cases = [(i, s) for i, s in todo if s.world_size == world]
+        for world, link in sorted({(s.world_size, getattr(s, "link", "auto")) for _, s in todo}):
+            cases = [(i, s) for i, s in todo if s.world_size == world and getattr(s, "link", "auto") == link]
             if existing_launch() is not None:
                 try:
                     launch(_rank_worker, world, backend, args=(workload, cases, str(db), env, backend),
@@ -94,7 +95,7 @@ def _run_distributed(workload: str, specs: list, backend: str, db: Path, out: Pa
                                     timeout_s=timeout_s, say=lambda line: progress.console.print(
                                         line, markup=False, highlight=False, soft_wrap=True),
                                     on_progress=lambda done, start=start: progress.update(
-                                        task, completed=start + done))
+                                        task, completed=start + done), environ=LINKS[link])
             failed.update({r.key: r for r in supervisor.run(cases)})
             progress.update(task, completed=start + len(cases))
     found = (failed.get(k) or store.find_case(k) for k in keys)  # an error record is not a finished case
@@ -122,7 +123,7 @@ TimeoutOpt = option("--timeout", DEFAULT_TIMEOUT_S)
 
 COMM_COLUMNS: list[report.Column] = [
     ("op", report.spec("op")), ("size", lambda r: binary_size(r.spec["bytes"])),
-    ("n", report.spec("world_size")), ("backend", report.spec("dist_backend")),
+    ("n", report.spec("world_size")), ("backend", report.spec("dist_backend")), ("link", report.spec("link")),
     ("dtype", report.spec("dtype")), ("timing", report.spec("timing")), ("in place", report.spec("in_place")),
     ("time us", report.metric("time_us")), ("algbw GB/s", report.metric("algbw_gbps")),
     ("busbw GB/s", report.metric("busbw_gbps")), ("rank spread", report.metric("rank_spread", 2)),
@@ -143,6 +144,7 @@ def comm(
                                           "gloo)."),
     timing: str = option("--timing", "loop", "Comma list ok."),
     in_place: str = option("--in-place", "on", "Comma list ok."),
+    link: str = option("--link", "auto", "Comma list ok."),
     world_size: str = option("--world-size", "2", "Comma-separated."),
     dist_backend: str = option("--dist-backend", None),
     dtype: str = option("--dtype", "fp32", "Of the message."),
@@ -164,7 +166,8 @@ def comm(
     axes = sweep(world_size=parse_list(world_size, positive_int, "--world-size"),
                  op=parse_list(op, str, "--op", OPS), bytes=sizes,
                  timing=parse_list(timing, str, "--timing", TIMINGS),
-                 in_place=parse_list(in_place, on_off, "--in-place"))
+                 in_place=parse_list(in_place, on_off, "--in-place"),
+                 link=parse_list(link, str, "--link", LINKS))
     dtype = parse_one(dtype, str, "--dtype", DTYPE_CHOICES, DTYPE_ALIASES)
     specs = [CommSpec(dist_backend=backend, dtype=dtype, warmup=warmup, iters=iters, **a) for a in axes]
     records = _validate_run_show("comm", specs, validate, COMM_COLUMNS, backend, out, db, rerun, quiet,
@@ -185,6 +188,7 @@ def comm(
 
 DDP_COLUMNS: list[report.Column] = [
     ("variant", report.spec("variant")), ("model", report.spec("model")), ("n", report.spec("world_size")),
+    ("link", report.spec("link")),
     ("bucket MB", report.spec("bucket_mb")), ("shard opt", report.spec("shard_optimizer")),
     ("step ms", report.timing("step")), ("compute ms", report.metric("compute_ms")),
     ("NCCL ms", report.metric("nccl_ms")), ("exposed comm ms", report.metric("exposed_comm_ms")),
@@ -202,6 +206,7 @@ def ddp(
     variant: str = option("--variant", "naive,flat,overlap,bucketed,ddp,fsdp2", "Comma-separated."),
     bucket_mb: str = option("--bucket-mb", "25", "Comma-separated."),
     shard_optimizer: str = option("--shard-optimizer", "off", "Comma list ok."),
+    link: str = option("--link", "auto", "Comma list ok."),
     seq: int = option("--seq", None, "Default 512 with nccl, 32 with gloo."),
     batch: int = option("--batch", None, "Default 4 with nccl, 2 with gloo."),
     dtype: str = option("--dtype", None, "Here fp32 or bf16, autocast over fp32 weights (default bf16 "
@@ -227,7 +232,8 @@ def ddp(
                                   optimizer=optimizer)
     specs = []
     for a in sweep(world_size=parse_list(world_size, positive_int, "--world-size"), variant=variants,
-                   shard_optimizer=parse_list(shard_optimizer, on_off, "--shard-optimizer")):
+                   shard_optimizer=parse_list(shard_optimizer, on_off, "--shard-optimizer"),
+                   link=parse_list(link, str, "--link", LINKS)):
         if a["variant"] == "fsdp2" and a["shard_optimizer"] and len(variants) > 1:
             err_console.print("note: no fsdp2 case with --shard-optimizer on (FSDP2 shards optimizer "
                               "state itself)")

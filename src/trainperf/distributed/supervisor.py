@@ -86,8 +86,10 @@ def log_path(log_dir: Path, workload: str, rank: int) -> Path:
 
 def _rank_main(rank: int, world: int, backend: str, port: int, timeout_s: float, workload: str,
                cases: list[tuple[int, Any]], measure: Measure, db: str, env: dict[str, Any],
-               folder: str, log_dir: str) -> None:
-    """One rank of one run: its output to its log, the process group on its device, the cases."""
+               folder: str, log_dir: str, environ: dict[str, str]) -> None:
+    """One rank of one run: its output to its log, the process group on its device (with the
+    variables of `environ` set first), the cases."""
+    os.environ.update(environ)
     log = log_path(Path(log_dir), workload, rank)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
@@ -126,10 +128,12 @@ class Supervisor:
     def __init__(self, workload: str, measure: Measure, world: int, backend: str, db: Path,
                  env: dict[str, Any], log_dir: Path, timeout_s: float = DEFAULT_TIMEOUT_S,
                  stall_s: float = DEFAULT_STALL_S, say: Say = print,
-                 on_progress: Callable[[int], None] = lambda done: None) -> None:
+                 on_progress: Callable[[int], None] = lambda done: None,
+                 environ: dict[str, str] | None = None) -> None:
         self.workload, self.measure, self.world, self.backend = workload, measure, world, backend
         self.db, self.env, self.log_dir = db, env, log_dir
         self.timeout_s, self.stall_s, self.say, self.on_progress = timeout_s, stall_s, say, on_progress
+        self.environ = environ or {}
 
     def run(self, cases: Sequence[tuple[int, Any]]) -> list[Record]:
         """Measure every case; the records of failed cases (the others rank 0 stored itself)."""
@@ -144,7 +148,8 @@ class Supervisor:
                 ctx, port = mp.get_context("spawn"), free_port()
                 procs = [ctx.Process(target=_rank_main, args=(
                     r, self.world, self.backend, port, self.timeout_s, self.workload, pending, self.measure,
-                    str(self.db), self.env, folder, str(self.log_dir))) for r in range(self.world)]
+                    str(self.db), self.env, folder, str(self.log_dir), self.environ))
+                    for r in range(self.world)]
                 for p in procs:
                     p.start()
                 try:

@@ -24,6 +24,7 @@ from trainperf.core.gpu_monitor import GpuMonitor
 from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
 from trainperf.core.timing import synchronize
+from trainperf.distributed.links import check_link
 from trainperf.distributed.timing import per_rank_loop_times, slowest
 from trainperf.workloads.precision import DTYPES
 
@@ -87,6 +88,7 @@ class CommSpec:
     in_place: bool = True
     warmup: int = 5
     iters: int = 20
+    link: str = "auto"  # distributed/links.py
 
     def label(self) -> str:
         place = "in-place" if self.in_place else "out-of-place"
@@ -99,6 +101,7 @@ def validate(spec: CommSpec) -> None:
     check_choice("timing", spec.timing, TIMINGS)
     check_choice("dtype", spec.dtype, DTYPES)
     check_choice("dist_backend", spec.dist_backend, ("nccl", "gloo"))
+    check_link(spec.link, spec.dist_backend)
     check_positive(spec, "iters")
     check_non_negative(spec, "warmup")
     if spec.world_size < 2:

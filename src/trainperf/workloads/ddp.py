@@ -36,6 +36,7 @@ from trainperf.distributed.grad_sync import (
     OverlapSync,
     bucket_sizes_bytes,
 )
+from trainperf.distributed.links import check_link
 from trainperf.distributed.sharded_optim import ShardedOptimizer, optimizer_state_bytes
 from trainperf.distributed.timing import per_rank_loop_times, slowest
 from trainperf.models.lm import LMConfig, TransformerLM, lm_loss
@@ -62,11 +63,13 @@ class DDPSpec:
     lr: float = 1e-3
     vocab: int = 10_000
     optimizer: str = "adamw"
+    link: str = "auto"  # distributed/links.py
 
     def label(self) -> str:
         bucket = f" {self.bucket_mb:g}MB" if self.bucket_mb else ""
         zero = " zero1" if self.shard_optimizer else ""
-        return f"{self.variant}{bucket} {self.model} n={self.world_size}{zero}"
+        link = f" over {self.link}" if self.link != "auto" else ""
+        return f"{self.variant}{bucket} {self.model} n={self.world_size}{zero}{link}"
 
     def model_config(self) -> LMConfig:
         p = get_preset(self.model)
@@ -77,6 +80,7 @@ class DDPSpec:
 def validate(spec: DDPSpec) -> None:
     check_choice("variant", spec.variant, VARIANTS)
     check_choice("dist_backend", spec.dist_backend, ("nccl", "gloo"))
+    check_link(spec.link, spec.dist_backend)
     check_choice("model", spec.model, PRESETS)
     check_choice("optimizer", spec.optimizer, OPTIMIZERS)
     if spec.variant == "fsdp2" and spec.shard_optimizer:
