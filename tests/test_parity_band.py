@@ -39,7 +39,7 @@ def test_a_blip_of_a_step_or_two_does_not_leave_the_band():
 
 def test_the_prediction_factor_is_student_s_for_one_more_run():
     assert prediction_factor(3) == pytest.approx(4.303 * (1 + 1 / 3) ** 0.5)
-    assert prediction_factor(40) == pytest.approx(2.042 * (1 + 1 / 40) ** 0.5)  # conservative past the table
+    assert prediction_factor(40) == pytest.approx(1.96 * (1 + 1 / 40) ** 0.5)  # the normal quantile past 30
 
 
 def _record(**kw) -> Record:

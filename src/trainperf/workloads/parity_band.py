@@ -27,19 +27,15 @@ from typing import Any
 
 import pandas as pd
 
+from trainperf.core.stats import t_quantile_975
 from trainperf.workloads.parity import SMOOTH, smoothed
 
-# Student's t, 97.5% quantile, by degrees of freedom (a constant of statistics, not a measurement)
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-        10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
 MIN_SEEDS = 2  # a spread needs two runs
 
 
 def prediction_factor(n: int) -> float:
     """k such that one more run lands within mean ± k·sd of n runs with 95% probability."""
-    df = n - 1
-    t = T975.get(df) or T975[max(d for d in T975 if d <= df)]  # conservative between table rows
-    return t * math.sqrt(1 + 1 / n)
+    return t_quantile_975(n - 1) * math.sqrt(1 + 1 / n)
 
 
 def _stretch_start(outside: pd.Series, length: int) -> int | None:
