@@ -20,7 +20,9 @@ from trainperf.cli.common import (
     app,
     check_out_dir,
     cli_errors,
+    console,
     err_console,
+    frame_table,
     plots_available,
     show_records,
     with_defaults,
@@ -188,7 +190,7 @@ def comm(
 
 DDP_COLUMNS: list[report.Column] = [
     ("variant", report.spec("variant")), ("model", report.spec("model")), ("n", report.spec("world_size")),
-    ("link", report.spec("link")),
+    ("link", report.spec("link")), ("round", report.spec("round")),
     ("bucket MB", report.spec("bucket_mb")), ("shard opt", report.spec("shard_optimizer")),
     ("step ms", report.timing("step")), ("compute ms", report.metric("compute_ms")),
     ("NCCL ms", report.metric("nccl_ms")), ("exposed comm ms", report.metric("exposed_comm_ms")),
@@ -207,6 +209,7 @@ def ddp(
     bucket_mb: str = option("--bucket-mb", "25", "Comma-separated."),
     shard_optimizer: str = option("--shard-optimizer", "off", "Comma list ok."),
     link: str = option("--link", "auto", "Comma list ok."),
+    rounds: int = option("--rounds", None, "Default 3 with nccl, 1 with gloo."),
     seq: int = option("--seq", None, "Default 512 with nccl, 32 with gloo."),
     batch: int = option("--batch", None, "Default 4 with nccl, 2 with gloo."),
     dtype: str = option("--dtype", None, "Here fp32 or bf16, autocast over fp32 weights (default bf16 "
@@ -219,28 +222,43 @@ def ddp(
 ) -> None:
     """Time a data-parallel training step per gradient-sync variant (and PyTorch DDP / FSDP2)."""
     from trainperf.workloads.ddp import VARIANTS, DDPSpec, validate
+    from trainperf.workloads.ddp_rounds import rounds_table
 
     backend = dist_backend_or_default(dist_backend)
     gpu = backend == "nccl"
     variants = parse_list(variant, str, "--variant", VARIANTS)
     buckets = parse_list(bucket_mb, float, "--bucket-mb")
-    defaults = ({"model": "small", "seq": 512, "batch": 4, "dtype": "bf16"} if gpu else
-                {"model": "tiny", "seq": 32, "batch": 2, "dtype": "fp32"})
-    opts = with_defaults(defaults, model=model, seq=seq, batch=batch, dtype=dtype)
+    defaults = ({"model": "small", "seq": 512, "batch": 4, "dtype": "bf16", "rounds": 3} if gpu else
+                {"model": "tiny", "seq": 32, "batch": 2, "dtype": "fp32", "rounds": 1})
+    opts = with_defaults(defaults, model=model, seq=seq, batch=batch, dtype=dtype, rounds=rounds)
+    rounds = opts.pop("rounds")
+    if rounds < 1:
+        raise SpecError(f"--rounds must be positive, got {rounds}")
     opts["dtype"] = parse_one(opts["dtype"], str, "--dtype", DTYPE_CHOICES, DTYPE_ALIASES)
     common: dict[str, Any] = dict(**opts, dist_backend=backend, warmup=warmup, iters=iters,
                                   optimizer=optimizer)
     specs = []
-    for a in sweep(world_size=parse_list(world_size, positive_int, "--world-size"), variant=variants,
-                   shard_optimizer=parse_list(shard_optimizer, on_off, "--shard-optimizer"),
-                   link=parse_list(link, str, "--link", LINKS)):
+    axes = sweep(world_size=parse_list(world_size, positive_int, "--world-size"),
+                 link=parse_list(link, str, "--link", LINKS), round=list(range(1, rounds + 1)),
+                 variant=variants,
+                 shard_optimizer=parse_list(shard_optimizer, on_off, "--shard-optimizer"))
+    for a in axes:  # round after round, every variant once a round
         if a["variant"] == "fsdp2" and a["shard_optimizer"] and len(variants) > 1:
-            err_console.print("note: no fsdp2 case with --shard-optimizer on (FSDP2 shards optimizer "
-                              "state itself)")
+            if a["round"] == 1:
+                err_console.print("note: no fsdp2 case with --shard-optimizer on (FSDP2 shards optimizer "
+                                  "state itself)")
             continue
         for b in (buckets if a["variant"] in ("bucketed", "ddp") else [None]):
             specs.append(DDPSpec(bucket_mb=b, **a, **common))
-    _validate_run_show("ddp", specs, validate, DDP_COLUMNS, backend, out, db, rerun, quiet, as_json, timeout)
+    records = _validate_run_show("ddp", specs, validate, DDP_COLUMNS, backend, out, db, rerun, quiet, as_json,
+                                 timeout)
+    table = rounds_table(records)
+    if not table.empty:
+        table.to_csv(out / "ddp_rounds.csv", index=False)
+        if rounds > 1 and not as_json:
+            title = ("ddp in alternating rounds: step (ms) with its 95% interval; a lead over naive only "
+                     "where its interval clears 1")
+            console.print(frame_table(table, title=title))
 
 
 SHARD_COLUMNS: list[report.Column] = [

@@ -76,6 +76,8 @@ GLOSSARY: dict[str, str] = {
     "--timing": "How calls are timed: loop (back to back between two timestamps, as nccl-tests does), "
                 "per-call (each alone behind a barrier: latency).",
     "--in-place": "Whether the collective writes its result into its input buffer: on, off.",
+    "--rounds": "Alternating rounds: every case measured this many times, each round running every case "
+                "once, so drift hits all alike.",
     "--link": "How the GPUs of one host talk under NCCL: auto (NCCL's choice: NVLink, peer to peer, shared "
               "memory), socket (its socket transport alone, as hosts joined by Ethernet).",
     "--world-size": "Processes, one per GPU (or CPU process under gloo).",

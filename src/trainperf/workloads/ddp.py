@@ -64,12 +64,14 @@ class DDPSpec:
     vocab: int = 10_000
     optimizer: str = "adamw"
     link: str = "auto"  # distributed/links.py
+    round: int = 1  # which of the alternating rounds (workloads/ddp_rounds.py)
 
     def label(self) -> str:
         bucket = f" {self.bucket_mb:g}MB" if self.bucket_mb else ""
         zero = " zero1" if self.shard_optimizer else ""
         link = f" over {self.link}" if self.link != "auto" else ""
-        return f"{self.variant}{bucket} {self.model} n={self.world_size}{zero}{link}"
+        again = f" round {self.round}" if self.round > 1 else ""
+        return f"{self.variant}{bucket} {self.model} n={self.world_size}{zero}{link}{again}"
 
     def model_config(self) -> LMConfig:
         p = get_preset(self.model)
