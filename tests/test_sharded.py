@@ -83,6 +83,50 @@ def test_every_sharding_and_checkpointing_matches_one_process(tmp_path, world, c
         torch.testing.assert_close(params, ref_params, rtol=1e-4, atol=1e-4, msg=name)
 
 
+def test_explicit_prefetching_and_keeping_layers_gathered_train_as_one_process(tmp_path):
+    specs = [("prefetch 2", spec(shard="full", checkpoint="none", world_size=2, prefetch=2)),
+             ("no reshard", spec(shard="full", checkpoint="full", world_size=2, reshard_after_forward=False))]
+    out = tmp_path / "r.pt"
+    launch(_train, 2, "gloo", args=(specs, str(out)))
+    ref_losses, ref_params = single_process(specs[0][1])
+    for name, (losses, params) in torch.load(out).items():
+        assert losses == pytest.approx(ref_losses, rel=1e-5), name
+        torch.testing.assert_close(params, ref_params, rtol=1e-4, atol=1e-4, msg=name)
+
+
+def test_the_decoder_is_sharded_with_the_last_layer_kept_gathered_and_prefetch_chains():
+    from trainperf.distributed import fsdp
+
+    calls = []
+
+    class Layer(torch.nn.Linear):
+        def set_modules_to_forward_prefetch(self, modules):
+            calls.append(("fwd", self.i, [m.i for m in modules]))
+
+        def set_modules_to_backward_prefetch(self, modules):
+            calls.append(("bwd", self.i, [m.i for m in modules]))
+
+    layers = [Layer(2, 2) for _ in range(4)]
+    for i, layer in enumerate(layers):
+        layer.i = i
+    sharded = []
+
+    class FakeFsdp:
+        @staticmethod
+        def fully_shard(module, reshard_after_forward, **policy):
+            sharded.append((getattr(module, "i", "root"), reshard_after_forward))
+
+    original = fsdp.fsdp2
+    fsdp.fsdp2 = lambda: FakeFsdp
+    try:
+        fsdp.shard_decoder(torch.nn.Module(), layers, reshard_after_forward=True, prefetch=2)
+    finally:
+        fsdp.fsdp2 = original
+    assert sharded == [(0, True), (1, True), (2, True), (3, False), ("root", False)]
+    assert ("fwd", 0, [1, 2]) in calls and ("fwd", 3, []) in calls
+    assert ("bwd", 3, [2, 1]) in calls and ("bwd", 0, []) in calls
+
+
 def test_checkpointing_wraps_the_layers_its_policy_names():
     from trainperf.models.lm import LMConfig, TransformerLM
 

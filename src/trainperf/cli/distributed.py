@@ -263,7 +263,8 @@ def ddp(
 
 SHARD_COLUMNS: list[report.Column] = [
     ("model", report.spec("model")), ("n", report.spec("world_size")), ("shard", report.spec("shard")),
-    ("ckpt", report.spec("checkpoint")), ("batch x seq", lambda r: f"{r.spec['batch']}x{r.spec['seq']}"),
+    ("ckpt", report.spec("checkpoint")), ("reshard", report.spec("reshard_after_forward")),
+    ("prefetch", report.spec("prefetch")), ("batch x seq", lambda r: f"{r.spec['batch']}x{r.spec['seq']}"),
     ("dtype", report.spec("dtype")), ("optimizer", report.spec("optimizer")),
     ("loss", report.spec("loss")), ("compiled", report.spec("compile")),
     ("step ms", report.metric("step_ms_median")), ("fwd ms", report.metric("forward_ms")),
@@ -291,6 +292,8 @@ def shard(
                                          "nccl, fp32 with gloo. Comma list ok."),
     optimizer: str = option("--optimizer", "adamw", "Here adamw or adamw-fused; comma list ok."),
     offload: str = option("--offload", "off", "Comma list ok."),
+    reshard_after_forward: str = option("--reshard-after-forward", "on", "Comma list ok."),
+    prefetch: str = option("--prefetch", "0", "Comma list ok."),
     compile: str = option("--compile", "off", "Here: off, on (each decoder layer); comma list ok."),
     attention: str = option("--attention", "sdpa", "Comma list ok."),
     loss: str = option("--loss", "torch", "Comma list ok."),
@@ -318,6 +321,8 @@ def shard(
                  dtype=parse_list(opts["dtype"], str, "--dtype", ("fp32", "bf16"), DTYPE_ALIASES),
                  optimizer=parse_list(optimizer, str, "--optimizer", OPTIMIZERS),
                  offload=parse_list(offload, on_off, "--offload"),
+                 reshard_after_forward=parse_list(reshard_after_forward, on_off, "--reshard-after-forward"),
+                 prefetch=parse_list(prefetch, int, "--prefetch"),
                  compile=parse_list(compile, on_off, "--compile"),
                  attention=parse_list(attention, str, "--attention", NAMES),
                  loss=parse_list(loss, str, "--loss", LOSSES))

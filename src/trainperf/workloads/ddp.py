@@ -27,7 +27,7 @@ from trainperf.core.errors import SpecError, Unsupported
 from trainperf.core.gpu_monitor import GpuMonitor
 from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
-from trainperf.distributed.fsdp import fsdp2
+from trainperf.distributed.fsdp import shard_decoder
 from trainperf.distributed.grad_sync import (
     BucketedSync,
     FlatSync,
@@ -126,10 +126,7 @@ class DataParallelStep:
         elif variant == "fsdp2":
             try:
                 # FSDP2's default mesh is on the GPU whenever one is visible, even under gloo
-                mesh = init_device_mesh(device.type, (world,))
-                for layer in model.layers:
-                    fsdp2().fully_shard(layer, mesh=mesh)
-                fsdp2().fully_shard(model, mesh=mesh)
+                shard_decoder(model, model.layers, mesh=init_device_mesh(device.type, (world,)))
             except Exception as exc:  # noqa: BLE001 - FSDP2 support varies by backend and version
                 raise Unsupported(f"fsdp2 on {spec.dist_backend}: {str(exc).splitlines()[0]}") from None
             self.sync = GradSync(model)

@@ -35,7 +35,7 @@ from trainperf.core.gpu_monitor import GpuMonitor
 from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
 from trainperf.core.timing import PhaseTimer
-from trainperf.distributed.fsdp import fsdp2
+from trainperf.distributed.fsdp import fsdp2, shard_decoder
 from trainperf.distributed.timing import per_rank_times, slowest
 from trainperf.kernels.chunked_loss import chunked_lm_loss
 from trainperf.models.lm import LMConfig, TransformerLM, lm_loss
@@ -68,6 +68,8 @@ class ShardSpec:
     attention: str = "sdpa"
     loss: str = "torch"
     dist_backend: str = "nccl"
+    reshard_after_forward: bool = True  # distributed/fsdp.py
+    prefetch: int = 0  # layers gathered ahead explicitly (0: FSDP2's implicit prefetching)
     vocab: int | None = None  # None: the preset's own, else 10000
     warmup: int = 2
     iters: int = 5
@@ -111,6 +113,8 @@ def validate(spec: ShardSpec) -> None:
                         f"--world-size {spec.world_size}")
     if spec.shard == "none" and spec.offload:
         raise SpecError("--offload on needs a sharded model (--shard full or hybrid)")
+    if spec.prefetch < 0:
+        raise SpecError(f"--prefetch must be 0 (FSDP2's own) or a number of layers, got {spec.prefetch}")
     try:
         spec.model_config()
     except ValueError as exc:
@@ -216,10 +220,7 @@ def shard_model(model: LMWithLoss, spec: ShardSpec, world: int, device: torch.de
         if device.type != "cuda":
             raise Unsupported("--offload on moves parameters from a GPU to the CPU: it needs a GPU")
         kw["offload_policy"] = fsdp.CPUOffloadPolicy()
-    for layer in model.lm.layers:
-        fsdp.fully_shard(layer, **kw)
-    fsdp.fully_shard(model, **kw)
-    return model
+    return shard_decoder(model, model.lm.layers, spec.reshard_after_forward, spec.prefetch, **kw)
 
 
 class ShardedStep:
