@@ -255,6 +255,15 @@ def ddp(
     table = rounds_table(records)
     if not table.empty:
         table.to_csv(out / "ddp_rounds.csv", index=False)
+        if plots_available(quiet or as_json):
+            from trainperf.core.plots import grouped_bars
+
+            named = table.assign(setup=table.variant + table.shard_optimizer.map({True: " zero1", False: ""})
+                                 + table.link.map(lambda link: "" if link == "auto" else f" over {link}"),
+                                 world=table.model + " n=" + table.world_size.astype(str))
+            grouped_bars(named, "setup", "world", "step_ms_median", out / "ddp_steps.png",
+                         "ms per step (median over rounds, 95% interval)", "data-parallel step per variant",
+                         errors="step_ms_ci95")
         if rounds > 1 and not as_json:
             title = ("ddp in alternating rounds: step (ms) with its 95% interval; a lead over naive only "
                      "where its interval clears 1")

@@ -43,8 +43,10 @@ def line_grid(df: pd.DataFrame, x: str, ys: list[tuple[str, str]], hue: str, pat
 
 
 def grouped_bars(df: pd.DataFrame, category: str, hue: str, value: str, path: Path,
-                 ylabel: str, title: str = "", reference_line: float | None = None):
-    """Bars of `value` per `category`, one bar per `hue` value side by side; saved to `path`."""
+                 ylabel: str, title: str = "", reference_line: float | None = None,
+                 errors: str | None = None):
+    """Bars of `value` per `category`, one bar per `hue` value side by side (with the half-widths
+    of column `errors` as error bars); saved to `path`."""
     plt = pyplot()
     cats = list(dict.fromkeys(df[category]))
     hues = list(dict.fromkeys(df[hue]))
@@ -54,7 +56,12 @@ def grouped_bars(df: pd.DataFrame, category: str, hue: str, value: str, path: Pa
         # one bar per category even where a category repeats (the last value stands)
         sub = df[df[hue] == h].groupby(category, sort=False)[value].last()
         heights = [sub.get(c, float("nan")) for c in cats]
-        ax.bar([j + i * width for j in range(len(cats))], heights, width, label=str(h))
+        err = None
+        if errors is not None:
+            half = df[df[hue] == h].groupby(category, sort=False)[errors].last()
+            up = [half.get(c, float("nan")) for c in cats]
+            err = [[min(e, v) for e, v in zip(up, heights, strict=True)], up]  # never below zero
+        ax.bar([j + i * width for j in range(len(cats))], heights, width, label=str(h), yerr=err, capsize=3)
     ax.set_xticks([j + width * (len(hues) - 1) / 2 for j in range(len(cats))], cats, rotation=20)
     ax.set_ylabel(ylabel)
     ax.set_xlabel(category)
