@@ -39,3 +39,4 @@ def test_the_cli_runs_the_variants_round_after_round_and_writes_the_rounds_table
     assert order == [(1, "naive"), (1, "flat"), (2, "naive"), (2, "flat")]
     table = (tmp_path / "ddp_rounds.csv").read_text()
     assert table.startswith("variant,") and "vs_naive" in table.splitlines()[0]
+    assert (tmp_path / "ddp_steps.png").stat().st_size > 0
