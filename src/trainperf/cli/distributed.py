@@ -337,5 +337,16 @@ def shard(
                  loss=parse_list(loss, str, "--loss", LOSSES))
     specs = [ShardSpec(seq=opts["seq"], batch=opts["batch"], vocab=vocab,
                        dist_backend=backend, warmup=warmup, iters=iters, **a) for a in axes]
-    _validate_run_show("shard", specs, validate, SHARD_COLUMNS, backend, out, db, rerun, quiet, as_json,
-                       timeout, precheck=cannot_fit)
+    records = _validate_run_show("shard", specs, validate, SHARD_COLUMNS, backend, out, db, rerun, quiet,
+                                 as_json, timeout, precheck=cannot_fit)
+    ok = to_frame(r for r in records if r.status == "ok")
+    if not ok.empty and ok.world_size.nunique() > 1 and plots_available(quiet or as_json):
+        from trainperf.core.plots import line_grid
+
+        ok = ok.assign(**{"tokens/s per GPU": ok.tokens_per_s / ok.world_size, "GPUs": ok.world_size},
+                       choice=ok.model + " " + ok["shard"] + " ckpt=" + ok.checkpoint)
+        path = out / "shard_scaling.png"
+        line_grid(ok, "GPUs", [("tokens/s per GPU", "tokens/s per GPU")], "choice", path,
+                  title="scaling: tokens/s per GPU against world size", logx=False, logy=False)
+        if not (quiet or as_json):
+            err_console.print(f"wrote {path}")
