@@ -176,8 +176,8 @@ def test_the_cli_records_a_sharded_step_on_gloo(db, tmp_path):
 
 
 def test_a_shard_sweep_over_world_sizes_draws_its_scaling(db, tmp_path):
-    res = runner.invoke(app, ["shard", "--world-size", "1,2", "--iters", "1", "--warmup", "0", "--db", str(db),
-                              "--out", str(tmp_path)])
+    res = runner.invoke(app, ["shard", "--world-size", "1,2", "--iters", "1", "--warmup", "0",
+                              "--db", str(db), "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert sorted(r.spec["world_size"] for r in Store(db).records()) == [1, 2]
     assert (tmp_path / "shard_scaling.png").stat().st_size > 0 and "wrote" in res.output
