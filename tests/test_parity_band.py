@@ -57,3 +57,14 @@ def test_stock_from_a_new_seed_is_within_its_band_and_a_learning_rate_times_1_5_
     assert table.loc[2, "verdict"] == "within stock's noise", table.loc[2].to_dict()
     assert table.loc[3, "verdict"].startswith("outside it from step"), table.loc[3].to_dict()
     assert abs(table.loc[3, "final_diff"]) > table.loc[3, "final_ci"]
+
+
+def test_the_suite_pages_sum_up_each_recipe_s_runs_against_the_band(tmp_path):
+    from trainperf.suites.catalog import band_verdicts
+
+    pd.DataFrame({"recipe": ["fast", "fast", "fp8", "fp8"],
+                  "verdict": ["within stock's noise"] * 3 + ["outside it from step 40"],
+                  "left_at": [None, None, None, 40]}).to_csv(tmp_path / "parity_band.csv", index=False)
+    assert band_verdicts(tmp_path).to_dict() == {"fast": "within in all 2 run(s)",
+                                                 "fp8": "outside in 1 of 2 run(s) (from step 40)"}
+    assert band_verdicts(tmp_path / "none").empty

@@ -141,6 +141,9 @@ def recipes_headline(parts: dict[str, Path], against: list[tuple[str, tuple[str,
         out["loss parity (max deviation)"] = parity.apply(verdict, axis=1)
         out["deviation over the last fifth"] = parity.final_rel_dev.map(
             lambda d: f"{d:.2%}" if pd.notna(d) else "")
+        band = band_verdicts(parts["parity"])
+        if not band.empty:
+            out["loss against stock's band"] = band.reindex(out.index).fillna("-")
     return out.reset_index()
 
 
@@ -158,6 +161,22 @@ def _parity_losses(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     losses = losses.set_index("step")
     losses.attrs["first_runs"] = first_runs(dict(zip(records.run, records.draw, strict=True)))
     return losses, records
+
+
+def band_verdicts(folder: Path) -> pd.Series:
+    """Per recipe, its runs judged against stock's band (the part's parity_band.csv): "within in
+    all 2 runs", or "outside in 1 of 2 runs (from step 40)"; empty without the file."""
+    judged = _read(folder, "parity_band.csv")
+    if judged.empty:
+        return pd.Series(dtype=str)
+
+    def summary(runs: pd.DataFrame) -> str:
+        out = runs[runs.verdict != "within stock's noise"]
+        if out.empty:
+            return f"within in all {len(runs)} run(s)"
+        return f"outside in {len(out)} of {len(runs)} run(s) (from step {int(out.left_at.min())})"
+
+    return judged.groupby("recipe", sort=False)[["verdict", "left_at"]].apply(summary)
 
 
 def draws_headline(parts: dict[str, Path]) -> pd.DataFrame:
@@ -182,6 +201,9 @@ def draws_headline(parts: dict[str, Path]) -> pd.DataFrame:
     flagged = devs.groupby("recipe", sort=False).max_rel_dev.agg(
         lambda d: f"{(d > TOLERANCE).sum()} of {len(d)}")
     out["draws flagged"] = flagged.reindex(out.index).fillna("-")
+    band = band_verdicts(parts["parity"])
+    if not band.empty:
+        out["against stock's band"] = band.reindex(out.index).fillna("-")
     return out.reset_index()
 
 
