@@ -219,3 +219,21 @@ def test_exposed_communication_is_the_nccl_time_no_computation_overlaps():
     # comm runs over [5, 20] and [30, 31]: 16; computation covers [5, 10] and [14, 16] of it: 7 hidden
     assert got["comm"] == 16 and got["exposed"] == 9 and got["hidden_share"] == pytest.approx(7 / 16)
     assert communication_overlap(kernels[~kernels.name.str.contains("nccl")])["comm"] == 0
+
+
+def test_a_case_far_beyond_a_gpu_is_refused_up_front_with_what_it_needs():
+    from trainperf.workloads.sharded import memory_needed, too_large
+
+    h200 = 143771 * 2**20
+    eight_b = dict(model="cs336-8b", world_size=2, shard="full", seq=32768, batch=2, loss="chunked",
+                   dtype="bf16", dist_backend="nccl", vocab=None)
+    ops = memory_needed(spec(**eight_b, checkpoint="ops"))
+    why = too_large(ops, "ops", h200)
+    assert why.startswith("needs at least 157.2 GiB a rank: 60.5 GiB of fp32 weights") and "8.13B" in why
+    assert "96.7 GiB of activations that --checkpoint ops keeps" in why and why.endswith("140.4 GiB")
+    assert too_large(memory_needed(spec(**eight_b, checkpoint="full")), "full", h200) is None  # 69 GiB
+    small = memory_needed(spec(checkpoint="every-2", loss="torch"))  # tiny: 2 layers, the first checkpointed
+    cfg = spec().model_config()
+    per_token = cfg.d_model + (9 * cfg.d_model + 3 * cfg.d_ff)
+    assert small["activations"] == per_token * 2 * 16 * 4  # 2 sequences of 16 a rank, fp32
+    assert small["logits"] == 4 * 2 * 16 * 64 and small["shards"] == 2

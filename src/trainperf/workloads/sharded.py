@@ -122,23 +122,57 @@ def validate(spec: ShardSpec) -> None:
 
 
 STATE_BYTES_PER_PARAM = 16  # fp32 weight, gradient and AdamW's two moments
+# Values a decoder layer keeps for its backward, per token, at the least (d: model width, f: MLP
+# width): with no checkpointing its input, both norms' outputs, q, k, v, rotated q and k, the
+# attention output, the second residual, gate, up and their SwiGLU product (9 of d, 3 of f; the
+# count leaves some out); with `ops` the matrix products' and attention's outputs (6 d + 2 f); a
+# layer checkpointed whole its input (d).
+KEPT = {"none": (9, 3), "ops": (6, 2), "layer": (1, 0)}
+
+
+def memory_needed(spec: ShardSpec) -> dict[str, float]:
+    """A lower bound of the bytes one rank needs: `state` (fp32 weights, gradients and AdamW's
+    moments over the shards), `activations` (what the checkpointing policy keeps, in the compute
+    dtype) and `logits` (the fp32 logits of `--loss torch`; the chunked loss never builds them)."""
+    cfg = spec.model_config()
+    with torch.device("meta"):
+        params = sum(p.numel() for p in TransformerLM(cfg).parameters())
+    shards = {"full": spec.world_size, "hybrid": max(spec.world_size // 2, 1), "none": 1}[spec.shard]
+    tokens = spec.batch // spec.world_size * spec.seq
+    every = checkpoint_every(spec.checkpoint)
+    whole = len(range(0, cfg.n_layers, every)) if every else 0  # layers checkpointed whole
+    policy = "ops" if spec.checkpoint == "ops" else "none"
+    def kept(kind: str) -> int:
+        of_d, of_f = KEPT[kind]
+        return of_d * cfg.d_model + of_f * cfg.d_ff
+
+    per_token = whole * kept("layer") + (cfg.n_layers - whole) * kept(policy)
+    return {"params": params, "shards": shards,
+            "state": params * STATE_BYTES_PER_PARAM / shards,
+            "activations": per_token * tokens * (2 if spec.dtype == "bf16" else 4),
+            "logits": 4 * tokens * cfg.vocab_size if spec.loss == "torch" else 0.0}
 
 
 def cannot_fit(spec: ShardSpec, device: torch.device) -> str | None:
-    """Why `spec` cannot fit on this host's GPUs before it starts (None when it may): the fp32
-    weights, gradients and AdamW state alone, split over the shards, above one GPU's memory. A
-    lower bound: activations come on top, so what passes may still run out of memory."""
+    """Why `spec` cannot fit on this host's GPUs before it starts (None when it may): the lower
+    bound of `memory_needed` above one GPU's memory. What passes may still run out of memory."""
     if device.type != "cuda" or spec.offload:
         return None
-    with torch.device("meta"):
-        params = sum(p.numel() for p in TransformerLM(spec.model_config()).parameters())
-    shards = {"full": spec.world_size, "hybrid": max(spec.world_size // 2, 1), "none": 1}[spec.shard]
-    need = params * STATE_BYTES_PER_PARAM / shards
     have = torch.cuda.get_device_properties(device).total_memory
-    if need <= have:
+    return too_large(memory_needed(spec), spec.checkpoint, have)
+
+
+def too_large(need: dict[str, float], checkpoint: str, have: float) -> str | None:
+    """The one-line reason a rank needing `need` cannot fit in `have` bytes, None if it may."""
+    total = need["state"] + need["activations"] + need["logits"]
+    if total <= have:
         return None
-    return (f"needs at least {need / 2**30:.1f} GiB a rank for fp32 weights, gradients and AdamW state "
-            f"({params / 1e9:.2f}B parameters over {shards} shard(s)); a GPU holds {have / 2**30:.1f} GiB")
+    gib = 2**30
+    logits = f", {need['logits'] / gib:.1f} GiB of fp32 logits" if need["logits"] else ""
+    return (f"needs at least {total / gib:.1f} GiB a rank: {need['state'] / gib:.1f} GiB of fp32 weights, "
+            f"gradients and AdamW state ({need['params'] / 1e9:.2f}B parameters over {need['shards']} "
+            f"shard(s)), {need['activations'] / gib:.1f} GiB of activations that --checkpoint {checkpoint} "
+            f"keeps{logits}; a GPU holds {have / gib:.1f} GiB")
 
 
 def _save_products_policy():  # noqa: ANN202
