@@ -77,3 +77,16 @@ def test_a_compiled_recipe_and_a_gloo_ddp_case_print_no_library_line(tmp_path):
         assert proc.returncode == 0, proc.stderr[-2000:]
         noise = [line for line in proc.stderr.splitlines() if LIBRARY_LINE.search(line)]
         assert noise == [], (args, noise)
+
+
+def test_a_library_s_log_line_about_itself_is_dropped_and_its_others_kept(monkeypatch, caplog):
+    import logging
+
+    monkeypatch.delenv(VERBOSE_ENV, raising=False)
+    quiet_libraries()
+    registry = logging.getLogger("liger_kernel.backends.registry")
+    with caplog.at_level(logging.WARNING):
+        registry.warning("Backend impl '%s' for op '%s' could not be imported: %s: %s",
+                         "liger_kernel.ops.backends._ascend.rope", "rope", "ImportError", "cannot import name")
+        registry.warning("a line of another kind")
+    assert "could not be imported" not in caplog.text and "a line of another kind" in caplog.text

@@ -38,8 +38,10 @@ INTERNAL_WARNINGS = (
     (r".*reduce_scatter_tensor.*deprecated", r"torch\.distributed(\..*)?"),
     (r".*Profiler clears events at the end of each cycle", r".*"),
 )
-# (logger, message) of log lines about a library's internals.
-INTERNAL_LOGS = (("liger_kernel", r"Backend impl .* could not be imported"),)
+# (logger, message) of log lines about a library's internals; a logger's filter sees only the
+# records of that logger itself, so the name is the one that logs (liger-kernel's registry of
+# per-vendor backends warns about each vendor's it cannot import, Ascend's on NVIDIA GPUs).
+INTERNAL_LOGS = (("liger_kernel.backends.registry", r"Backend impl .* could not be imported"),)
 
 
 def verbose() -> bool:
