@@ -9,7 +9,7 @@ import pytest
 
 from trainperf.core.record import Record
 from trainperf.workloads.parity import ParitySpec, measure_parity
-from trainperf.workloads.parity_band import band_table, judge, prediction_factor
+from trainperf.workloads.parity_band import band_table, judge, plot_band, prediction_factor
 
 
 def _band(steps: int = 100, n: int = 4) -> pd.DataFrame:
@@ -48,7 +48,7 @@ def _record(**kw) -> Record:
     return Record("parity", spec.__dict__, "ok", measure_parity(spec))
 
 
-def test_stock_from_a_new_seed_is_within_its_band_and_a_learning_rate_times_1_5_is_outside():
+def test_stock_from_a_new_seed_is_within_its_band_and_a_learning_rate_times_1_5_is_outside(tmp_path):
     band = [_record(seed=s) for s in range(3)]
     new_seed = _record(seed=3, run=2)  # a run like stock's, from weights and batches not in the band
     perturbed = _record(lr=1.5e-3, run=3)  # the same training with a perturbed update
@@ -57,6 +57,9 @@ def test_stock_from_a_new_seed_is_within_its_band_and_a_learning_rate_times_1_5_
     assert table.loc[2, "verdict"] == "within stock's noise", table.loc[2].to_dict()
     assert table.loc[3, "verdict"].startswith("outside it from step"), table.loc[3].to_dict()
     assert abs(table.loc[3, "final_diff"]) > table.loc[3, "final_ci"]
+    assert plot_band([*band, new_seed, perturbed], tmp_path / "band.png")
+    assert (tmp_path / "band.png").stat().st_size > 0
+    assert not plot_band(band[:1], tmp_path / "none.png")  # one stock run makes no band
 
 
 def test_the_suite_pages_sum_up_each_recipe_s_runs_against_the_band(tmp_path):

@@ -512,8 +512,11 @@ def parity(
                                                     "units of stock's spread"))
     if plots_available(quiet or as_json):
         from trainperf.workloads.parity import plot_parity
+        from trainperf.workloads.parity_band import plot_band
 
         path = out / "parity_losses.png"
         plot_parity(losses, path)
+        drawn = [path] + ([out / "parity_band.png"] if plot_band(records, out / "parity_band.png") else [])
         if not (quiet or as_json):
-            err_console.print(f"wrote {path}")
+            for path in drawn:
+                err_console.print(f"wrote {path}")

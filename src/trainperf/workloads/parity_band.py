@@ -76,26 +76,67 @@ def judge(curve: pd.Series, band: pd.DataFrame, resolution: float = RESOLUTION["
             "verdict": f"outside it from step {left_at}" if outside else "within stock's noise"}
 
 
-def band_table(records: list) -> pd.DataFrame:
-    """Per run of a recipe (stock's own repeats of the same seed too), its judgement against stock's
-    band of the same draw: recipe, run, draw and the fields of `judge`. Empty where no draw has
-    MIN_SEEDS stock runs."""
+def _draws(records: list):  # noqa: ANN202 - yields (draw, band, others, curves)
+    """Per draw with MIN_SEEDS stock runs: its band (stock's first runs, one column per seed), the
+    other finished runs of the draw, and every run's losses by record id."""
     done = [r for r in records if r.status == "ok"]
     curve = {id(r): pd.Series([float(x) for x in r.metrics["loss_curve"].split(",")]) for r in done}
-    rows = []
     for draw in sorted({r.spec.get("draw", 1) for r in done}):
         of_draw = [r for r in done if r.spec.get("draw", 1) == draw]
         stock = [r for r in of_draw if r.spec["recipe"] == "stock"]
         first_run = min((r.spec.get("run", 1) for r in stock), default=None)
         members = [r for r in stock if r.spec.get("run", 1) == first_run]
-        if len(members) < MIN_SEEDS:
-            continue
-        band = pd.DataFrame({f"seed {r.spec.get('seed', 0)}": curve[id(r)] for r in members})
-        for r in of_draw:
-            if r in members:
-                continue
-            resolution = RESOLUTION.get(r.spec.get("dtype"), RESOLUTION["fp32"])
-            rows.append({"recipe": r.spec["recipe"], "run": r.spec.get("run", 1), "draw": draw,
-                         **judge(curve[id(r)], band, resolution)})
+        if len(members) >= MIN_SEEDS:
+            band = pd.DataFrame({f"seed {r.spec.get('seed', 0)}": curve[id(r)] for r in members})
+            yield draw, band, [r for r in of_draw if r not in members], curve
+
+
+def _resolution(record) -> float:  # noqa: ANN001
+    return RESOLUTION.get(record.spec.get("dtype"), RESOLUTION["fp32"])
+
+
+def band_table(records: list) -> pd.DataFrame:
+    """Per run of a recipe (stock's own repeats of the same seed too), its judgement against stock's
+    band of the same draw: recipe, run, draw and the fields of `judge`. Empty where no draw has
+    MIN_SEEDS stock runs."""
+    rows = [{"recipe": r.spec["recipe"], "run": r.spec.get("run", 1), "draw": draw,
+             **judge(curve[id(r)], band, _resolution(r))}
+            for draw, band, others, curve in _draws(records) for r in others]
     return pd.DataFrame(rows, columns=["recipe", "run", "draw", "seeds", "band_dev_max", "band_dev_final",
                                        "final_diff", "final_ci", "left_at", "verdict"])
+
+
+def plot_band(records: list, path) -> bool:  # noqa: ANN001 - a path
+    """One panel per draw: stock's band (its mean ± k·s, smoothed) and every other run's smoothed
+    loss over it, a dotted line where a run left the band; False when no draw has a band."""
+    from trainperf.core.plots import pyplot
+
+    draws = list(_draws(records))
+    if not draws:
+        return False
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(draws), figsize=(6.5 * len(draws), 4.5), squeeze=False)
+    colours = dict(zip(dict.fromkeys(r.spec["recipe"] for *_, others, _ in draws for r in others),
+                       plt.get_cmap("tab10").colors, strict=False))
+    for ax, (draw, band, others, curve) in zip(axes[0], draws, strict=True):
+        smooth = smoothed(band)
+        mean = smooth.mean(axis=1)
+        half = prediction_factor(band.shape[1]) * smooth.std(axis=1, ddof=1)
+        ax.fill_between(mean.index, mean - half, mean + half, color="0.8",
+                        label=f"stock's band ({band.shape[1]} seeds)")
+        ax.plot(mean.index, mean, color="black", lw=1, label="stock's mean")
+        for r in others:
+            name = r.spec["recipe"] + (f" #{r.spec.get('run', 1)}" if r.spec.get("run", 1) > 1 else "")
+            ax.plot(mean.index, smoothed(curve[id(r)].to_frame())[0], color=colours[r.spec["recipe"]], lw=1.2,
+                    label=name)
+            left = judge(curve[id(r)], band, _resolution(r))["left_at"]
+            if left is not None:
+                ax.axvline(left, color=colours[r.spec["recipe"]], ls=":", lw=1)
+        ax.set(yscale="log", xlabel="step", ylabel="training loss (smoothed)", title=f"draw {draw}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("each run against stock's own noise (dotted: where a run left the band)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
