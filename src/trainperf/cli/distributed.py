@@ -41,14 +41,16 @@ from trainperf.distributed.ranked_sweep import run_ranked_cases
 from trainperf.distributed.supervisor import DEFAULT_TIMEOUT_S, Supervisor
 from trainperf.workloads.comm import binary_size
 
-MEASURES = {"comm": "measure_comm", "ddp": "measure_ddp", "shard": "measure_sharded"}
+# workload -> (module under trainperf.workloads, its function that measures a case on one rank)
+MEASURES = {"comm": ("comm", "measure_comm"), "ddp": ("ddp", "measure_ddp"),
+            "shard": ("sharded", "measure_sharded")}
 
 
 def _measure_of(workload: str) -> Any:
     import importlib
 
-    module = {"comm": "comm", "ddp": "ddp", "shard": "sharded"}[workload]
-    return getattr(importlib.import_module(f"trainperf.workloads.{module}"), MEASURES[workload])
+    module, name = MEASURES[workload]
+    return getattr(importlib.import_module(f"trainperf.workloads.{module}"), name)
 
 
 def _rank_worker(rank: int, world: int, workload: str, cases: list, db: str, env: dict,

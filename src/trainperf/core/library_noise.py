@@ -24,12 +24,9 @@ VERBOSE_ENV = "TRAINPERF_VERBOSE"
 
 # Warnings about the case at hand: a backend refused these inputs, a kernel fell back.
 CASE_WARNINGS = (
-    r"(cuDNN|Flash|Memory efficient) attention kernel not used because",
-    r"Memory efficient kernel not used because",
-    r"Flash attention has been runtime disabled",
-    r"cuDNN attention has been runtime disabled",
-    r"Falling back to",
-    r".*fall(s|ing)? back to",
+    r"(cuDNN attention|Flash attention|Memory efficient( attention)?) kernel not used because",
+    r"(Flash|cuDNN) attention has been runtime disabled",
+    r"(?i).*fall(s|ing)? back to",
 )
 # (message, module) of warnings about a library's internals.
 INTERNAL_WARNINGS = (

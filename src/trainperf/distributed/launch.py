@@ -57,15 +57,20 @@ def rank_device(backend: str, rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def init_rank(rank: int, world_size: int, backend: str, port: int, timeout_s: float) -> torch.device:
-    """Join this host's process group as `rank`, on its own device: the GPU is chosen before the
+def join_group(backend: str, rank: int, world_size: int, local_rank: int, timeout_s: float) -> torch.device:
+    """Join the process group as `rank` on this process's own device: the GPU is chosen before the
     group exists and named to it, so NCCL never guesses (as torchtitan does)."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    device = rank_device(backend, rank)
+    device = rank_device(backend, local_rank)
     bound = {"device_id": device} if device.type == "cuda" else {}
     dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s),
                             **bound)
     return device
+
+
+def init_rank(rank: int, world_size: int, backend: str, port: int, timeout_s: float) -> torch.device:
+    """Join this host's process group (at `port` on loopback) as `rank`; its device."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    return join_group(backend, rank, world_size, rank, timeout_s)
 
 
 def _entry(local_rank: int, world_size: int, backend: str, port: int, timeout_s: float,
@@ -127,10 +132,7 @@ def launch(worker: Callable[..., Any], world_size: int, backend: str, args: tupl
         if world != world_size:
             raise LaunchError(f"launched with WORLD_SIZE={world}, asked for world size {world_size}")
         if not dist.is_initialized():
-            device = rank_device(backend, local_rank)
-            bound = {"device_id": device} if device.type == "cuda" else {}
-            dist.init_process_group(backend, rank=rank, world_size=world,
-                                    timeout=timedelta(seconds=timeout_s), **bound)
+            join_group(backend, rank, world, local_rank, timeout_s)
         worker(rank, world, *args)
         return
     problem = world_size_problem(world_size, backend)

@@ -39,6 +39,7 @@ STALL_CALLS = 10  # a timed call this many times longer than the usual one is a 
 DEFAULT_STALL_S = 10.0  # ... but never less than this
 DEFAULT_TIMEOUT_S = 300.0  # without progress outside timed loops (compiles take minutes)
 PG_TIMEOUT_MARGIN_S = 60.0  # the process group waits longer: its watchdog is the last resort
+RELEASE_S = 30.0  # at most, for the GPUs to let go of ended ranks
 TORCH_DIR = str(Path(torch.__file__).parent)
 
 Measure = Callable[[Any, int, int, torch.device], dict[str, Any]]
@@ -210,7 +211,6 @@ class Supervisor:
                     return _stall(beats, last_move, limit)
             time.sleep(POLL_S)
 
-
     def _cause(self, procs: list[Any], files: RankFiles, beats: dict[int, dict[str, Any]],
                seen: float) -> Failure:
         """A rank that died without a word (a signal) is the cause; else the earliest report (later
@@ -218,7 +218,7 @@ class Supervisor:
         reports = {r: rep for r in range(self.world) if (rep := _read_json(files.report(r)))}
         silent = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in reports
                   and not files.finished(r).exists()]
-        if silent or not reports:
+        if silent:  # called on a death without a report, or on reports: one of the two is there
             r = silent[0]
             beat = beats.get(r) or _read_json(files.heartbeat(r))
             return _death(r, procs[r].exitcode, beat, seen)
@@ -243,12 +243,11 @@ def _stall(beats: dict[int, dict[str, Any]], last_move: float, limit: float) -> 
     wait for (in a collective or a synchronize)."""
     outside = [r for r, hb in sorted(beats.items()) if TORCH_DIR not in hb["where"]]
     rank = outside[0] if len(outside) == 1 else None
-    where = beats[rank]["where"] if rank is not None else beats[0]["where"]
-    case = beats[rank if rank is not None else 0]["case"]
-    peak = beats[rank if rank is not None else 0]["peak_gb"]
-    return Failure(case, rank, "error",
+    beat = beats[0 if rank is None else rank]
+    where = beat["where"]
+    return Failure(beat["case"], rank, "error",
                    f"stopped responding for {limit:.0f} s in {Path(where.split(':')[0]).name}"
-                   f" ({where.split(' ')[-1]})", last_move, {"peak_mem_gb": peak})
+                   f" ({where.split(' ')[-1]})", last_move, {"peak_mem_gb": beat["peak_gb"]})
 
 
 def _end(procs: list[Any]) -> None:
@@ -265,9 +264,6 @@ def _end(procs: list[Any]) -> None:
     deadline = time.time() + RELEASE_S
     while _pids_on_gpus() & pids and time.time() < deadline:
         time.sleep(POLL_S)
-
-
-RELEASE_S = 30.0
 
 
 def _pids_on_gpus() -> set[int]:
