@@ -12,6 +12,7 @@ from pathlib import Path
 
 from trainperf.core.library_noise import VERBOSE_ENV, quiet_libraries
 from trainperf.core.runner import measure_case
+from trainperf.suites.console_log import console_to
 
 SRC = str(Path(__file__).parents[1] / "src")
 LIBRARY_LINE = re.compile(r"Warning|^\[W|\.py:\d+|^\s+\S.*\($")  # a warning, torch's [W ...], a source line
@@ -91,3 +92,19 @@ def test_a_library_s_log_line_about_itself_is_dropped_and_its_others_kept(monkey
                          "cannot import name 'tanh'")
         registry.warning("a line of another kind")
     assert "could not be imported" not in caplog.text and "a line of another kind" in caplog.text
+
+
+def test_console_txt_keeps_python_s_lines_the_descriptors_and_child_processes(tmp_path, capfd):
+    """C++ libraries, compilers and ranks write to the descriptors, not to sys.stderr: the file
+    keeps them too, and the terminal still gets everything."""
+    path = tmp_path / "console.txt"
+    with console_to(path):
+        print("from python")
+        os.write(2, b"[W from a library\n")
+        child = "import sys; print('from a child', file=sys.stderr)"
+        subprocess.run([sys.executable, "-c", child], check=True)
+        print("\x1b[1mbold\x1b[0m")
+    kept = path.read_text().splitlines()
+    assert sorted(kept) == sorted(["from python", "[W from a library", "from a child", "bold"])
+    seen = capfd.readouterr()
+    assert "from python" in seen.out and "[W from a library" in seen.err and "from a child" in seen.err

@@ -1,15 +1,19 @@
 """A suite run's console kept beside its numbers: what it printed, as `console.txt`.
 
-stdout and stderr are teed for the run: the terminal gets everything as before, the file the
-lines as a reader sees them at the end, without colours and without the redraws of progress bars
-(writes that move the cursor)."""
+Both levels of output are teed for the run: Python's `sys.stdout`/`sys.stderr` (trainperf's
+tables and progress, which keep the terminal's colours and redraws), and the file descriptors 1
+and 2 beneath them, where C++ libraries, compilers and child processes write. The terminal gets
+everything as before; the file the lines as a reader sees them at the end, without colours and
+without the redraws of progress bars (writes that move the cursor)."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -17,31 +21,91 @@ CURSOR_MOVES = re.compile(r"\x1b\[(\d*[ABCDGHJK]|\?25[lh])")
 COLOURS = re.compile(r"\x1b\[[0-9;]*m")
 
 
+class _Log:
+    """The file both levels write to, one write at a time."""
+
+    def __init__(self, file: IO[str]) -> None:
+        self.file, self.lock = file, threading.Lock()
+
+    def write(self, text: str) -> None:
+        if not CURSOR_MOVES.search(text):
+            with self.lock:
+                self.file.write(COLOURS.sub("", text).replace("\r", ""))
+                self.file.flush()
+
+
 class _Tee:
-    def __init__(self, stream: IO[str], log: IO[str]) -> None:
+    def __init__(self, stream: IO[str], log: _Log) -> None:
         self.stream, self.log = stream, log
 
     def write(self, text: str) -> int:
         self.stream.write(text)
-        if not CURSOR_MOVES.search(text):
-            self.log.write(COLOURS.sub("", text).replace("\r", ""))
+        self.log.write(text)
         return len(text)
 
     def flush(self) -> None:
         self.stream.flush()
-        self.log.flush()
 
     def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding: the terminal's
         return getattr(self.stream, name)
 
 
+def _pump(source: int, terminal: int, log: _Log) -> None:
+    """Copy what reaches a descriptor's pipe to the terminal and the log, until every writer closed it."""
+    with os.fdopen(source, "rb", buffering=0) as pipe:
+        while chunk := pipe.read(65536):
+            os.write(terminal, chunk)
+            log.write(chunk.decode("utf-8", errors="replace"))
+
+
+@contextmanager
+def _descriptor_tee(fd: int, log: _Log) -> Iterator[int]:
+    """Point `fd` at a pipe pumped to the terminal and the log; yield a copy of the terminal's fd."""
+    terminal = os.dup(fd)
+    read, write = os.pipe()
+    os.dup2(write, fd)
+    os.close(write)
+    pump = threading.Thread(target=_pump, args=(read, terminal, log), daemon=True)
+    pump.start()
+    try:
+        yield terminal
+    finally:
+        os.dup2(terminal, fd)  # the pipe's last writer here: the pump ends once children let go
+        pump.join(timeout=5)
+        os.close(terminal)
+
+
 @contextmanager
 def console_to(path: Path) -> Iterator[None]:
-    """Tee stdout and stderr into `path` (appended: a resumed run adds to it)."""
-    with open(path, "a", encoding="utf-8") as log:
-        out, err = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = _Tee(out, log), _Tee(err, log)
+    """Tee stdout and stderr, Python's and the descriptors', into `path` (appended: a resumed run
+    adds to it)."""
+    streams = sys.stdout, sys.stderr
+    for stream in streams:
+        stream.flush()
+    with open(path, "a", encoding="utf-8") as file, ExitStack() as stack:
+        log = _Log(file)
+        terminals = [stack.enter_context(_descriptor_tee(fd, log)) for fd in (1, 2)]
+        wrapped = [_Tee(_terminal_stream(stream, fd), log)
+                   for stream, fd in zip(streams, terminals, strict=True)]
+        sys.stdout, sys.stderr = wrapped
         try:
             yield
         finally:
-            sys.stdout, sys.stderr = out, err
+            sys.stdout, sys.stderr = streams
+            for tee, stream in zip(wrapped, streams, strict=True):
+                tee.flush()
+                if tee.stream is not stream:
+                    tee.stream.close()
+
+
+def _terminal_stream(stream: IO[str], fd: int) -> IO[str]:
+    """A text stream that writes where `stream` wrote before its descriptor went to the pipe: the
+    terminal itself when `stream` wrote to that descriptor, else `stream` (pytest's capture, say)."""
+    try:
+        own = stream.fileno() in (1, 2)
+    except (AttributeError, OSError, ValueError):
+        own = False
+    if not own:
+        return stream
+    return open(os.dup(fd), "w", encoding=getattr(stream, "encoding", None) or "utf-8", buffering=1,
+                errors=getattr(stream, "errors", None) or "strict")
