@@ -188,3 +188,23 @@ def test_the_machine_line_says_what_held_the_clock(tmp_path):
     table.assign(clock_throttled=[None, "software thermal 20%"]).to_csv(tmp_path / "llama" / "llama.csv",
                                                                         index=False)
     assert machine_line(env, tmp_path).endswith("; heat or the hardware held it in 1 case (their notes)")
+
+
+def test_part_runs_only_the_parts_it_names_and_says_so(tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr("trainperf.cli.suites.invoke", lambda argv: ran.append(argv[0]) or 0)
+    res = runner.invoke(app, ["suite", "run", "cudnn", "--part", "fast,attention", "--results",
+                              str(tmp_path / "r"), "--db", str(tmp_path / "r.db"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert ran == ["llama", "attention"]
+    (meta,) = (tmp_path / "r").glob("cudnn/*/suite.json")
+    parts = json.loads(meta.read_text())
+    assert parts["command"] == "trainperf suite run cudnn --part fast,attention"
+    assert [p["name"] for p in parts["parts"] if "left_out" in p] == ["study", "llama"]
+
+
+def test_an_unknown_part_is_one_line_naming_the_suite_s_parts(tmp_path):
+    res = runner.invoke(app, ["suite", "run", "shard", "--part", "sizes,nope", "--results", str(tmp_path)])
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines() == [
+        "error: --part 'sizes,nope': suite shard has the parts leaderboard, sizes, overlap, one-gpu"]

@@ -49,15 +49,18 @@ def invoke(argv: list[str]) -> int:
 def suite_run(
     name: str = typer.Argument(..., help="A suite name (trainperf suite list)."),
     results: Path = ResultsOpt, db: Path = DbOpt, rerun: bool = RerunOpt, quiet: bool = QuietOpt,
+    part: str = option("--part", None, "Only these parts of the suite (trainperf suite list names them); "
+                                       "comma-separated. Default: every part."),
 ) -> None:
     """Run one suite on this machine (its tiny form on the CPU) into <results>/NAME/<gpu>-<date>/."""
     from trainperf.suites.page import suite_report
-    from trainperf.suites.runner import get_suite, run_suite
+    from trainperf.suites.runner import chosen_parts, get_suite, run_suite
 
     suite = get_suite(name)
+    parts = chosen_parts(suite, part)
     check_out_dir(results, "--results")
     check_out_file(db, "--db")
-    folder = run_suite(suite, results, db, invoke, rerun=rerun, quiet=quiet,
+    folder = run_suite(suite, results, db, invoke, rerun=rerun, quiet=quiet, parts=parts,
                        say=lambda text: console.print(f"[dim]{text}[/dim]", highlight=False, soft_wrap=True))
     console.print(suite_report(folder), highlight=False, markup=False)
     console.print(f"[dim]wrote {folder}[/dim]", highlight=False)

@@ -101,6 +101,7 @@ GLOSSARY: dict[str, str] = {
     "--ranges-only": "Run with NVTX ranges and no profiler (for running under nsys).",
     "--out": "Folder for plots, CSV and JSON files.",
     "--results": "Folder that holds the suites' results folders.",
+    "--part": "Parts of a suite to run.",
     "--file": "File the table is written to.",
     "--db": "SQLite results store.",
     "--device": "auto, cpu, cuda, cuda:N.",

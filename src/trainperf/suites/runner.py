@@ -32,6 +32,18 @@ def get_suite(name: str) -> Suite:
     return SUITES[name]
 
 
+def chosen_parts(suite: Suite, names: str | None) -> tuple[str, ...]:
+    """The parts `--part` names (all when None), checked against the suite's."""
+    known = tuple(part.name for part in suite.parts)
+    if names is None:
+        return known
+    asked = tuple(n.strip() for n in names.split(",") if n.strip())
+    unknown = [n for n in asked if n not in known]
+    if unknown or not asked:
+        raise SpecError(f"--part {names!r}: suite {suite.name} has the parts {', '.join(known)}")
+    return asked
+
+
 def gpu_slug(gpu_name: str | None) -> str:
     """'NVIDIA H100 80GB HBM3' -> 'h100'; no GPU -> 'cpu'."""
     if not gpu_name:
@@ -51,9 +63,10 @@ Invoke = Callable[[list[str]], int]  # runs one trainperf command line, returns 
 
 
 def run_suite(suite: Suite, results: Path, db: Path, invoke: Invoke, rerun: bool = False,
-              quiet: bool = False, say=print) -> Path:
-    """Run every part of `suite` on this machine through `invoke` (the command line's runner, which
-    the CLI hands in); the results folder it wrote, with what the run printed as console.txt."""
+              quiet: bool = False, say=print, parts: tuple[str, ...] | None = None) -> Path:
+    """Run the `parts` of `suite` (every part when None) on this machine through `invoke` (the
+    command line's runner, which the CLI hands in); the results folder it wrote, with what the run
+    printed as console.txt."""
     on_gpu = torch.cuda.is_available()
     gpus = torch.cuda.device_count() if on_gpu else 0
     env = envmod.capture(torch.device("cuda" if on_gpu else "cpu"))
@@ -61,7 +74,8 @@ def run_suite(suite: Suite, results: Path, db: Path, invoke: Invoke, rerun: bool
     folder = results / suite.name / folder_name(suite, env, gpus, today)
     folder.mkdir(parents=True, exist_ok=True)
     with console_to(folder / "console.txt"):
-        _run_parts(suite, folder, db, invoke, env, on_gpu, gpus, today, rerun, quiet, say)
+        _run_parts(suite, folder, db, invoke, env, on_gpu, gpus, today, rerun, quiet, say,
+                   parts or chosen_parts(suite, None))
     from trainperf.suites.page import write_report
 
     write_report(folder)
@@ -69,12 +83,15 @@ def run_suite(suite: Suite, results: Path, db: Path, invoke: Invoke, rerun: bool
 
 
 def _run_parts(suite: Suite, folder: Path, db: Path, invoke: Invoke, env: dict[str, Any], on_gpu: bool,
-               gpus: int, today: str, rerun: bool, quiet: bool, say) -> None:
+               gpus: int, today: str, rerun: bool, quiet: bool, say, chosen: tuple[str, ...]) -> None:
     (folder / "env.json").write_text(json.dumps(env, indent=1, sort_keys=True, default=str) + "\n")
     parts = []
     for part in suite.parts:
         argv = part.argv(on_gpu, gpus)
         line = "trainperf " + " ".join(argv)
+        if part.name not in chosen:
+            parts.append({"name": part.name, "command": line, "left_out": "not asked for (--part)"})
+            continue
         if on_gpu and gpus < part.min_gpus:
             parts.append({"name": part.name, "command": line,
                           "left_out": f"needs {part.min_gpus} GPUs, this machine has {gpus}"})
@@ -98,6 +115,7 @@ def _run_parts(suite: Suite, folder: Path, db: Path, invoke: Invoke, env: dict[s
         if code:
             raise SuiteError(f"suite {suite.name}, part {part.name}: `{line}` stopped with exit code {code}")
         parts.append({"name": part.name, "command": line})
-    meta = {"suite": suite.name, "about": suite.about, "command": f"trainperf suite run {suite.name}",
+    only = "" if len(chosen) == len(suite.parts) else f" --part {','.join(chosen)}"
+    meta = {"suite": suite.name, "about": suite.about, "command": f"trainperf suite run {suite.name}{only}",
             "date": today, "commit": env.get("git_commit"), "parts": parts}
     (folder / "suite.json").write_text(json.dumps(meta, indent=1) + "\n")
