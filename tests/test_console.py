@@ -47,6 +47,8 @@ def test_a_library_s_talk_about_itself_is_silenced_by_message_and_module(monkeyp
         _warn_from("cutlass.base_dsl.dsl", "generate_mlir_function_types is deprecated")
         _warn_from("liger_kernel.ops.backends", "Backend impl 'x' for op 'rope' could not be imported")
         _warn_from("liger_kernel.ops.backends", "a warning of another kind")  # not one we name
+        _warn_from("torch._inductor.compile_fx", "TensorFloat32 tensor cores for float32 matrix "
+                   "multiplication available but not enabled. Consider setting ...")
         _warn_from("trainperf_user", "generate_mlir_function_types is deprecated")  # another module
     assert [(w.filename, str(w.message)) for w in shown] == [
         ("liger_kernel.ops.backends", "a warning of another kind"),
@@ -108,3 +110,34 @@ def test_console_txt_keeps_python_s_lines_the_descriptors_and_child_processes(tm
     assert sorted(kept) == sorted(["from python", "[W from a library", "from a child", "bold"])
     seen = capfd.readouterr()
     assert "from python" in seen.out and "[W from a library" in seen.err and "from a child" in seen.err
+
+
+RANK_THAT_DIES = """
+import multiprocessing as mp, os, signal, sys
+def rank():
+    held = mp.get_context("spawn").Semaphore()  # noqa: F841 - as a compile worker pool holds them
+    os.kill(os.getpid(), signal.SIGKILL)
+if __name__ == "__main__":
+    if sys.argv[1] == "quiet":
+        from trainperf.distributed.supervisor import quiet_resource_tracker
+        quiet_resource_tracker()
+    else:
+        from multiprocessing import resource_tracker
+        resource_tracker.ensure_running()
+    p = mp.get_context("spawn").Process(target=rank)
+    p.start()
+    p.join()
+"""
+
+
+def test_the_semaphores_of_a_rank_that_died_are_removed_without_a_warning(tmp_path):
+    """multiprocessing's resource tracker outlives the supervisor briefly and warns about each
+    leaked semaphore after trainperf's last line; the supervisor starts it without that warning."""
+    script = tmp_path / "ranks.py"
+    script.write_text(RANK_THAT_DIES)
+    env = {**os.environ, "PYTHONPATH": SRC}
+    env.pop(VERBOSE_ENV, None)
+    said = {how: subprocess.run([sys.executable, str(script), how], env=env, capture_output=True, text=True,
+                                timeout=120).stderr for how in ("plain", "quiet")}
+    assert "leaked semaphore" in said["plain"]  # what the supervisor keeps off the console
+    assert said["quiet"] == ""

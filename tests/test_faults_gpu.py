@@ -2,7 +2,7 @@
 next case runs in a fresh process group at its usual speed, and no process is left behind.
 
 `TRAINPERF_FAULTS_OUT=<folder>` keeps every row (the failed case's and the next one's, with the
-next case's time alone) as `faults.csv` there."""
+next case's time alone) as `faults.csv` there, written before anything is asserted."""
 
 from __future__ import annotations
 
@@ -77,6 +77,7 @@ def test_each_fault_on_one_rank_is_a_row_in_seconds_and_the_next_case_runs_as_al
                      "wall_s": round(wall, 1), "next_status": nxt["status"],
                      "next_step_ms": nxt["step_ms_median"], "alone_step_ms_before": alone[0],
                      "alone_step_ms_after": alone[1], "stderr_lines": len(stderr.strip().splitlines())})
+    _keep(ROWS)  # before any assertion: a failed or cut-short run still leaves its rows
     for fault, (rows, _, stderr) in runs.items():
         bad, nxt = rows
         status, rank = FAULTS[fault]
@@ -92,13 +93,14 @@ def test_each_fault_on_one_rank_is_a_row_in_seconds_and_the_next_case_runs_as_al
     assert _spawned_ranks() == []
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _keep_rows():
-    yield
+def _keep(rows: list[dict]) -> None:
+    """Write the rows so far to $TRAINPERF_FAULTS_OUT/faults.csv and print them."""
     folder = os.environ.get("TRAINPERF_FAULTS_OUT")
-    if folder and ROWS:
+    for row in rows:
+        print(row, flush=True)
+    if folder and rows:
         Path(folder).mkdir(parents=True, exist_ok=True)
         with open(Path(folder) / "faults.csv", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(ROWS[0]))
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
-            writer.writerows(ROWS)
+            writer.writerows(rows)

@@ -5,8 +5,8 @@ Two kinds of library output, each handled by message and module, never by a blan
     kernel that fell back) become the record's notes, once each (`case_notes`), and are not
     printed;
   - warnings and log lines about a library's own workings (an optional backend of Liger's that
-    cannot import, the CuTe DSL's advice on its own code generation, deprecations inside torch's
-    collectives) are ignored (`quiet_libraries`).
+    cannot import, the CuTe DSL's advice on its own code generation, Inductor's advice on a global
+    setting, deprecations inside torch's collectives) are ignored (`quiet_libraries`).
 `--verbose` (TRAINPERF_VERBOSE=1, which spawned ranks inherit) shows everything, and the notes
 still gather.
 """
@@ -34,6 +34,9 @@ INTERNAL_WARNINGS = (
     (r"Backend impl .* could not be imported", r"liger_kernel(\..*)?"),
     (r".*reduce_scatter_tensor.*deprecated", r"torch\.distributed(\..*)?"),
     (r".*Profiler clears events at the end of each cycle", r".*"),
+    # Inductor's advice to turn on TF32 for float32 products, given at a compile whatever its dtypes
+    (r"TensorFloat32 tensor cores for float32 matrix multiplication available but not enabled",
+     r"torch\._inductor(\..*)?"),
 )
 # (logger, message) of log lines about a library's internals; a logger's filter sees only the
 # records of that logger itself, so the name is the one that logs (liger-kernel's registry of

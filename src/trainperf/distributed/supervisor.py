@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import tempfile
 import time
 import traceback
@@ -141,6 +142,7 @@ class Supervisor:
         from trainperf.distributed.launch import free_port
 
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        quiet_resource_tracker()
         failed: list[Record] = []
         pending = list(cases)
         while pending:
@@ -264,6 +266,24 @@ def _end(procs: list[Any]) -> None:
     deadline = time.time() + RELEASE_S
     while _pids_on_gpus() & pids and time.time() < deadline:
         time.sleep(POLL_S)
+
+
+TRACKER_WARNING = "ignore:resource_tracker:UserWarning"
+
+
+def quiet_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker without its warning about leaked semaphores (unless
+    verbose). A rank that dies (killed, or ended after a failure) leaves the semaphores its compile
+    workers made; the tracker, a child of this process that outlives it briefly, removes them and
+    says so on the console after trainperf's last line. It takes its warning filters from the
+    command line that starts it, so the filter goes in first; a tracker already running keeps its own."""
+    from multiprocessing import resource_tracker
+
+    from trainperf.core.library_noise import verbose
+
+    if not verbose() and TRACKER_WARNING not in sys.warnoptions:
+        sys.warnoptions.append(TRACKER_WARNING)
+    resource_tracker.ensure_running()
 
 
 def _pids_on_gpus() -> set[int]:
