@@ -221,6 +221,15 @@ def test_exposed_communication_is_the_nccl_time_no_computation_overlaps():
     assert communication_overlap(kernels[~kernels.name.str.contains("nccl")])["comm"] == 0
 
 
+def test_a_rank_that_waited_for_its_peer_is_told_apart_from_the_one_the_step_waited_for():
+    from trainperf.profiling.overlap import across_ranks
+
+    # rank 0 finished its backward 30 ms early and waited for rank 1 inside the all-reduce
+    early, late = {"comm": 65.0, "exposed": 65.0}, {"comm": 35.0, "exposed": 35.0}
+    assert across_ranks([early, late]) == {"nccl_ms": 65.0, "exposed_comm_ms": 65.0,
+                                           "exposed_comm_least_ms": 35.0}
+
+
 def test_a_case_far_beyond_a_gpu_is_refused_up_front_with_what_it_needs():
     from trainperf.workloads.sharded import memory_needed, too_large
 

@@ -196,6 +196,7 @@ DDP_COLUMNS: list[report.Column] = [
     ("bucket MB", report.spec("bucket_mb")), ("shard opt", report.spec("shard_optimizer")),
     ("step ms", report.timing("step")), ("compute ms", report.metric("compute_ms")),
     ("NCCL ms", report.metric("nccl_ms")), ("exposed comm ms", report.metric("exposed_comm_ms")),
+    ("least exposed ms", report.metric("exposed_comm_least_ms")),
     ("hidden", report.metric("hidden_share", 2)), ("comm alone ms", report.metric("comm_alone_ms")),
     ("opt state MB", report.metric("opt_state_mb")),
     ("peak GB", report.metric("peak_mem_gb")), ("status", report.status), ("notes", report.notes),
@@ -281,6 +282,7 @@ SHARD_COLUMNS: list[report.Column] = [
     ("step ms", report.metric("step_ms_median")), ("fwd ms", report.metric("forward_ms")),
     ("bwd ms", report.metric("backward_ms")), ("opt ms", report.metric("optimizer_ms")),
     ("exposed comm ms", report.metric("exposed_comm_ms")),
+    ("least exposed ms", report.metric("exposed_comm_least_ms")),
     ("tokens/s", report.metric("tokens_per_s")), ("MFU", report.metric("mfu", 3)),
     ("recompute TFLOP", report.metric("recompute_tflop", 3)), ("peak GB", report.metric("peak_mem_gb")),
     ("status", report.status), ("notes", report.notes),
@@ -301,7 +303,8 @@ def shard(
                                          "nccl, 4 with gloo)."),
     dtype: str = option("--dtype", None, "Here bf16 (FSDP2 mixed precision) or fp32; default bf16 with "
                                          "nccl, fp32 with gloo. Comma list ok."),
-    optimizer: str = option("--optimizer", "adamw", "Here adamw or adamw-fused; comma list ok."),
+    optimizer: str = option("--optimizer", None, "Here adamw or adamw-fused; default adamw-fused with nccl, "
+                                                 "adamw with gloo. Comma list ok."),
     offload: str = option("--offload", "off", "Comma list ok."),
     reshard_after_forward: str = option("--reshard-after-forward", "on", "Comma list ok."),
     prefetch: str = option("--prefetch", "0", "Comma list ok."),
@@ -322,7 +325,7 @@ def shard(
 
     backend = dist_backend_or_default(dist_backend)
     opts = with_defaults(DEFAULTS.get(backend, DEFAULTS["gloo"]), model=model, seq=seq, batch=batch,
-                         dtype=dtype)  # an unknown backend is refused with the spec
+                         dtype=dtype, optimizer=optimizer)  # an unknown backend is refused with the spec
     from trainperf.models.presets import PRESETS
 
     axes = sweep(model=parse_list(opts["model"], str, "--model", PRESETS),
@@ -330,7 +333,7 @@ def shard(
                  shard=parse_list(shard_mode, str, "--shard", SHARDS),
                  checkpoint=parse_list(checkpoint, str, "--checkpoint"),
                  dtype=parse_list(opts["dtype"], str, "--dtype", ("fp32", "bf16"), DTYPE_ALIASES),
-                 optimizer=parse_list(optimizer, str, "--optimizer", OPTIMIZERS),
+                 optimizer=parse_list(opts["optimizer"], str, "--optimizer", OPTIMIZERS),
                  offload=parse_list(offload, on_off, "--offload"),
                  reshard_after_forward=parse_list(reshard_after_forward, on_off, "--reshard-after-forward"),
                  prefetch=parse_list(prefetch, int, "--prefetch"),

@@ -48,6 +48,16 @@ def communication_overlap(kernels: pd.DataFrame) -> dict[str, float]:
     return {"comm": total, "exposed": exposed, "hidden_share": 1 - exposed / total if total else float("nan")}
 
 
+def across_ranks(traced: list[dict[str, float]]) -> dict[str, float]:
+    """Every rank's `step_communication_ms` as a case's metrics: the most NCCL time and exposed time
+    of any rank, and the least exposed time. A rank that finishes its computation early waits for
+    its peers inside the collective, which its trace shows as exposed communication; the rank that
+    waited least is the one the step waits for, so its exposed time is what communication costs
+    the step, and the difference from the most is time ranks spent waiting for one another."""
+    return {"nccl_ms": max(t["comm"] for t in traced), "exposed_comm_ms": max(t["exposed"] for t in traced),
+            "exposed_comm_least_ms": min(t["exposed"] for t in traced)}
+
+
 def step_communication_ms(step, device) -> dict[str, float]:  # noqa: ANN001 - a callable, a device
     """One more call of `step` under the profiler: the milliseconds NCCL kernels run (`comm`), the
     part of them that no computation kernel overlaps (`exposed`), and hidden_share."""

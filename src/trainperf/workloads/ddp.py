@@ -4,8 +4,9 @@ Every rank trains the same model on its own slice of one global batch. Measured 
   step_ms          median step time of the slowest rank (ranks start each step together)
   compute_ms       the same step with no gradient synchronisation at all
   nccl_ms          on GPUs, from the kernel trace of one more step on every rank: the time NCCL
-                   kernels run (the slowest rank's)
-  exposed_comm_ms  of that, the time no computation kernel overlaps (the slowest rank's)
+                   kernels run (the most of any rank)
+  exposed_comm_ms  of that, the time no computation kernel overlaps (the most of any rank;
+                   exposed_comm_least_ms the least: the rest is ranks waiting for one another)
   hidden_share     1 − exposed / NCCL time (0: nothing overlapped; 1: all of it hidden), the
                    definition `shard` uses. Without kernels to trace (gloo on CPUs) the exposed
                    time is step_ms − compute_ms and the share is taken of comm_alone_ms
@@ -229,12 +230,11 @@ def measure_ddp(spec: DDPSpec, rank: int, world: int, device: torch.device) -> d
     if device.type == "cuda":
         metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30 - leftover_gb
         metrics["leftover_mem_gb"] = leftover_gb
-        from trainperf.profiling.overlap import step_communication_ms
+        from trainperf.profiling.overlap import across_ranks, step_communication_ms
 
         traced: list[Any] = [None] * world
         dist.all_gather_object(traced, step_communication_ms(step, device))
-        metrics.update(nccl_ms=max(t["comm"] for t in traced),
-                       exposed_comm_ms=max(t["exposed"] for t in traced))
+        metrics.update(across_ranks(traced))
     step.close()
     del step
     release_memory(device)

@@ -14,7 +14,8 @@ The choices a user tunes are the spec's fields:
 `batch` is the global batch; each rank takes its slice. FLOPs: 6·N·tokens plus the attention
 term (core/flops.py) for the model; what checkpointing recomputes is counted apart and not in MFU.
 On GPUs one more step runs under the profiler: `comm_ms` is the time NCCL kernels run and
-`exposed_comm_ms` the part of it that no computation kernel overlaps (the slowest rank's).
+`exposed_comm_ms` the part of it that no computation kernel overlaps (the most of any rank;
+`exposed_comm_least_ms` the least, profiling/overlap.across_ranks says why).
 """
 
 from __future__ import annotations
@@ -49,8 +50,11 @@ OPTIMIZERS = ("adamw", "adamw-fused")
 CHECKPOINT_HELP = "none, full, every-K (K a positive integer), ops"
 # What a command left out of --model, --seq, --batch, --dtype means, per torch.distributed backend:
 # the CS336 leaderboard's step on GPUs, a tiny one on CPU processes.
-DEFAULTS = {"nccl": {"model": "cs336-8b", "seq": 32768, "batch": 2, "dtype": "bf16"},
-            "gloo": {"model": "tiny", "seq": 16, "batch": 4, "dtype": "fp32"}}
+# On GPUs AdamW's fused kernel: its foreach form over FSDP2's sharded parameters costs several times
+# as much (docs/sharding.md has the numbers).
+DEFAULTS = {"nccl": {"model": "cs336-8b", "seq": 32768, "batch": 2, "dtype": "bf16",
+                     "optimizer": "adamw-fused"},
+            "gloo": {"model": "tiny", "seq": 16, "batch": 4, "dtype": "fp32", "optimizer": "adamw"}}
 
 
 @dataclass(frozen=True)
@@ -327,8 +331,8 @@ def _time_steps(step: ShardedStep, spec: ShardSpec, device: torch.device) -> tup
     if device.type == "cuda":  # one more step, profiled: how much communication the compute hides
         from trainperf.profiling.overlap import step_communication_ms
 
-        overlap = step_communication_ms(step, device)
-        phases.update(comm=overlap["comm"], exposed_comm=overlap["exposed"])
+        traced = step_communication_ms(step, device)
+        phases.update(comm=traced["comm"], exposed_comm=traced["exposed"])
     return per_rank, phases, peak_gb, monitor.metrics()
 
 
@@ -350,6 +354,8 @@ def measure_sharded(spec: ShardSpec, rank: int, world: int, device: torch.device
         "step_ms_median": s["median"], "step_ms_iqr": s["iqr"], "step_ms_n": s["n"],
         "rank_skew_ms": summarize(skew)["median"],
         **{f"{name}_ms": max(p[0][name] for p in everyone) for name in phases},
+        **({"exposed_comm_least_ms": min(p[0]["exposed_comm"] for p in everyone)} if "exposed_comm" in phases
+           else {}),
         "tokens_per_s": spec.batch * spec.seq / (s["median"] / 1e3),
         "model_tflop": model_flops / 1e12, "recompute_tflop": redo / 1e12, "tflops": tflops,
         "mfu": tflops / peak / world if peak else None,
