@@ -208,3 +208,20 @@ def test_an_unknown_part_is_one_line_naming_the_suite_s_parts(tmp_path):
     assert res.exit_code == 2
     assert res.output.strip().splitlines() == [
         "error: --part 'sizes,nope': suite shard has the parts leaderboard, sizes, overlap, one-gpu"]
+
+
+def test_a_folder_keeps_the_caption_its_suite_had_when_it_ran(ran, tmp_path):
+    """A suite's caption changes with its definition; an older folder is described as it ran."""
+    root, _ = ran
+    (folder,) = (root / "results" / "step-sizes").iterdir()
+    copy = tmp_path / "step-sizes" / folder.name
+    shutil.copytree(folder, copy)
+    meta = json.loads((copy / "suite.json").read_text())
+    assert meta["caption"] == SUITES["step-sizes"].caption  # kept at run time
+    meta["caption"] = "Milliseconds as the suite then measured them."
+    (copy / "suite.json").write_text(json.dumps(meta))
+    from trainperf.suites.page import suite_section
+
+    section = suite_section(copy, tmp_path)
+    assert "Milliseconds as the suite then measured them." in section
+    assert SUITES["step-sizes"].caption not in section

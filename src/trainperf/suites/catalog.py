@@ -406,7 +406,8 @@ def shard_headline(parts: dict[str, Path]) -> pd.DataFrame:
     for col, name in (("exposed_comm_ms", "exposed comm ms"), ("exposed_comm_least_ms", "least exposed ms"),
                       ("optimizer_ms", "optimizer ms"),
                       ("mfu", "MFU"), ("peak_mem_gb", "peak GB per rank")):
-        out[name] = df[col].map(lambda v: f"{v:.3g}" if pd.notna(v) else "") if col in df else ""
+        if col in df:  # a column records from before it existed lack
+            out[name] = df[col].map(lambda v: f"{v:.3g}" if pd.notna(v) else "")
     return out.drop_duplicates()  # a case two parts share is one row
 
 
@@ -429,7 +430,8 @@ def ddp_headline(parts: dict[str, Path]) -> pd.DataFrame:
                       ("exposed_comm_ms", "exposed comm ms"), ("exposed_comm_least_ms", "least exposed ms"),
                       ("hidden_share", "hidden"),
                       ("opt_state_mb", "opt state MB")):
-        out[name] = _cell(df, col) if col in df else ""
+        if col in df:  # a column records from before it existed lack
+            out[name] = _cell(df, col)
     return out
 
 

@@ -110,7 +110,7 @@ def suite_section(folder: Path, link_base: Path, level: str = "##") -> str:
     suite = SUITES.get(meta.get("suite", ""))
     table = headline(folder, meta)
     body = markdown(table) if not table.empty else "_No case finished._"
-    lines += [suite.caption if suite else "", "", body, ""]
+    lines += [meta.get("caption") or (suite.caption if suite else ""), "", body, ""]
     for png in shown_plots(folder):
         lines.append(f"![{png.stem}]({rel}/{png.relative_to(folder).as_posix()})")
     lines += ["", f"- Machine: {machine_line(env, folder)}.",

@@ -116,6 +116,7 @@ def _run_parts(suite: Suite, folder: Path, db: Path, invoke: Invoke, env: dict[s
             raise SuiteError(f"suite {suite.name}, part {part.name}: `{line}` stopped with exit code {code}")
         parts.append({"name": part.name, "command": line})
     only = "" if len(chosen) == len(suite.parts) else f" --part {','.join(chosen)}"
-    meta = {"suite": suite.name, "about": suite.about, "command": f"trainperf suite run {suite.name}{only}",
+    meta = {"suite": suite.name, "about": suite.about, "caption": suite.caption,
+            "command": f"trainperf suite run {suite.name}{only}",
             "date": today, "commit": env.get("git_commit"), "parts": parts}
     (folder / "suite.json").write_text(json.dumps(meta, indent=1) + "\n")
