@@ -119,6 +119,7 @@ def test_ctrl_c_inside_a_part_stops_the_suite_with_exit_130(tmp_path, monkeypatc
     res = runner.invoke(app, ["suite", "run", "step-sizes", "--results", str(tmp_path / "r"),
                               "--db", str(tmp_path / "r.db")])
     assert res.exit_code == 130 and "run the same command again to resume" in res.output
+    assert "suite step-sizes stopped in part step" in res.output
     assert not list((tmp_path / "r").glob("*/*/suite.json"))  # no report of a run that did not finish
 
 

@@ -106,9 +106,10 @@ def cli_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             if exc.filename is None:  # not about a file the user named
                 raise
             fail(f"{exc.filename}: {exc.strerror or exc}")
-        except KeyboardInterrupt:
-            err_console.print("[yellow]interrupted[/yellow]: every finished case is in the store; "
-                              "run the same command again to resume.", soft_wrap=True)
+        except KeyboardInterrupt as exc:  # its text, where there is one, says where it stopped
+            where = f"{exc}; " if str(exc) else ""
+            err_console.print(f"[yellow]interrupted[/yellow]: {where}every finished case is in the store; "
+                              "run the same command again to resume.", soft_wrap=True, highlight=False)
             raise typer.Exit(130) from None
     return wrapper
 

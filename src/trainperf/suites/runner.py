@@ -111,7 +111,7 @@ def _run_parts(suite: Suite, folder: Path, db: Path, invoke: Invoke, env: dict[s
             flags += ["--db", str(db), *(["--rerun"] if rerun else []), *(["--quiet"] if quiet else [])]
         code = invoke([*argv, *flags])
         if code == INTERRUPTED:  # Ctrl-C inside a part: the suite stops the same way
-            raise KeyboardInterrupt
+            raise KeyboardInterrupt(f"suite {suite.name} stopped in part {part.name}")
         if code:
             raise SuiteError(f"suite {suite.name}, part {part.name}: `{line}` stopped with exit code {code}")
         parts.append({"name": part.name, "command": line})
