@@ -183,6 +183,27 @@ def test_a_shard_sweep_over_world_sizes_draws_its_scaling(db, tmp_path):
     assert (tmp_path / "shard_scaling.png").stat().st_size > 0 and "wrote" in res.output
 
 
+def test_batch_per_rank_grows_the_global_batch_with_the_world(db, tmp_path):
+    res = runner.invoke(app, ["shard", "--world-size", "1,2", "--batch-per-rank", "2", "--iters", "1",
+                              "--warmup", "0", "--db", str(db), "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert sorted((r.spec["world_size"], r.spec["batch"]) for r in Store(db).records()) == [(1, 2), (2, 4)]
+    both = runner.invoke(app, ["shard", "--batch", "4", "--batch-per-rank", "2", "--db", str(db)])
+    assert both.exit_code == 2
+    assert "give --batch (the global batch) or --batch-per-rank, not both" in both.output
+
+
+def test_scaling_efficiency_is_against_the_same_choice_on_one_gpu():
+    import pandas as pd
+
+    from trainperf.workloads.sharded import scaling_table
+
+    ok = pd.DataFrame({"model": "xl", "shard": ["full", "full", "none"], "checkpoint": "full",
+                       "world_size": [1, 4, 4], "tokens_per_s": [100.0, 360.0, 300.0]})
+    table = scaling_table(ok)
+    assert table.efficiency.iloc[:2].tolist() == [1.0, 0.9] and pd.isna(table.efficiency.iloc[2])
+
+
 def test_the_cs336_preset_is_the_leaderboard_model():
     cfg = spec(model="cs336-8b", vocab=None, seq=32768).model_config()
     dims = (cfg.d_model, cfg.d_ff, cfg.n_layers, cfg.n_heads, cfg.vocab_size)

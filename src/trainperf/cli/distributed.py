@@ -301,6 +301,7 @@ def shard(
     seq: int = option("--seq", None, "Default 32768 with nccl, 16 with gloo."),
     batch: int = option("--batch", None, "Here the global batch, split over the ranks (default 2 with "
                                          "nccl, 4 with gloo)."),
+    batch_per_rank: int = option("--batch-per-rank", None, "Instead of --batch."),
     dtype: str = option("--dtype", None, "Here bf16 (FSDP2 mixed precision) or fp32; default bf16 with "
                                          "nccl, fp32 with gloo. Comma list ok."),
     optimizer: str = option("--optimizer", None, "Here adamw or adamw-fused; default adamw-fused with nccl, "
@@ -340,7 +341,13 @@ def shard(
                  compile=parse_list(compile, on_off, "--compile"),
                  attention=parse_list(attention, str, "--attention", NAMES),
                  loss=parse_list(loss, str, "--loss", LOSSES))
-    specs = [ShardSpec(seq=opts["seq"], batch=opts["batch"], vocab=vocab,
+    if batch_per_rank is not None and batch is not None:
+        raise SpecError("give --batch (the global batch) or --batch-per-rank, not both")
+
+    def global_batch(world: int) -> int:
+        return opts["batch"] if batch_per_rank is None else batch_per_rank * world
+
+    specs = [ShardSpec(seq=opts["seq"], batch=global_batch(a["world_size"]), vocab=vocab,
                        dist_backend=backend, warmup=warmup, iters=iters, **a) for a in axes]
     records = _validate_run_show("shard", specs, validate, SHARD_COLUMNS, backend, out, db, rerun, quiet,
                                  as_json, timeout, precheck=cannot_fit)
@@ -348,10 +355,12 @@ def shard(
     if not ok.empty and ok.world_size.nunique() > 1 and plots_available(quiet or as_json):
         from trainperf.core.plots import line_grid
 
-        ok = ok.assign(**{"tokens/s per GPU": ok.tokens_per_s / ok.world_size, "GPUs": ok.world_size},
-                       choice=ok.model + " " + ok["shard"] + " ckpt=" + ok.checkpoint)
         path = out / "shard_scaling.png"
-        line_grid(ok, "GPUs", [("tokens/s per GPU", "tokens/s per GPU")], "choice", path,
-                  title="scaling: tokens/s per GPU against world size", logx=False, logy=False)
+        from trainperf.workloads.sharded import scaling_table
+
+        line_grid(scaling_table(ok), "GPUs", [("tokens/s per GPU", "tokens/s per GPU"),
+                                              ("efficiency", "tokens/s per GPU over one GPU's")],
+                  "choice", path, title="scaling: tokens/s per GPU against world size", logx=False,
+                  logy=False)
         if not (quiet or as_json):
             err_console.print(f"wrote {path}")

@@ -16,6 +16,8 @@ from typer.core import TyperCommand
 GLOSSARY: dict[str, str] = {
     "--model": "Model: a preset (GPT LM tiny ... 2.7B; Llama llama-3.2-1b, tiny).",
     "--batch": "Sequences per step (per rank under ddp).",
+    "--batch-per-rank": "Sequences each rank trains per step: the global batch grows with the world size "
+                        "(weak scaling).",
     "--seq": "Sequence length in tokens.",
     "--batch-seq": "Batch x sequence pairs, e.g. 1x4096,2x2048.",
     "--dtype": "Number format: fp32, bf16, fp16 (float32, bfloat16, float16 read too).",

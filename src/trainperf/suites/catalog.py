@@ -603,8 +603,9 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("shard",
           "The full training step (forward, loss, backward, AdamW) of a model sharded over every GPU of "
           "the machine with FSDP2: the CS336 leaderboard's 8B model at 2 x 32,768 tokens per checkpointing "
-          "policy and compile; the GPT LM's xl and 2.7B (8 x 1024 tokens, every layer checkpointed) on "
-          "one, two and all GPUs, sharded or replicated; and xl at 8 x 2048 tokens on two GPUs per FSDP2 "
+          "policy and compile; the GPT LM's xl and 2.7B (every layer checkpointed) on one, two and all GPUs, "
+          "sharded or replicated, at 8 x 1024 tokens in all (strong scaling) and 4 x 1024 a GPU (weak); "
+          "and xl at 8 x 2048 tokens on two GPUs per FSDP2 "
           "knob that decides how much communication the step hides (prefetching, reshard after forward, "
           "the optimizer's kernels), beside the same step on one GPU.",
           (Part("leaderboard", ("shard",),
@@ -619,6 +620,11 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "--warmup": "2", "--iters": "5"},
                 cpu={"--model": "tiny", "--world-size": "1,2", "--shard": "full,none", "--warmup": "1",
                      "--iters": "2"}),
+           Part("weak", ("shard",),
+                gpu={"--model": "xl,2.7B", "--world-size": f"1,2,{GPUS}", "--shard": "full,none",
+                     "--checkpoint": "full", "--seq": "1024", "--batch-per-rank": "4", "--warmup": "2",
+                     "--iters": "5"},
+                cpu={"--model": "tiny", "--world-size": "1,2", "--batch-per-rank": "2", **_TINY}),
            Part("overlap", ("shard",),
                 gpu={**_XL_LONG, "--world-size": "2", "--optimizer": "adamw,adamw-fused", "--prefetch": "0,2",
                      "--reshard-after-forward": "on,off"},

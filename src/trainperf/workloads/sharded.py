@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import pandas as pd
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -365,3 +366,13 @@ def measure_sharded(spec: ShardSpec, rank: int, world: int, device: torch.device
         metrics["peak_mem_gb"] = max(p[1] for p in everyone)
         metrics["peak_mem_gb_per_rank"] = ",".join(f"{p[1]:.2f}" for p in everyone)
     return metrics
+
+
+def scaling_table(ok: pd.DataFrame) -> pd.DataFrame:
+    """Per record: tokens/s per GPU, and its efficiency: that over the same choice's (model,
+    sharding, checkpointing) on one GPU, none without a one-GPU record. With a fixed global batch
+    this is strong scaling, with --batch-per-rank weak scaling."""
+    ok = ok.assign(**{"tokens/s per GPU": ok.tokens_per_s / ok.world_size, "GPUs": ok.world_size},
+                   choice=ok.model + " " + ok["shard"] + " ckpt=" + ok.checkpoint)
+    alone = ok[ok.world_size == 1].groupby("choice")["tokens/s per GPU"].max()
+    return ok.assign(efficiency=ok["tokens/s per GPU"] / ok.choice.map(alone))
