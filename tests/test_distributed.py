@@ -156,6 +156,15 @@ def test_ddp_cli_records_variants_and_the_sharded_optimizer_saves_state(db):
     assert sharded == pytest.approx(full / 2, rel=0.1)
 
 
+def test_ddp_trains_with_fused_adamw_whole_sharded_and_over_fsdp2(db):
+    res = runner.invoke(app, ["ddp", "--dist-backend", "gloo", "--world-size", "2", "--variant",
+                              "naive,fsdp2", "--shard-optimizer", "off,on", "--optimizer", "adamw-fused",
+                              "--iters", "1", "--warmup", "1", "--seq", "16", "--db", str(db), "--quiet"])
+    assert res.exit_code == 0, res.output
+    recs = Store(db).records(workload="ddp")
+    assert len(recs) == 3 and all(r.status == "ok" and r.spec["optimizer"] == "adamw-fused" for r in recs)
+
+
 def test_ddp_rejects_a_world_of_one(db):
     res = runner.invoke(app, ["ddp", "--dist-backend", "gloo", "--world-size", "1", "--db", str(db)])
     assert res.exit_code == 2 and "at least 2" in res.output

@@ -9,6 +9,7 @@ torch.optim optimizer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -19,7 +20,7 @@ from trainperf.distributed.grad_sync import copy_from_flat
 
 
 class ShardedOptimizer:
-    def __init__(self, params: Any, optimizer_cls: type[torch.optim.Optimizer], **kwargs: Any) -> None:
+    def __init__(self, params: Any, make: Callable[..., torch.optim.Optimizer], **kwargs: Any) -> None:
         self.params = [p for p in params if p.requires_grad]
         self.rank, world = dist.get_rank(), dist.get_world_size()
         load = [0] * world
@@ -30,7 +31,7 @@ class ShardedOptimizer:
             load[r] += p.numel()
         self.by_owner = [[p for p in self.params if self.owner[id(p)] == r] for r in range(world)]
         mine = self.by_owner[self.rank]
-        self.local = optimizer_cls(mine, **kwargs) if mine else None
+        self.local = make(mine, **kwargs) if mine else None
 
     def step(self) -> None:
         if self.local is not None:

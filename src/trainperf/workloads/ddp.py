@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -45,7 +46,8 @@ from trainperf.models.presets import PRESETS, get_preset
 from trainperf.workloads.precision import autocast
 
 VARIANTS = ("naive", "flat", "overlap", "bucketed", "ddp", "fsdp2")
-OPTIMIZERS = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+OPTIMIZERS = {"adamw": torch.optim.AdamW, "adamw-fused": partial(torch.optim.AdamW, fused=True),
+              "sgd": torch.optim.SGD}
 
 
 @dataclass(frozen=True)
