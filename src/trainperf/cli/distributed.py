@@ -346,6 +346,8 @@ def shard(
                  loss=parse_list(loss, str, "--loss", LOSSES))
     if batch_per_rank is not None and batch is not None:
         raise SpecError("give --batch (the global batch) or --batch-per-rank, not both")
+    if batch_per_rank is not None and batch_per_rank < 1:
+        raise SpecError(f"--batch-per-rank must be positive, got {batch_per_rank}")
 
     def global_batch(world: int) -> int:
         return opts["batch"] if batch_per_rank is None else batch_per_rank * world
