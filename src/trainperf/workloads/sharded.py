@@ -42,6 +42,7 @@ from trainperf.distributed.timing import per_rank_times, slowest
 from trainperf.kernels.chunked_loss import chunked_lm_loss
 from trainperf.models.lm import LMConfig, TransformerLM, lm_loss
 from trainperf.models.presets import PRESETS, get_preset
+from trainperf.workloads.ddp import OPTIMIZERS as MAKE_OPTIMIZER
 from trainperf.workloads.ddp import release_memory, seeded_tokens
 from trainperf.workloads.precision import autocast
 from trainperf.workloads.step import LOSSES, Phase, no_phase
@@ -278,8 +279,7 @@ class ShardedStep:
         self.matmul_params = lm.matmul_params()
         self.model = shard_model(LMWithLoss(lm, spec.loss), spec, world, device)
         try:
-            self.opt = torch.optim.AdamW(self.model.parameters(), lr=spec.lr,
-                                         fused=spec.optimizer == "adamw-fused")
+            self.opt = MAKE_OPTIMIZER[spec.optimizer](self.model.parameters(), lr=spec.lr)
         except (RuntimeError, ValueError) as exc:
             raise Unsupported(f"--optimizer {spec.optimizer}: {str(exc).splitlines()[0]}") from None
         per = spec.batch // world
