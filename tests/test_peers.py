@@ -34,6 +34,17 @@ def test_a_recipe_whose_package_is_missing_is_an_unsupported_row_naming_it(db, t
     assert rows["none/torchao"].status == "unsupported" and "trainperf[float8]" in rows["none/torchao"].reason
 
 
+def test_every_recipe_runs_at_one_shape_before_the_next(db, tmp_path, monkeypatch):
+    """A sweep stopped early still sets every recipe side by side at the shapes it reached."""
+    monkeypatch.setattr("trainperf.models.peers.find_spec", lambda name: None)  # liger: a quick row
+    res = runner.invoke(app, ["llama", *CPU, "--model", "tiny", "--recipe", "stock,liger",
+                              "--batch-seq", "1x16,1x32", "--iters", "1", "--warmup", "1", "--db", str(db),
+                              "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    order = [(r.spec["library"], r.spec["seq"]) for r in Store(db).records()]
+    assert order == [("none", 16), ("liger", 16), ("none", 32), ("liger", 32)]
+
+
 def test_a_recipe_run_names_its_rows_columns_and_bars_by_recipe(db, tmp_path):
     from trainperf.workloads import llama_sdpa
 

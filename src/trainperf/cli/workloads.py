@@ -397,9 +397,10 @@ def llama(
                   for g in parse_list(graph, str, "--graph", GRAPH_MODES)]
         setups = [lambda seq, setup=setup: setup for setup in chosen]  # the same at every length
     kv_modes = parse_list(kv_heads, str, "--kv-heads", KV_HEADS)
-    # a recipe that names its attention (fa4) runs once per shape, whatever --sdpa-backend says
+    # a recipe that names its attention (fa4) runs once per shape, whatever --sdpa-backend says; every
+    # setup runs at one shape before the next, so a sweep stopped early still compares them all
     specs = list(dict.fromkeys(setup_spec(with_kv_heads(setup_at(seq=n), kv), be, batch=b, seq=n, **common)
-                               for setup_at in setups for kv in kv_modes for (b, n) in grid
+                               for (b, n) in grid for setup_at in setups for kv in kv_modes
                                for be in backends))
     if fast:
         specs += [setup_spec(recipe_setup("fast", dev.type, replayed, n), backends[0], batch=b, seq=n,
