@@ -20,10 +20,14 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")]
 
 SRC = str(Path(__file__).parents[1] / "src")
-WORKLOADS = {  # two cases each: the fault strikes the first, the second must run as if alone
-    "ddp": ["ddp", "--world-size", "2", "--model", "small", "--variant", "naive,ddp", "--iters", "20"],
-    "shard": ["shard", "--world-size", "2", "--model", "small", "--seq", "1024", "--batch", "4",
-              "--checkpoint", "none,full", "--iters", "10"],
+# Two cases each: the fault strikes the first, the second must run as if alone. The batches keep the
+# GPU busier than the host that launches its kernels, so one process's step is another's within a few
+# percent (host-bound, the same case alone in two processes differed by up to 17%).
+WORKLOADS = {
+    "ddp": ["ddp", "--world-size", "2", "--model", "small", "--seq", "1024", "--batch", "16",
+            "--variant", "naive,ddp", "--rounds", "1", "--warmup", "5", "--iters", "20"],
+    "shard": ["shard", "--world-size", "2", "--model", "small", "--seq", "1024", "--batch", "32",
+              "--checkpoint", "none,full", "--warmup", "3", "--iters", "10"],
 }
 ALONE = {"ddp": ["--variant", "ddp"], "shard": ["--checkpoint", "full"]}
 FAULTS = {"oom:0:0:3": ("oom", 0), "raise:1:0:3": ("error", 1), "kill:1:0:3": ("error", 1),
@@ -85,10 +89,9 @@ def test_each_fault_on_one_rank_is_a_row_in_seconds_and_the_next_case_runs_as_al
         assert float(bad["detect_s"]) < 30, (fault, bad)
         assert Path(bad["log"]).exists()
         assert nxt["status"] == "ok", (fault, nxt)
-        # The same case alone in two processes differs by up to 17% here (faults/h100-2026-11-27), so a
-        # 5% band between processes measures noise; what a leftover rank would cost (an NCCL kernel
-        # spinning on the GPU, its memory held) is far more than that spread.
-        assert float(nxt["step_ms_median"]) <= 1.25 * max(alone), (fault, nxt, alone)
+        # what a leftover rank would cost (an NCCL kernel spinning on the GPU, its memory held) makes
+        # the next case slower; faster than alone is no harm
+        assert float(nxt["step_ms_median"]) <= 1.05 * max(alone), (fault, nxt, alone)
         assert len(stderr.strip().splitlines()) == 1, (fault, stderr)  # one line a failed case
     assert _spawned_ranks() == []
 
