@@ -141,3 +141,43 @@ def test_the_semaphores_of_a_rank_that_died_are_removed_without_a_warning(tmp_pa
                                 timeout=120).stderr for how in ("plain", "quiet")}
     assert "leaked semaphore" in said["plain"]  # what the supervisor keeps off the console
     assert said["quiet"] == ""
+
+
+def test_a_log_line_about_the_case_is_its_note_once_without_its_traceback(monkeypatch, caplog):
+    """torch.compile logs, with a traceback, each time it cannot read which inputs a Triton kernel
+    writes (Liger's under compile, torch 2.11); the record says it once, the console not at all."""
+    import logging
+
+    monkeypatch.delenv(VERBOSE_ENV, raising=False)
+    dynamo = logging.getLogger("torch._dynamo")
+
+    def measure(spec):
+        for _ in range(3):
+            try:
+                raise AttributeError("'float' object has no attribute 'to'")
+            except AttributeError:
+                dynamo.warning("Encountered an exception in identify_mutated_tensors, assuming every input "
+                               "is mutated", exc_info=True)
+        dynamo.warning("a line of another kind")
+        return {"value": 1}
+
+    with caplog.at_level(logging.WARNING):
+        rec = measure_case("t", {}, measure, {})
+    assert rec.metrics["notes"] == ("Encountered an exception in identify_mutated_tensors, assuming every "
+                                    "input is mutated (AttributeError: 'float' object has no attribute 'to')")
+    assert "identify_mutated_tensors" not in caplog.text and "a line of another kind" in caplog.text
+    with caplog.at_level(logging.WARNING):  # outside a case the line takes its usual course
+        dynamo.warning("Encountered an exception in identify_mutated_tensors, assuming every input is mutated")
+    assert "identify_mutated_tensors" in caplog.text
+
+
+def test_dynamo_s_warning_about_a_library_s_lru_cache_is_silenced(monkeypatch):
+    monkeypatch.delenv(VERBOSE_ENV, raising=False)
+    message = ("Dynamo detected a call to a `functools.lru_cache`-wrapped function at 'swiglu.py:34'. "
+               "Dynamo ignores the cache wrapper and directly traces the wrapped function.")
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        quiet_libraries()
+        _warn_from("torch._dynamo.variables.functions", message)
+        _warn_from("trainperf_user", message)  # the same words from another module are shown
+    assert [w.filename for w in shown] == ["trainperf_user"]

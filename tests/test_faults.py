@@ -363,3 +363,34 @@ def measure_stuck_building(spec, rank, world, device):
     if spec["i"] == 0 and rank == 0:
         time.sleep(1000)  # as a compile or a build that never ends
     return measure_all_reduce(spec, rank, world, device)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowing, as reported
+def test_a_ctrl_c_a_library_swallowed_stops_the_sweep_after_the_case_in_flight(db):
+    """As in torch.compile's caches: the KeyboardInterrupt is raised inside a weakref callback,
+    where the interpreter reports it as ignored and carries on."""
+    import weakref
+
+    from trainperf.core import sigint
+
+    original = signal.signal(signal.SIGINT, signal.default_int_handler)  # as at the CLI's start
+    try:
+        sigint.remember_sigint()
+
+        def measure(spec: dict) -> dict:
+            if spec["i"] == 1:
+                class Cache:
+                    pass
+                entry = Cache()
+                keep = weakref.ref(entry, lambda _: signal.raise_signal(signal.SIGINT))  # noqa: F841
+                del entry  # the callback runs, and the interrupt inside it is swallowed
+            return {"value": spec["i"]}
+
+        store = Store(db)
+        with pytest.raises(KeyboardInterrupt, match="after the case in flight"):
+            run_sweep("t", [{"i": i} for i in range(4)], measure, store, ENV, quiet=True)
+        assert [r.metrics["value"] for r in store.records()] == [0, 1]
+        resumed = run_sweep("t", [{"i": i} for i in range(4)], measure, store, ENV, quiet=True)
+        assert [r.metrics["value"] for r in resumed] == [0, 1, 2, 3]  # a new sweep starts with none on record
+    finally:
+        signal.signal(signal.SIGINT, original)

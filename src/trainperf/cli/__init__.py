@@ -5,13 +5,16 @@ from trainperf.cli.common import app  # noqa: I001
 from trainperf.cli import workloads, distributed, profile, results, suites  # noqa: F401
 from trainperf.cli.interrupts import stop_at_second_interrupt
 from trainperf.cli.usage import run_cli
+from trainperf.core.sigint import remember_sigint
 
 __all__ = ["app", "main", "run_cli"]
 
 
 def main() -> None:
-    """The `trainperf` program: the command line, stopped at once by a second Ctrl-C."""
+    """The `trainperf` program: the command line, stopped by a Ctrl-C even where a library swallowed
+    it, and at once by a second one."""
     import sys
 
+    remember_sigint()
     stop_at_second_interrupt()
     sys.exit(run_cli(app, sys.argv[1:]))

@@ -1,9 +1,9 @@
 """Only trainperf speaks: what libraries print about their own internals stays off the console.
 
 Two kinds of library output, each handled by message and module, never by a blanket filter:
-  - warnings that say something true about the case (an SDPA backend that refused the inputs, a
-    kernel that fell back) become the record's notes, once each (`case_notes`), and are not
-    printed;
+  - warnings and log lines that say something true about the case (an SDPA backend that refused
+    the inputs, a kernel that fell back, a kernel the compiler could not read) become the record's
+    notes, once each (`case_notes`), and are not printed;
   - warnings and log lines about a library's own workings (an optional backend of Liger's that
     cannot import, the CuTe DSL's advice on its own code generation, Inductor's advice on a global
     setting, deprecations inside torch's collectives) are ignored (`quiet_libraries`).
@@ -37,15 +37,39 @@ INTERNAL_WARNINGS = (
     # Inductor's advice to turn on TF32 for float32 products, given at a compile whatever its dtypes
     (r"TensorFloat32 tensor cores for float32 matrix multiplication available but not enabled",
      r"torch\._inductor(\..*)?"),
+    # Dynamo tracing through the lru_cache of a library's own helper (Liger's device checks)
+    (r"Dynamo detected a call to a `functools\.lru_cache`-wrapped function", r"torch\._dynamo(\..*)?"),
 )
 # (logger, message) of log lines about a library's internals; a logger's filter sees only the
 # records of that logger itself, so the name is the one that logs (liger-kernel's registry of
 # per-vendor backends warns about each vendor's it cannot import, Ascend's on NVIDIA GPUs).
 INTERNAL_LOGS = (("liger_kernel.backends.registry", r"Backend impl .* could not be imported"),)
+# (logger, message) of log lines about the case: torch.compile could not read which inputs a Triton
+# kernel of the case writes (Liger's, under compile) and takes all of them as written, which may
+# cost the compiled step copies; logged with the parser's whole traceback at every trace.
+CASE_LOGS = (("torch._dynamo", r"Encountered an exception in identify_(mutated|accessed)_tensors"),)
 
 
 def verbose() -> bool:
     return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
+
+
+class _NoteMatching(logging.Filter):
+    """A matching log line becomes a note, once, without its traceback; printed only if verbose."""
+
+    def __init__(self, pattern: str, notes: list[str]) -> None:
+        super().__init__()
+        self.pattern, self.notes = re.compile(pattern), notes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.pattern.search(record.getMessage()):
+            return True
+        text = " ".join(record.getMessage().split())
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f" ({type(record.exc_info[1]).__name__}: {record.exc_info[1]})"
+        if text not in self.notes:
+            self.notes.append(text)
+        return verbose()
 
 
 class _DropMatching(logging.Filter):
@@ -76,10 +100,11 @@ def is_case_warning(text: str) -> bool:
 
 @contextmanager
 def case_notes() -> Iterator[list[str]]:
-    """Collect the case's warnings (CASE_WARNINGS), each once, into the yielded list instead of
-    printing them (verbose: printed too); other warnings take their usual course."""
+    """Collect the case's warnings (CASE_WARNINGS) and log lines (CASE_LOGS), each once, into the
+    yielded list instead of printing them (verbose: printed too); others take their usual course."""
     notes: list[str] = []
     shown = warnings.showwarning
+    loggers = [(logging.getLogger(name), _NoteMatching(message, notes)) for name, message in CASE_LOGS]
 
     def show(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001, ANN202
         text = " ".join(str(message).split())
@@ -94,7 +119,11 @@ def case_notes() -> Iterator[list[str]]:
         for pattern in CASE_WARNINGS:  # every case sees its own, not only the first one's
             warnings.filterwarnings("always", message=pattern)
         warnings.showwarning = show
+        for logger, note in loggers:
+            logger.addFilter(note)
         try:
             yield notes
         finally:
             warnings.showwarning = shown
+            for logger, note in loggers:
+                logger.removeFilter(note)

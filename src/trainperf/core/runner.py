@@ -18,6 +18,7 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from trainperf.core import sigint
 from trainperf.core.errors import Unsupported
 from trainperf.core.library_noise import case_notes
 from trainperf.core.record import Record, case_key_for, spec_dict
@@ -75,6 +76,7 @@ def run_sweep(workload: str, specs: Sequence[Any], measure: Measure, store: Stor
     twice) is left to it and its record read once it is stored; so each case is measured once."""
     run_id = uuid.uuid4().hex[:12]
     out: dict[int, Record] = {}
+    sigint.forget()
     console = console or Console(stderr=True)
     keys = [case_key_for(workload, spec, env) for spec in specs]
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -92,6 +94,9 @@ def run_sweep(workload: str, specs: Sequence[Any], measure: Measure, store: Stor
                     continue
                 out[i] = record
                 progress.advance(task)
+                if sigint.swallowed():
+                    raise KeyboardInterrupt("stopped after the case in flight (a library had swallowed the "
+                                            "Ctrl-C)")
             if waiting:
                 progress.update(task, case=f"waiting for another sweep measuring {len(waiting)} case(s)")
                 time.sleep(WAIT_S)
