@@ -167,7 +167,8 @@ def test_a_log_line_about_the_case_is_its_note_once_without_its_traceback(monkey
                                     "input is mutated (AttributeError: 'float' object has no attribute 'to')")
     assert "identify_mutated_tensors" not in caplog.text and "a line of another kind" in caplog.text
     with caplog.at_level(logging.WARNING):  # outside a case the line takes its usual course
-        dynamo.warning("Encountered an exception in identify_mutated_tensors, assuming every input is mutated")
+        dynamo.warning("Encountered an exception in identify_mutated_tensors, assuming every input is "
+                       "mutated")
     assert "identify_mutated_tensors" in caplog.text
 
 

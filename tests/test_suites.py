@@ -226,3 +226,49 @@ def test_a_folder_keeps_the_caption_its_suite_had_when_it_ran(ran, tmp_path):
     section = suite_section(copy, tmp_path)
     assert "Milliseconds as the suite then measured them." in section
     assert SUITES["step-sizes"].caption not in section
+
+
+def test_the_ddp_headline_is_one_row_per_setup_with_its_rounds_interval_and_lead(tmp_path):
+    from trainperf.suites.catalog import ddp_headline
+
+    def record(variant, rnd, step, status="ok", zero=False):
+        return {"variant": variant, "bucket_mb": 25.0 if variant == "ddp" else None, "shard_optimizer": zero,
+                "link": "auto", "model": "xl", "world_size": 2, "round": rnd, "status": status,
+                "step_ms_median": step, "compute_ms": step and step - 50, "nccl_ms": 40.0,
+                "exposed_comm_ms": 30.0, "exposed_comm_least_ms": 20.0, "hidden_share": 0.25,
+                "opt_state_mb": 100.0}
+
+    from trainperf.core.record import Record
+    from trainperf.workloads.ddp_rounds import SETUP, rounds_table
+
+    folders = {}
+    for part, rows in {"ddp": [record("naive", r, s) for r, s in ((1, 300), (2, 310), (3, 320))]
+                       + [record("ddp", r, s) for r, s in ((1, 200), (2, 205), (3, 212))]
+                       + [record("fsdp2", 1, None, "oom")],
+                       "zero1": [record("naive", r, s) for r, s in ((1, 300), (2, 310), (3, 320))]}.items():
+        folders[part] = tmp_path / part
+        folders[part].mkdir()
+        pd.DataFrame(rows).to_csv(folders[part] / "ddp.csv", index=False)
+        recs = [Record("ddp", {k: row[k] for k in (*SETUP, "round")}, row["status"],
+                       metrics={"step_ms_median": row["step_ms_median"], "hidden_share": 0.25})
+                for row in rows]
+        rounds_table(recs).to_csv(folders[part] / "ddp_rounds.csv", index=False)
+    table = ddp_headline(folders).set_index("variant")
+    assert list(table.index) == ["naive", "ddp", "fsdp2"]  # naive, in both parts, is one row
+    assert table.loc["naive", "step ms"] == "310 ± 25" and table.loc["naive", "rounds"] == 3
+    lead = table.loc["ddp", "lead over naive"]
+    assert lead.startswith("1.5") and "faster" in lead
+    assert table.loc["fsdp2", "step ms"] == "oom" and table.loc["fsdp2", "compute ms"] == "oom"
+
+
+def test_a_folder_beside_the_parts_of_a_results_folder_is_not_a_part(tmp_path):
+    import json
+
+    from trainperf.suites.page import part_dirs, shown_plots
+
+    for name in ("ddp", "zero1", "socket"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "ddp_steps.png").write_bytes(b"")
+    (tmp_path / "suite.json").write_text(json.dumps({"parts": [{"name": "zero1"}, {"name": "ddp"}]}))
+    assert part_dirs(tmp_path) == [tmp_path / "zero1", tmp_path / "ddp"]
+    assert "socket" not in {p.parent.name for p in shown_plots(tmp_path)}

@@ -422,17 +422,37 @@ def comm_headline(parts: dict[str, Path]) -> pd.DataFrame:
 
 
 def ddp_headline(parts: dict[str, Path]) -> pd.DataFrame:
-    df = _read(parts["ddp"], "ddp.csv")
-    if df.empty:
-        return df
-    out = df[["variant", "model", "world_size", "bucket_mb", "shard_optimizer"]].copy()
-    for col, name in (("step_ms_median", "step ms"), ("compute_ms", "compute ms"), ("nccl_ms", "NCCL ms"),
-                      ("exposed_comm_ms", "exposed comm ms"), ("exposed_comm_least_ms", "least exposed ms"),
-                      ("hidden_share", "hidden"),
-                      ("opt_state_mb", "opt state MB")):
-        if col in df:  # a column records from before it existed lack
-            out[name] = _cell(df, col)
-    return out
+    """One row per setup (variant, bucket size, ZeRO-1, link, model, world size) over the parts: its
+    step over the rounds (median ± the 95% interval), the trace's medians, and its lead over naive
+    sync where one is established; a setup two parts share is one row."""
+    from trainperf.workloads.ddp_rounds import SETUP
+
+    records = pd.concat([_read(folder, "ddp.csv") for folder in parts.values()], ignore_index=True)
+    if records.empty:
+        return records
+    records = records.drop_duplicates(subset=[*SETUP, "round"] if "round" in records else None)
+    ok = records[records.status == "ok"]
+    by_setup = records.groupby(SETUP, dropna=False, sort=False)
+    out = by_setup.status.agg(lambda s: "ok" if (s == "ok").any() else s.iloc[0]).reset_index()
+    traced = ok.groupby(SETUP, dropna=False)[[c for c in DDP_TRACE if c in ok]].median().reset_index()
+    rounds = pd.concat([_read(folder, "ddp_rounds.csv") for folder in parts.values()], ignore_index=True)
+    out = out.merge(traced, on=SETUP, how="left").merge(
+        rounds.drop_duplicates(subset=SETUP)[[*SETUP, "rounds", "step_ms_median", "step_ms_ci95", "lead"]],
+        on=SETUP, how="left")
+    step = out.step_ms_median.map(lambda v: f"{v:.0f}" if pd.notna(v) else "")
+    step += out.step_ms_ci95.map(lambda v: f" ± {v:.0f}" if pd.notna(v) else "")
+    table = out[["variant", "model", "world_size", "link", "bucket_mb", "shard_optimizer", "rounds"]].copy()
+    table["step ms"] = step.where(out.status == "ok", out.status)
+    for col, name in DDP_TRACE.items():
+        if col in out:
+            table[name] = _cell(out, col)
+    table["lead over naive"] = out.lead.fillna("")
+    return table
+
+
+DDP_TRACE = {"compute_ms": "compute ms", "nccl_ms": "NCCL ms", "exposed_comm_ms": "exposed ms",
+             "exposed_comm_least_ms": "least exposed ms", "hidden_share": "hidden",
+             "opt_state_mb": "opt state MB"}
 
 
 _TINY = {"--warmup": "1", "--iters": "2"}
@@ -658,8 +678,10 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "--shard-optimizer": "off,on", "--warmup": "2", "--iters": "10"},
                 cpu={"--world-size": "2", "--variant": "naive", "--shard-optimizer": "off,on", "--seq": "16",
                      "--warmup": "1", "--iters": "1"}, min_gpus=2)),
-          ddp_headline, "Median milliseconds per step of the slowest rank; compute is the same step with "
-          "no synchronisation; NCCL, exposed comm and hidden come from the kernel trace of one more step on "
+          ddp_headline, "Milliseconds per step of the slowest rank, the median over the rounds ± its 95% "
+          "interval, and the lead over naive sync where that interval clears 1; the other columns are "
+          "medians over the rounds: compute is the same step with no synchronisation; NCCL, exposed comm "
+          "and hidden come from the kernel trace of one more step on "
           "every rank (exposed: NCCL time no computation overlaps, the most of any rank; least exposed: the "
           "least, the rank the step waited for).", multi_gpu=True),
 )}

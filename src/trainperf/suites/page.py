@@ -29,10 +29,20 @@ def _load(folder: Path, name: str) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def part_dirs(folder: Path) -> list[Path]:
+    """The part folders of a results folder: those its suite.json names, in its order (a folder
+    beside them, such as a direct command's output its README describes, is not a part); every
+    subfolder where there is no suite.json."""
+    named = [folder / p["name"] for p in _load(folder, "suite.json").get("parts", [])]
+    if named:
+        return [p for p in named if p.is_dir()]
+    return sorted(p for p in folder.iterdir() if p.is_dir())
+
+
 def _part_tables(folder: Path) -> dict[str, pd.DataFrame]:
     """Every CSV of each part folder, concatenated per part (read once for the machine line)."""
     tables = {}
-    for part in sorted(p for p in folder.iterdir() if p.is_dir()):
+    for part in part_dirs(folder):
         frames = [pd.read_csv(csv) for csv in sorted(part.glob("*.csv"))]
         if frames:
             tables[part.name] = pd.concat(frames, ignore_index=True)
@@ -105,6 +115,8 @@ def suite_section(folder: Path, link_base: Path, level: str = "##") -> str:
     meta, env = _load(folder, "suite.json"), _load(folder, "env.json")
     rel = Path(os.path.relpath(folder, link_base)).as_posix()
     where = env.get("gpu_name") or "the CPU (the suite's tiny form)"
+    if (env.get("device_count") or 0) > 1:
+        where = f"{env['device_count']} x {where}"
     lines = [f"{level} {meta.get('suite', folder.parent.name)} on {where}, {meta.get('date', '')}", "",
              meta.get("about", ""), ""]
     suite = SUITES.get(meta.get("suite", ""))
@@ -124,7 +136,7 @@ def suite_section(folder: Path, link_base: Path, level: str = "##") -> str:
 def shown_plots(folder: Path, most: int = 4) -> list[Path]:
     """The plots a section shows: the suite's own figures across its parts, then every part's first
     before any part's second (a suite of several parts shows each of them), at most `most`."""
-    ranked = [(rank, png) for part in sorted(p for p in folder.iterdir() if p.is_dir())
+    ranked = [(rank, png) for part in part_dirs(folder)
               for rank, png in enumerate(sorted(part.glob("*.png")))]
     parts = [png for _, png in sorted(ranked, key=lambda item: item[0])]
     return [*sorted(folder.glob("*.png")), *parts][:most]
