@@ -2,6 +2,7 @@
 
 import time
 
+import pandas as pd
 import pytest
 import torch
 import torch.distributed as dist
@@ -66,6 +67,18 @@ def test_every_variant_matches_single_process_training(tmp_path, world, variants
     reference = single_process_params(spec(), world)
     for name, _ in cases:
         torch.testing.assert_close(got[name], reference, rtol=1e-5, atol=1e-6, msg=f"{name} differs")
+
+
+def test_with_compiled_layers_the_overlapping_variants_still_match_single_process_training(tmp_path):
+    """Each layer's compiled backward hands its gradients over as it ends; the hooks that launch
+    the all-reduces (overlap, bucketed, DDP's) still see every gradient, once."""
+    cases = [(v, spec(variant=v, compile=True)) for v in ("overlap", "bucketed", "ddp")]
+    out = tmp_path / "params.pt"
+    launch(_train_variants, 2, "gloo", args=(cases, str(out)))
+    got = torch.load(out)
+    reference = single_process_params(spec(), 2)
+    for name, _ in cases:
+        torch.testing.assert_close(got[name], reference, rtol=1e-4, atol=1e-5, msg=f"{name} differs")
 
 
 def test_sharded_adamw_matches_unsharded_adamw(tmp_path):
@@ -138,6 +151,20 @@ def test_bus_factors_and_sizes():
     assert comm.binary_size(2**20) == "1 MiB" and comm.binary_size(1536) == "1.5 KiB"
     with pytest.raises(ValueError):
         parse_size("-3MB")
+
+
+def test_ddp_cli_names_compiled_cases_and_pairs_them_with_compiled_naive(db, tmp_path):
+    res = runner.invoke(app, ["ddp", "--dist-backend", "gloo", "--world-size", "2", "--variant", "naive,ddp",
+                              "--compile", "off,on", "--iters", "1", "--warmup", "1", "--seq", "16",
+                              "--rounds", "2", "--db", str(db), "--out", str(tmp_path), "--quiet"])
+    assert res.exit_code == 0, res.output
+    recs = Store(db).records(workload="ddp")
+    assert sorted((r.spec["variant"], r.spec["compile"], r.spec["round"]) for r in recs) == sorted(
+        (v, c, n) for v in ("naive", "ddp") for c in (False, True) for n in (1, 2))
+    rounds = pd.read_csv(tmp_path / "ddp_rounds.csv")
+    assert sorted(zip(rounds.variant, rounds["compile"], rounds.rounds, strict=True)) == [
+        ("ddp", False, 2), ("ddp", True, 2), ("naive", False, 2), ("naive", True, 2)]
+    assert rounds.vs_naive.notna().sum() == 2  # each ddp row against the naive row of its own compile
 
 
 def test_ddp_cli_records_variants_and_the_sharded_optimizer_saves_state(db):

@@ -192,7 +192,7 @@ def comm(
 
 DDP_COLUMNS: list[report.Column] = [
     ("variant", report.spec("variant")), ("model", report.spec("model")), ("n", report.spec("world_size")),
-    ("link", report.spec("link")), ("round", report.spec("round")),
+    ("link", report.spec("link")), ("compiled", report.spec("compile")), ("round", report.spec("round")),
     ("bucket MB", report.spec("bucket_mb")), ("shard opt", report.spec("shard_optimizer")),
     ("step ms", report.timing("step")), ("compute ms", report.metric("compute_ms")),
     ("NCCL ms", report.metric("nccl_ms")), ("exposed comm ms", report.metric("exposed_comm_ms")),
@@ -212,6 +212,7 @@ def ddp(
     bucket_mb: str = option("--bucket-mb", "25", "Comma-separated."),
     shard_optimizer: str = option("--shard-optimizer", "off", "Comma list ok."),
     link: str = option("--link", "auto", "Comma list ok."),
+    compile: str = option("--compile", "off", "Here: off, on (each decoder layer); comma list ok."),
     rounds: int = option("--rounds", None, "Default 3 with nccl, 1 with gloo."),
     seq: int = option("--seq", None, "Default 512 with nccl, 32 with gloo."),
     batch: int = option("--batch", None, "Default 4 with nccl, 2 with gloo."),
@@ -245,7 +246,8 @@ def ddp(
     common: dict[str, Any] = dict(**opts, dist_backend=backend, warmup=warmup, iters=iters)
     specs = []
     axes = sweep(world_size=parse_list(world_size, positive_int, "--world-size"),
-                 link=parse_list(link, str, "--link", LINKS), round=list(range(1, rounds + 1)),
+                 link=parse_list(link, str, "--link", LINKS),
+                 compile=parse_list(compile, on_off, "--compile"), round=list(range(1, rounds + 1)),
                  variant=variants,
                  shard_optimizer=parse_list(shard_optimizer, on_off, "--shard-optimizer"))
     for a in axes:  # round after round, every variant once a round
@@ -265,7 +267,8 @@ def ddp(
             from trainperf.core.plots import grouped_bars
 
             named = table.assign(setup=table.variant + table.shard_optimizer.map({True: " zero1", False: ""})
-                                 + table.link.map(lambda link: "" if link == "auto" else f" over {link}"),
+                                 + table.link.map(lambda link: "" if link == "auto" else f" over {link}")
+                                 + table.compile.map({True: " compiled", False: ""}),
                                  world=table.model + " n=" + table.world_size.astype(str))
             grouped_bars(named, "setup", "world", "step_ms_median", out / "ddp_steps.png",
                          "ms per step (median over rounds, 95% interval)", "data-parallel step per variant",

@@ -430,18 +430,20 @@ def ddp_headline(parts: dict[str, Path]) -> pd.DataFrame:
     records = pd.concat([_read(folder, "ddp.csv") for folder in parts.values()], ignore_index=True)
     if records.empty:
         return records
-    records = records.drop_duplicates(subset=[*SETUP, "round"] if "round" in records else None)
+    setup = [k for k in SETUP if k in records]  # older records lack a later setting (compile)
+    records = records.drop_duplicates(subset=[*setup, "round"] if "round" in records else None)
     ok = records[records.status == "ok"]
-    by_setup = records.groupby(SETUP, dropna=False, sort=False)
+    by_setup = records.groupby(setup, dropna=False, sort=False)
     out = by_setup.status.agg(lambda s: "ok" if (s == "ok").any() else s.iloc[0]).reset_index()
-    traced = ok.groupby(SETUP, dropna=False)[[c for c in DDP_TRACE if c in ok]].median().reset_index()
+    traced = ok.groupby(setup, dropna=False)[[c for c in DDP_TRACE if c in ok]].median().reset_index()
     rounds = pd.concat([_read(folder, "ddp_rounds.csv") for folder in parts.values()], ignore_index=True)
-    out = out.merge(traced, on=SETUP, how="left").merge(
-        rounds.drop_duplicates(subset=SETUP)[[*SETUP, "rounds", "step_ms_median", "step_ms_ci95", "lead"]],
-        on=SETUP, how="left")
+    out = out.merge(traced, on=setup, how="left").merge(
+        rounds.drop_duplicates(subset=setup)[[*setup, "rounds", "step_ms_median", "step_ms_ci95", "lead"]],
+        on=setup, how="left")
     step = out.step_ms_median.map(lambda v: f"{v:.0f}" if pd.notna(v) else "")
     step += out.step_ms_ci95.map(lambda v: f" ± {v:.0f}" if pd.notna(v) else "")
-    table = out[["variant", "model", "world_size", "link", "bucket_mb", "shard_optimizer", "rounds"]].copy()
+    shown = ("variant", "model", "world_size", "link", "compile", "bucket_mb", "shard_optimizer", "rounds")
+    table = out[[c for c in shown if c in out]].copy()
     table["step ms"] = step.where(out.status == "ok", out.status)
     for col, name in DDP_TRACE.items():
         if col in out:
@@ -667,8 +669,9 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           multi_gpu=True),
     Suite("ddp",
           "A data-parallel training step of the xl GPT LM (bf16 autocast) over two GPUs and over every GPU "
-          "of the machine, per gradient-sync variant in three alternating rounds, and with and without the "
-          "sharded optimizer (ZeRO-1).",
+          "of the machine, per gradient-sync variant in three alternating rounds, eager and with each "
+          "decoder layer compiled (far fewer launches from the host, so more GPU work to hide communication "
+          "behind), and with and without the sharded optimizer (ZeRO-1).",
           (Part("ddp", ("ddp",),
                 gpu={"--world-size": f"2,{GPUS}", "--model": "xl", "--warmup": "2", "--iters": "10"},
                 cpu={"--world-size": "2", "--variant": "flat,ddp", "--seq": "16", "--warmup": "1",
@@ -677,6 +680,11 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                 gpu={"--world-size": GPUS, "--model": "xl", "--variant": "naive,ddp",
                      "--shard-optimizer": "off,on", "--warmup": "2", "--iters": "10"},
                 cpu={"--world-size": "2", "--variant": "naive", "--shard-optimizer": "off,on", "--seq": "16",
+                     "--warmup": "1", "--iters": "1"}, min_gpus=2),
+           Part("compiled", ("ddp",),
+                gpu={"--world-size": f"2,{GPUS}", "--model": "xl", "--compile": "on", "--warmup": "3",
+                     "--iters": "10"},
+                cpu={"--world-size": "2", "--variant": "naive,ddp", "--compile": "on", "--seq": "16",
                      "--warmup": "1", "--iters": "1"}, min_gpus=2)),
           ddp_headline, "Milliseconds per step of the slowest rank, the median over the rounds ± its 95% "
           "interval, and the lead over naive sync where that interval clears 1; the other columns are "

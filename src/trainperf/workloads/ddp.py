@@ -1,6 +1,8 @@
 """A data-parallel training step of the LM per gradient-sync variant (`trainperf ddp`).
 
-Every rank trains the same model on its own slice of one global batch. Measured per variant:
+Every rank trains the same model on its own slice of one global batch, eager or with each decoder
+layer compiled (`--compile on`: the gradients of a layer still arrive as its backward ends, so the
+overlapping variants keep their chance to overlap). Measured per variant:
   step_ms          median step time of the slowest rank (ranks start each step together)
   compute_ms       the same step with no gradient synchronisation at all
   nccl_ms          on GPUs, from the kernel trace of one more step on every rank: the time NCCL
@@ -68,13 +70,15 @@ class DDPSpec:
     optimizer: str = "adamw"
     link: str = "auto"  # distributed/links.py
     round: int = 1  # which of the alternating rounds (workloads/ddp_rounds.py)
+    compile: bool = False  # each decoder layer compiled: far fewer kernel launches from the host
 
     def label(self) -> str:
         bucket = f" {self.bucket_mb:g}MB" if self.bucket_mb else ""
         zero = " zero1" if self.shard_optimizer else ""
         link = f" over {self.link}" if self.link != "auto" else ""
+        compiled = " compiled" if self.compile else ""
         again = f" round {self.round}" if self.round > 1 else ""
-        return f"{self.variant}{bucket} {self.model} n={self.world_size}{zero}{link}{again}"
+        return f"{self.variant}{bucket} {self.model} n={self.world_size}{zero}{link}{compiled}{again}"
 
     def model_config(self) -> LMConfig:
         p = get_preset(self.model)
@@ -121,6 +125,9 @@ class DataParallelStep:
         with torch.no_grad():
             for p in model.parameters():
                 dist.broadcast(p, src=0)
+        if spec.compile:  # before the sync wraps or hooks it: each layer's backward stays its own node
+            for layer in model.layers:
+                layer.compile()
         self.sync: GradSync
         if variant == "ddp":
             ids = [device.index] if device.type == "cuda" else None
