@@ -3,6 +3,7 @@ exactly as one process does on the same global batch; the CLI records it; bad in
 
 import json
 
+import pandas as pd
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -173,6 +174,8 @@ def test_the_cli_records_a_sharded_step_on_gloo(db, tmp_path):
         assert m["step_ms_median"] > 0 and m["forward_ms"] > 0 and m["tokens_per_s"] > 0
         assert (m["recompute_tflop"] > 0) == (r.spec["checkpoint"] == "full")
     assert (tmp_path / "shard.csv").exists()
+    made = pd.read_csv(tmp_path / "shard_contributions.csv")  # the fastest case's two neighbours
+    assert sorted(made.setting) == ["checkpoint", "shard"] and (made.slower_by >= 1).all()
 
 
 def test_a_shard_sweep_over_world_sizes_draws_its_scaling(db, tmp_path):

@@ -359,6 +359,14 @@ def shard(
                        dist_backend=backend, warmup=warmup, iters=iters, **a) for a in axes]
     records = _validate_run_show("shard", specs, validate, SHARD_COLUMNS, backend, out, db, rerun, quiet,
                                  as_json, timeout, precheck=cannot_fit)
+    from trainperf.workloads.contributions import contributions
+
+    made = contributions(to_frame(records))
+    if not made.empty:
+        made.to_csv(out / "shard_contributions.csv", index=False)
+        if not (quiet or as_json):
+            title = "what each choice of the fastest case contributed: the same case with one setting changed"
+            console.print(frame_table(made, title=title))
     ok = to_frame(r for r in records if r.status == "ok")
     if not ok.empty and ok.world_size.nunique() > 1 and plots_available(quiet or as_json):
         from trainperf.core.plots import line_grid
