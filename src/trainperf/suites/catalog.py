@@ -628,8 +628,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "policy and compile; the GPT LM's xl and 2.7B (every layer checkpointed) on one, two and all GPUs, "
           "sharded or replicated, at 8 x 1024 tokens in all (strong scaling) and 4 x 1024 a GPU (weak); "
           "and xl at 8 x 2048 tokens on two GPUs per FSDP2 "
-          "knob that decides how much communication the step hides (prefetching, reshard after forward, "
-          "the optimizer's kernels), beside the same step on one GPU.",
+          "knob that decides how much communication the step hides (prefetching, reshard after forward), "
+          "eager and with each layer compiled, beside the same step on one GPU.",
           (Part("leaderboard", ("shard",),
                 gpu={"--model": "cs336-8b", "--world-size": GPUS, "--seq": "32768", "--batch": "2",
                      "--checkpoint": "full,every-2,ops", "--loss": "chunked", "--optimizer": "adamw-fused",
@@ -648,12 +648,13 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "--iters": "5"},
                 cpu={"--model": "tiny", "--world-size": "1,2", "--batch-per-rank": "2", **_TINY}),
            Part("overlap", ("shard",),
-                gpu={**_XL_LONG, "--world-size": "2", "--optimizer": "adamw,adamw-fused", "--prefetch": "0,2",
-                     "--reshard-after-forward": "on,off"},
+                gpu={**_XL_LONG, "--world-size": "2", "--optimizer": "adamw-fused", "--compile": "off,on",
+                     "--prefetch": "0,2", "--reshard-after-forward": "on,off"},
                 cpu={"--model": "tiny", "--world-size": "2", "--prefetch": "0,1",
                      "--reshard-after-forward": "on,off", "--warmup": "1", "--iters": "2"}, min_gpus=2),
            Part("one-gpu", ("shard",),
-                gpu={**_XL_LONG, "--world-size": "1", "--shard": "none", "--optimizer": "adamw,adamw-fused"},
+                gpu={**_XL_LONG, "--world-size": "1", "--shard": "none", "--optimizer": "adamw,adamw-fused",
+                     "--compile": "off,on"},
                 cpu={"--model": "tiny", "--world-size": "1", "--shard": "none", **_TINY})),
           shard_headline,
           "Seconds per full training step (median over steps of the slowest rank), MFU against the GPUs' "
