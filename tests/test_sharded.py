@@ -131,11 +131,14 @@ def test_the_decoder_is_sharded_with_the_last_layer_kept_gathered_and_prefetch_c
 def test_checkpointing_wraps_the_layers_its_policy_names():
     from trainperf.models.lm import LMConfig, TransformerLM
 
-    for policy, wrapped in (("none", 0), ("full", 4), ("every-2", 2), ("every-3", 2), ("ops", 4)):
+    for policy, wrapped in (("none", 0), ("full", 4), ("every-2", 2), ("every-3", 2), ("ops", 4),
+                            ("all-but-1", 3), ("all-but-0", 4)):
         lm = TransformerLM(LMConfig(vocab_size=64, context_length=16, d_model=32, d_ff=64, n_layers=4,
                                     n_heads=4))
         assert apply_checkpointing(lm, policy) == wrapped
         assert sum(type(m).__name__ == "CheckpointWrapper" for m in lm.layers) == wrapped
+        if policy == "all-but-1":  # the last layer's activations are the ones kept
+            assert type(lm.layers[3]).__name__ != "CheckpointWrapper"
 
 
 def test_recomputed_flops_are_counted_apart_from_the_model_flops():
@@ -155,6 +158,7 @@ def test_recomputed_flops_are_counted_apart_from_the_model_flops():
     (dict(batch=3), "does not split"),
     (dict(checkpoint="every-0"), "every-K"),
     (dict(checkpoint="some"), "every-K"),
+    (dict(checkpoint="all-but-2"), "all-but-N .N fewer than the layers"),  # tiny has 2 layers
     (dict(shard="zero3"), "shard"),
     (dict(shard="none", offload=True), "sharded model"),
 ])
@@ -270,3 +274,8 @@ def test_a_case_far_beyond_a_gpu_is_refused_up_front_with_what_it_needs():
     per_token = cfg.d_model + (9 * cfg.d_model + 3 * cfg.d_ff)
     assert small["activations"] == per_token * 2 * 16 * 4  # 2 sequences of 16 a rank, fp32
     assert small["logits"] == 4 * 2 * 16 * 64 and small["shards"] == 2
+    assert memory_needed(spec(checkpoint="all-but-1", loss="torch"))["activations"] == small["activations"]
+    # the 8B with all but 8 of its 34 layers checkpointed: 8 layers' activations more than full
+    eight = [memory_needed(spec(**eight_b, checkpoint=c))["activations"] for c in ("full", "all-but-8")]
+    layer = (9 * 4096 + 3 * 11008 - 4096) * 32768 * 2
+    assert eight[1] - eight[0] == 8 * layer

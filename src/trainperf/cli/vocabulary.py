@@ -93,7 +93,8 @@ GLOSSARY: dict[str, str] = {
     "--shard": "How the model is split over the ranks: full (FSDP2), hybrid (HSDP: sharded within a "
                "host, replicated across hosts), none (plain data parallel).",
     "--checkpoint": "Activation checkpointing: none, full (every decoder layer), every-K (every K-th "
-                    "layer), ops (selective: matrix products and attention kept, the rest recomputed).",
+                    "layer), all-but-N (every layer but the last N), ops (selective: matrix products and "
+                    "attention kept, the rest recomputed).",
     "--offload": "FSDP2 CPU offload of parameters, gradients and optimizer state: off, on.",
     "--shard-optimizer": "ZeRO-1 sharded optimizer state: off, on.",
     "--phase": "How far a step runs: forward (activations only), step (forward, backward, optimizer).",

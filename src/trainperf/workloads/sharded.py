@@ -6,7 +6,8 @@ The choices a user tunes are the spec's fields:
               across groups: the GPUs of one host, or half the ranks on a single host) | none
               (PyTorch DDP: every rank holds the whole model)
   checkpoint  none | full (every decoder layer recomputed in the backward) | every-K (every K-th
-              layer) | ops (selective: matrix products and attention saved, the rest recomputed)
+              layer) | all-but-N (every layer but the last N) | ops (selective: matrix products and
+              attention saved, the rest recomputed)
   dtype       bf16 (FSDP2 gathers and computes in bf16 and reduces gradients in fp32 over fp32
               master weights; DDP runs under autocast) | fp32
   optimizer   adamw | adamw-fused;  offload (FSDP2 keeps parameters and optimizer state on the
@@ -49,7 +50,7 @@ from trainperf.workloads.step import LOSSES, Phase, no_phase
 
 SHARDS = ("full", "hybrid", "none")
 OPTIMIZERS = ("adamw", "adamw-fused")
-CHECKPOINT_HELP = "none, full, every-K (K a positive integer), ops"
+CHECKPOINT_HELP = "none, full, every-K (K a positive integer), all-but-N (N fewer than the layers), ops"
 # What a command left out of --model, --seq, --batch, --dtype means, per torch.distributed backend:
 # the CS336 leaderboard's step on GPUs, a tiny one on CPU processes.
 # On GPUs AdamW's fused kernel: its foreach form over FSDP2's sharded parameters costs several times
@@ -93,12 +94,21 @@ class ShardSpec:
                         n_layers=p.n_layers, n_heads=p.n_heads, attention=self.attention)
 
 
-def checkpoint_every(checkpoint: str) -> int | None:
-    """Every how many layers a policy checkpoints (1 for full, K for every-K), None for none/ops."""
+def whole_layers(checkpoint: str, n_layers: int) -> range | None:
+    """The decoder layers a policy checkpoints whole: all (full), every K-th (every-K), all but the
+    last N (all-but-N: the activations of N layers stay, as memory allows), none (none, and ops,
+    which checkpoints inside every layer); None for a policy that is none of these."""
+    if checkpoint in ("none", "ops"):
+        return range(0)
     if checkpoint == "full":
-        return 1
-    match = re.fullmatch(r"every-(\d+)", checkpoint)
-    return int(match.group(1)) if match else None
+        return range(n_layers)
+    every = re.fullmatch(r"every-([1-9]\d*)", checkpoint)
+    if every:
+        return range(0, n_layers, int(every.group(1)))
+    but = re.fullmatch(r"all-but-(\d+)", checkpoint)
+    if but and int(but.group(1)) < n_layers:
+        return range(n_layers - int(but.group(1)))
+    return None
 
 
 def validate(spec: ShardSpec) -> None:
@@ -111,8 +121,7 @@ def validate(spec: ShardSpec) -> None:
     given_vocab = ("vocab",) if spec.vocab is not None else ()
     check_positive(spec, "seq", "batch", "iters", "world_size", *given_vocab)
     check_non_negative(spec, "warmup")
-    every = checkpoint_every(spec.checkpoint)
-    if spec.checkpoint not in ("none", "ops") and not every:
+    if whole_layers(spec.checkpoint, get_preset(spec.model).n_layers) is None:
         raise SpecError(f"--checkpoint {spec.checkpoint!r}; valid choices: {CHECKPOINT_HELP}")
     if spec.batch % spec.world_size:
         raise SpecError(f"--batch {spec.batch} (the global batch) does not split over "
@@ -145,8 +154,7 @@ def memory_needed(spec: ShardSpec) -> dict[str, float]:
         params = sum(p.numel() for p in TransformerLM(cfg).parameters())
     shards = {"full": spec.world_size, "hybrid": max(spec.world_size // 2, 1), "none": 1}[spec.shard]
     tokens = spec.batch // spec.world_size * spec.seq
-    every = checkpoint_every(spec.checkpoint)
-    whole = len(range(0, cfg.n_layers, every)) if every else 0  # layers checkpointed whole
+    whole = len(whole_layers(spec.checkpoint, cfg.n_layers))
     policy = "ops" if spec.checkpoint == "ops" else "none"
     def kept(kind: str) -> int:
         of_d, of_f = KEPT[kind]
@@ -211,7 +219,7 @@ def apply_checkpointing(model: TransformerLM, checkpoint: str) -> int:
                                                               _save_products_policy()))
         chosen = range(len(model.layers))
     else:
-        wrap, chosen = checkpoint_wrapper, range(0, len(model.layers), checkpoint_every(checkpoint))
+        wrap, chosen = checkpoint_wrapper, whole_layers(checkpoint, len(model.layers))
     for i in chosen:
         model.layers[i] = wrap(model.layers[i])
     return len(chosen)
