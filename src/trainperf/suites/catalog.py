@@ -625,15 +625,16 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("shard",
           "The full training step (forward, loss, backward, AdamW) of a model sharded over every GPU of "
           "the machine with FSDP2: the CS336 leaderboard's 8B model at 2 x 32,768 tokens per checkpointing "
-          "policy and compile; the GPT LM's xl and 2.7B (every layer checkpointed) on one, two and all GPUs, "
+          "policy, compile and attention kernel (PyTorch's SDPA, FlashAttention 4); the GPT LM's xl and "
+          "2.7B (every layer checkpointed) on one, two and all GPUs, "
           "sharded or replicated, at 8 x 1024 tokens in all (strong scaling) and 4 x 1024 a GPU (weak); "
           "and xl at 8 x 2048 tokens on two GPUs per FSDP2 "
           "knob that decides how much communication the step hides (prefetching, reshard after forward), "
           "eager and with each layer compiled, beside the same step on one GPU.",
           (Part("leaderboard", ("shard",),
                 gpu={"--model": "cs336-8b", "--world-size": GPUS, "--seq": "32768", "--batch": "2",
-                     "--checkpoint": "full,every-2,ops", "--loss": "chunked", "--optimizer": "adamw-fused",
-                     "--compile": "off,on", "--warmup": "1", "--iters": "4"},
+                     "--checkpoint": "full,all-but-8,ops", "--loss": "chunked", "--optimizer": "adamw-fused",
+                     "--compile": "off,on", "--attention": "sdpa,fa4", "--warmup": "1", "--iters": "4"},
                 cpu={"--model": "tiny", "--world-size": "2", "--checkpoint": "full,ops", "--loss": "chunked",
                      "--warmup": "1", "--iters": "2"}, min_gpus=2),
            Part("sizes", ("shard",),
