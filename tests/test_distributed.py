@@ -235,3 +235,9 @@ def _abort_at_exit(rank, world):
 def test_a_rank_that_dies_in_teardown_after_finishing_is_a_warning():
     with pytest.warns(RuntimeWarning, match="all ranks finished their work, then .*SIGABRT"):
         launch(_abort_at_exit, 2, "gloo", timeout_s=30)
+
+
+@pytest.mark.parametrize("link", ["shm", "socket"])
+def test_a_link_other_than_nccl_s_choice_is_refused_on_gloo_naming_it(db, link):
+    res = runner.invoke(app, ["ddp", "--dist-backend", "gloo", "--link", link, "--db", str(db)])
+    assert res.exit_code == 2 and f"--link {link} picks an NCCL transport" in res.output

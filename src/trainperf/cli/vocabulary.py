@@ -85,7 +85,8 @@ GLOSSARY: dict[str, str] = {
     "--rounds": "Alternating rounds: every case measured this many times, each round running every case "
                 "once, so drift hits all alike.",
     "--link": "How the GPUs of one host talk under NCCL: auto (NCCL's choice: NVLink, peer to peer, shared "
-              "memory), socket (its socket transport alone, as hosts joined by Ethernet).",
+              "memory), shm (through host memory, no peer to peer), socket (its socket transport alone, as "
+              "hosts joined by Ethernet).",
     "--world-size": "Processes, one per GPU (or CPU process under gloo).",
     "--dist-backend": "torch.distributed backend: nccl, gloo (default: nccl with GPUs, else gloo).",
     "--variant": "Gradient-sync variants.",

@@ -1,7 +1,8 @@
 """How the GPUs of one host talk under NCCL (`--link`): NCCL's own choice (NVLink, PCIe peer to
-peer, shared memory), or its socket transport alone, as between hosts joined by Ethernet, to see
-what overlapping communication buys where the link is slow. The variables reach the ranks before
-their process group starts; the records name the link."""
+peer, shared memory); through host memory alone (`shm`: no peer-to-peer, as GPUs that share neither
+NVLink nor a PCIe switch); or its socket transport alone, as between hosts joined by Ethernet. The
+slower links show what overlapping communication buys where it is slow. The variables reach the
+ranks before their process group starts; the records name the link."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from trainperf.core.spec import check_choice
 
 LINKS: dict[str, dict[str, str]] = {
     "auto": {},
+    "shm": {"NCCL_P2P_DISABLE": "1", "NCCL_IB_DISABLE": "1"},
     "socket": {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1"},
 }
 
