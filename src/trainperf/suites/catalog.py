@@ -422,9 +422,9 @@ def comm_headline(parts: dict[str, Path]) -> pd.DataFrame:
 
 
 def ddp_headline(parts: dict[str, Path]) -> pd.DataFrame:
-    """One row per setup (variant, bucket size, ZeRO-1, link, model, world size) over the parts: its
-    step over the rounds (median ± the 95% interval), the trace's medians, and its lead over naive
-    sync where one is established; a setup two parts share is one row."""
+    """One row per setup (variant, bucket size, ZeRO-1, link, compile, model, world size) over the
+    parts: its step over the rounds (median ± the 95% interval), the trace's medians, and its lead
+    over naive sync where one is established; a setup two parts share is one row."""
     from trainperf.workloads.ddp_rounds import SETUP
 
     records = pd.concat([_read(folder, "ddp.csv") for folder in parts.values()], ignore_index=True)
