@@ -684,8 +684,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                 cpu={"--world-size": "2", "--variant": "naive", "--shard-optimizer": "off,on", "--seq": "16",
                      "--warmup": "1", "--iters": "1"}, min_gpus=2),
            Part("compiled", ("ddp",),
-                gpu={"--world-size": f"2,{GPUS}", "--model": "xl", "--compile": "on", "--warmup": "3",
-                     "--iters": "10"},
+                gpu={"--world-size": f"2,{GPUS}", "--model": "xl", "--variant": "naive,overlap,bucketed,ddp",
+                     "--compile": "on", "--warmup": "3", "--iters": "10"},
                 cpu={"--world-size": "2", "--variant": "naive,ddp", "--compile": "on", "--seq": "16",
                      "--warmup": "1", "--iters": "1"}, min_gpus=2)),
           ddp_headline, "Milliseconds per step of the slowest rank, the median over the rounds ± its 95% "
