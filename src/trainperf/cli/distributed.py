@@ -361,13 +361,14 @@ def shard(
                                  as_json, timeout, precheck=cannot_fit)
     from trainperf.workloads.contributions import contributions
 
-    made = contributions(to_frame(records))
+    frame = to_frame(records)
+    made = contributions(frame)
     if not made.empty:
         made.to_csv(out / "shard_contributions.csv", index=False)
         if not (quiet or as_json):
             title = "what each choice of the fastest case contributed: the same case with one setting changed"
             console.print(frame_table(made, title=title))
-    ok = to_frame(r for r in records if r.status == "ok")
+    ok = frame[frame.status == "ok"] if not frame.empty else frame
     if not ok.empty and ok.world_size.nunique() > 1 and plots_available(quiet or as_json):
         from trainperf.core.plots import line_grid
 

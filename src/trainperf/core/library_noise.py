@@ -54,31 +54,25 @@ def verbose() -> bool:
     return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
 
 
-class _NoteMatching(logging.Filter):
-    """A matching log line becomes a note, once, without its traceback; printed only if verbose."""
+class _Matching(logging.Filter):
+    """Drops a matching log line. Given `notes`, the line also becomes a note there, once and
+    without its traceback, and is still printed if verbose."""
 
-    def __init__(self, pattern: str, notes: list[str]) -> None:
+    def __init__(self, pattern: str, notes: list[str] | None = None) -> None:
         super().__init__()
         self.pattern, self.notes = re.compile(pattern), notes
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not self.pattern.search(record.getMessage()):
             return True
+        if self.notes is None:
+            return False
         text = " ".join(record.getMessage().split())
         if record.exc_info and record.exc_info[1] is not None:
             text += f" ({type(record.exc_info[1]).__name__}: {record.exc_info[1]})"
         if text not in self.notes:
             self.notes.append(text)
         return verbose()
-
-
-class _DropMatching(logging.Filter):
-    def __init__(self, pattern: str) -> None:
-        super().__init__()
-        self.pattern = re.compile(pattern)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not self.pattern.search(record.getMessage())
 
 
 def quiet_libraries() -> None:
@@ -91,7 +85,7 @@ def quiet_libraries() -> None:
     for message, module in INTERNAL_WARNINGS:
         warnings.filterwarnings("ignore", message=message, module=module)
     for name, message in INTERNAL_LOGS:
-        logging.getLogger(name).addFilter(_DropMatching(message))
+        logging.getLogger(name).addFilter(_Matching(message))
 
 
 def is_case_warning(text: str) -> bool:
@@ -104,7 +98,7 @@ def case_notes() -> Iterator[list[str]]:
     yielded list instead of printing them (verbose: printed too); others take their usual course."""
     notes: list[str] = []
     shown = warnings.showwarning
-    loggers = [(logging.getLogger(name), _NoteMatching(message, notes)) for name, message in CASE_LOGS]
+    loggers = [(logging.getLogger(name), _Matching(message, notes)) for name, message in CASE_LOGS]
 
     def show(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001, ANN202
         text = " ".join(str(message).split())

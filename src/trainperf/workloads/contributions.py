@@ -24,6 +24,8 @@ def contributions(df: pd.DataFrame, settings: Sequence[str] = SETTINGS,
     """One row per (shape, setting, alternative) next to the fastest ok case of the shape."""
     rows = []
     shape = [c for c in shape if c in df]
+    if df.empty or not shape:
+        return pd.DataFrame()
     for key, group in df.groupby(shape, dropna=False, sort=False):
         ok = group[group.status == "ok"]
         if ok.empty:

@@ -327,9 +327,9 @@ def flop_counts(spec: ShardSpec, matmul_params: int, checkpointed_layers: int) -
 
 
 def _time_steps(step: ShardedStep, spec: ShardSpec, device: torch.device) -> tuple[list, dict, float | None,
-                                                                                   dict]:
-    """Every rank's step times, this rank's median phase times, its peak memory (GB) and its GPU's
-    clocks and power while timing."""
+                                                                                   dict | None, dict]:
+    """Every rank's step times, this rank's median phase times, its peak memory (GB), its traced
+    communication (on GPUs) and its GPU's clocks and power while timing."""
     for _ in range(spec.warmup):
         step()
     timer = PhaseTimer(device)
@@ -337,23 +337,23 @@ def _time_steps(step: ShardedStep, spec: ShardSpec, device: torch.device) -> tup
         per_rank = per_rank_times(lambda: step(timer.phase), device, spec.iters)
     phases = {name: summarize(ms)["median"] for name, ms in timer.samples().items()}
     peak_gb = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+    traced = None
     if device.type == "cuda":  # one more step, profiled: how much communication the compute hides
         from trainperf.profiling.overlap import step_communication_ms
 
         traced = step_communication_ms(step, device)
-        phases.update(comm=traced["comm"], exposed_comm=traced["exposed"])
-    return per_rank, phases, peak_gb, monitor.metrics()
+    return per_rank, phases, peak_gb, traced, monitor.metrics()
 
 
 def measure_sharded(spec: ShardSpec, rank: int, world: int, device: torch.device) -> dict[str, Any]:
     release_memory(device)
     step = ShardedStep(spec, rank, world, device)
-    per_rank, phases, peak_gb, gpu_state = _time_steps(step, spec, device)
+    per_rank, phases, peak_gb, traced, gpu_state = _time_steps(step, spec, device)
     model_flops, redo = flop_counts(spec, step.matmul_params, step.checkpointed)
     del step
     release_memory(device)
     everyone: list[Any] = [None] * world
-    dist.all_gather_object(everyone, (phases, peak_gb))
+    dist.all_gather_object(everyone, (phases, peak_gb, traced))
     s = summarize(slowest(per_rank))
     skew = [max(col) - min(col) for col in zip(*per_rank, strict=True)]  # ranks apart, per step
     tflops = model_flops / (s["median"] / 1e3) / 1e12
@@ -363,12 +363,15 @@ def measure_sharded(spec: ShardSpec, rank: int, world: int, device: torch.device
         "step_ms_median": s["median"], "step_ms_iqr": s["iqr"], "step_ms_n": s["n"],
         "rank_skew_ms": summarize(skew)["median"],
         **{f"{name}_ms": max(p[0][name] for p in everyone) for name in phases},
-        **({"exposed_comm_least_ms": min(p[0]["exposed_comm"] for p in everyone)} if "exposed_comm" in phases
-           else {}),
         "tokens_per_s": spec.batch * spec.seq / (s["median"] / 1e3),
         "model_tflop": model_flops / 1e12, "recompute_tflop": redo / 1e12, "tflops": tflops,
         "mfu": tflops / peak / world if peak else None,
     }
+    if traced is not None:
+        from trainperf.profiling.overlap import across_ranks
+
+        comm = across_ranks([p[2] for p in everyone])
+        metrics.update(comm_ms=comm.pop("nccl_ms"), **comm)
     metrics.update(gpu_state)  # this rank's (rank 0's in the record)
     if peak_gb is not None:
         metrics["peak_mem_gb"] = max(p[1] for p in everyone)
