@@ -671,9 +671,10 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           multi_gpu=True),
     Suite("ddp",
           "A data-parallel training step of the xl GPT LM (bf16 autocast) over two GPUs and over every GPU "
-          "of the machine, per gradient-sync variant in three alternating rounds, eager and with each "
-          "decoder layer compiled (far fewer launches from the host, so more GPU work to hide communication "
-          "behind), and with and without the sharded optimizer (ZeRO-1).",
+          "of the machine, per gradient-sync variant in three alternating rounds, eager at 4 x 512 tokens "
+          "a rank (the host sets the pace) and with each decoder layer compiled at 8 x 1024 (far fewer "
+          "launches from the host and four times the tokens, so the GPU sets the pace and the backward has "
+          "work to hide communication behind), and with and without the sharded optimizer (ZeRO-1).",
           (Part("ddp", ("ddp",),
                 gpu={"--world-size": f"2,{GPUS}", "--model": "xl", "--warmup": "2", "--iters": "10"},
                 cpu={"--world-size": "2", "--variant": "flat,ddp", "--seq": "16", "--warmup": "1",
@@ -685,7 +686,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "--warmup": "1", "--iters": "1"}, min_gpus=2),
            Part("compiled", ("ddp",),
                 gpu={"--world-size": f"2,{GPUS}", "--model": "xl", "--variant": "naive,overlap,bucketed,ddp",
-                     "--compile": "on", "--warmup": "3", "--iters": "10"},
+                     "--compile": "on", "--batch": "8", "--seq": "1024", "--warmup": "3", "--iters": "10"},
                 cpu={"--world-size": "2", "--variant": "naive,ddp", "--compile": "on", "--seq": "16",
                      "--warmup": "1", "--iters": "1"}, min_gpus=2)),
           ddp_headline, "Milliseconds per step of the slowest rank, the median over the rounds ± its 95% "
