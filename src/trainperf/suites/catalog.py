@@ -458,6 +458,10 @@ DDP_TRACE = {"compute_ms": "compute ms", "nccl_ms": "NCCL ms", "exposed_comm_ms"
 
 
 _TINY = {"--warmup": "1", "--iters": "2"}
+_DDP_COMPILED = {"--world-size": f"2,{GPUS}", "--model": "xl", "--variant": "naive,overlap,bucketed,ddp",
+                 "--compile": "on", "--batch": "8", "--seq": "1024"}
+_DDP_COMPILED_CPU = {"--world-size": "2", "--variant": "naive,ddp", "--compile": "on", "--seq": "16",
+                     "--warmup": "1", "--iters": "1"}
 _XL_LONG = {"--model": "xl", "--seq": "2048", "--batch": "8", "--checkpoint": "full", "--warmup": "2",
             "--iters": "5"}
 SUITES: dict[str, Suite] = {s.name: s for s in (
@@ -674,7 +678,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "of the machine, per gradient-sync variant in three alternating rounds, eager at 4 x 512 tokens "
           "a rank (the host sets the pace) and with each decoder layer compiled at 8 x 1024 (far fewer "
           "launches from the host and four times the tokens, so the GPU sets the pace and the backward has "
-          "work to hide communication behind), and with and without the sharded optimizer (ZeRO-1).",
+          "work to hide communication behind), compiled also over host memory alone (`--link shm`, in two "
+          "rounds), and with and without the sharded optimizer (ZeRO-1).",
           (Part("ddp", ("ddp",),
                 gpu={"--world-size": f"2,{GPUS}", "--model": "xl", "--warmup": "2", "--iters": "10"},
                 cpu={"--world-size": "2", "--variant": "flat,ddp", "--seq": "16", "--warmup": "1",
@@ -684,11 +689,11 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "--shard-optimizer": "off,on", "--warmup": "2", "--iters": "10"},
                 cpu={"--world-size": "2", "--variant": "naive", "--shard-optimizer": "off,on", "--seq": "16",
                      "--warmup": "1", "--iters": "1"}, min_gpus=2),
-           Part("compiled", ("ddp",),
-                gpu={"--world-size": f"2,{GPUS}", "--model": "xl", "--variant": "naive,overlap,bucketed,ddp",
-                     "--compile": "on", "--batch": "8", "--seq": "1024", "--warmup": "3", "--iters": "10"},
-                cpu={"--world-size": "2", "--variant": "naive,ddp", "--compile": "on", "--seq": "16",
-                     "--warmup": "1", "--iters": "1"}, min_gpus=2)),
+           Part("compiled", ("ddp",), gpu={**_DDP_COMPILED, "--warmup": "3", "--iters": "10"},
+                cpu=_DDP_COMPILED_CPU, min_gpus=2),
+           Part("shm", ("ddp",),  # over host memory the collectives take about as long as the step
+                gpu={**_DDP_COMPILED, "--link": "shm", "--rounds": "2", "--warmup": "2", "--iters": "5"},
+                cpu=_DDP_COMPILED_CPU, min_gpus=2)),
           ddp_headline, "Milliseconds per step of the slowest rank, the median over the rounds ± its 95% "
           "interval, and the lead over naive sync where that interval clears 1; the other columns are "
           "medians over the rounds: compute is the same step with no synchronisation; NCCL, exposed comm "
