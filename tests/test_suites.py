@@ -233,8 +233,8 @@ def test_the_ddp_headline_is_one_row_per_setup_with_its_rounds_interval_and_lead
 
     def record(variant, rnd, step, status="ok", zero=False):
         return {"variant": variant, "bucket_mb": 25.0 if variant == "ddp" else None, "shard_optimizer": zero,
-                "link": "auto", "compile": False, "model": "xl", "world_size": 2, "round": rnd,
-                "status": status,
+                "link": "auto", "compile": False, "model": "xl", "batch": 4, "seq": 512, "world_size": 2,
+                "round": rnd, "status": status,
                 "step_ms_median": step, "compute_ms": step and step - 50, "nccl_ms": 40.0,
                 "exposed_comm_ms": 30.0, "exposed_comm_least_ms": 20.0, "hidden_share": 0.25,
                 "opt_state_mb": 100.0}
@@ -257,6 +257,7 @@ def test_the_ddp_headline_is_one_row_per_setup_with_its_rounds_interval_and_lead
     table = ddp_headline(folders).set_index("variant")
     assert list(table.index) == ["naive", "ddp", "fsdp2"]  # naive, in both parts, is one row
     assert table.loc["naive", "step ms"] == "310 ± 25" and table.loc["naive", "rounds"] == 3
+    assert table.loc["naive", "batch x seq"] == "4x512"  # the tokens a rank each setup ran
     lead = table.loc["ddp", "lead over naive"]
     assert lead.startswith("1.5") and "faster" in lead
     assert table.loc["fsdp2", "step ms"] == "oom" and table.loc["fsdp2", "compute ms"] == "oom"

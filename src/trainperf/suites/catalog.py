@@ -422,7 +422,7 @@ def comm_headline(parts: dict[str, Path]) -> pd.DataFrame:
 
 
 def ddp_headline(parts: dict[str, Path]) -> pd.DataFrame:
-    """One row per setup (variant, bucket size, ZeRO-1, link, compile, model, world size) over the
+    """One row per setup (variant, bucket size, ZeRO-1, link, compile, model, batch, world size) over the
     parts: its step over the rounds (median ± the 95% interval), the trace's medians, and its lead
     over naive sync where one is established; a setup two parts share is one row."""
     from trainperf.workloads.ddp_rounds import SETUP
@@ -430,13 +430,13 @@ def ddp_headline(parts: dict[str, Path]) -> pd.DataFrame:
     records = pd.concat([_read(folder, "ddp.csv") for folder in parts.values()], ignore_index=True)
     if records.empty:
         return records
-    setup = [k for k in SETUP if k in records]  # older records lack a later setting (compile)
+    rounds = pd.concat([_read(folder, "ddp_rounds.csv") for folder in parts.values()], ignore_index=True)
+    setup = [k for k in SETUP if k in records and k in rounds]  # older tables lack later settings
     records = records.drop_duplicates(subset=[*setup, "round"] if "round" in records else None)
     ok = records[records.status == "ok"]
     by_setup = records.groupby(setup, dropna=False, sort=False)
     out = by_setup.status.agg(lambda s: "ok" if (s == "ok").any() else s.iloc[0]).reset_index()
     traced = ok.groupby(setup, dropna=False)[[c for c in DDP_TRACE if c in ok]].median().reset_index()
-    rounds = pd.concat([_read(folder, "ddp_rounds.csv") for folder in parts.values()], ignore_index=True)
     out = out.merge(traced, on=setup, how="left").merge(
         rounds.drop_duplicates(subset=setup)[[*setup, "rounds", "step_ms_median", "step_ms_ci95", "lead"]],
         on=setup, how="left")
@@ -444,6 +444,8 @@ def ddp_headline(parts: dict[str, Path]) -> pd.DataFrame:
     step += out.step_ms_ci95.map(lambda v: f" ± {v:.0f}" if pd.notna(v) else "")
     shown = ("variant", "model", "world_size", "link", "compile", "bucket_mb", "shard_optimizer", "rounds")
     table = out[[c for c in shown if c in out]].copy()
+    table.insert(2, "batch x seq", records.groupby(setup, dropna=False, sort=False)[["batch", "seq"]].first()
+                 .apply(lambda r: f"{r.batch}x{r.seq}", axis=1).to_numpy())
     table["step ms"] = step.where(out.status == "ok", out.status)
     for col, name in DDP_TRACE.items():
         if col in out:

@@ -2,10 +2,10 @@
 
 The cases of one process group run round after round, every variant once a round (A, B, C, A, B,
 C, ...), so drift of clocks, power and the host hits every variant alike. Per setup (a variant with
-its bucket size, ZeRO-1, link and compile, on one model and world size), the step is the median over its
-rounds with a 95% confidence interval; a variant's lead over the reference variant of the same
-model, world size, link and ZeRO-1 is taken round by round (the two were measured side by side)
-and stated only where its interval clears zero.
+its bucket size, ZeRO-1, link and compile, on one model, batch shape and world size), the step is
+the median over its rounds with a 95% confidence interval; a variant's lead over the reference
+variant of the same pairing (everything but the variant and its bucket size) is taken round by
+round (the two were measured side by side) and stated only where its interval clears zero.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import pandas as pd
 
 from trainperf.core.stats import t_quantile_975
 
-SETUP = ["variant", "bucket_mb", "shard_optimizer", "link", "compile", "model", "world_size"]
-PAIRING = ["shard_optimizer", "link", "compile", "model", "world_size"]  # what a lead compares within
+SETUP = ["variant", "bucket_mb", "shard_optimizer", "link", "compile", "model", "batch", "seq", "world_size"]
+PAIRING = SETUP[2:]  # what a lead compares within
 
 
 def _interval(values: list[float]) -> float:
