@@ -152,9 +152,10 @@ def test_a_log_line_about_the_case_is_its_note_once_without_its_traceback(monkey
     dynamo = logging.getLogger("torch._dynamo")
 
     def measure(spec):
-        for _ in range(3):
+        for at in range(3):  # as Triton's compile errors: the place and source first, the error last
             try:
-                raise AttributeError("'float' object has no attribute 'to'")
+                raise AttributeError(f"at {at}:14:\n    X_row = X_row.to(tl.float32)\n\n"
+                                     "'float' object has no attribute 'to'")
             except AttributeError:
                 dynamo.warning("Encountered an exception in identify_mutated_tensors, assuming every input "
                                "is mutated", exc_info=True)

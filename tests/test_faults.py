@@ -22,10 +22,11 @@ SRC = str(Path(__file__).parents[1] / "src")
 ENV = {"device": "cpu"}
 
 
-def python(code: str, *args: str, cwd: Path) -> subprocess.Popen:
+def python(code: str, *args: str, cwd: Path, new_session: bool = False) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=new_session)
 
 
 def wait_for(predicate, proc: subprocess.Popen | None = None, timeout: float = 120.0) -> None:
@@ -394,3 +395,44 @@ def test_a_ctrl_c_a_library_swallowed_stops_the_sweep_after_the_case_in_flight(d
         assert [r.metrics["value"] for r in resumed] == [0, 1, 2, 3]  # a new sweep starts with none on record
     finally:
         signal.signal(signal.SIGINT, original)
+
+
+_POOL_SCRIPT = """
+import sys, time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+
+from trainperf.core.sigint import quiet_forkserver
+
+if sys.argv[1] == "quiet":
+    quiet_forkserver()
+pool = ProcessPoolExecutor(2, mp_context=get_context("forkserver"))  # as quack's compile pool
+pool.submit(abs, -1).result()  # its workers are up, waiting for work
+print("ready", flush=True)
+try:
+    time.sleep(60)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+pool.shutdown()
+"""
+
+
+@pytest.mark.parametrize("mode", ["quiet", "stock"])
+def test_a_ctrl_c_to_the_process_group_reaches_trainperf_not_a_library_pools_workers(mode, tmp_path):
+    """A terminal's Ctrl-C goes to every process of the group: without quiet_forkserver each idle
+    worker of a fork-server pool prints a KeyboardInterrupt traceback (the stock run shows the test
+    can fail); with it only the main process hears the signal."""
+    proc = python(_POOL_SCRIPT, mode, cwd=tmp_path, new_session=True)  # its own group, as a terminal's
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "interrupted" in out
+    if mode == "quiet":
+        assert "KeyboardInterrupt" not in err and "Traceback" not in err, err
+    else:
+        assert "KeyboardInterrupt" in err  # what a library pool's workers print without the guard

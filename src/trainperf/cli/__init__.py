@@ -5,16 +5,17 @@ from trainperf.cli.common import app  # noqa: I001
 from trainperf.cli import workloads, distributed, profile, results, suites  # noqa: F401
 from trainperf.cli.interrupts import stop_at_second_interrupt
 from trainperf.cli.usage import run_cli
-from trainperf.core.sigint import remember_sigint
+from trainperf.core.sigint import quiet_forkserver, remember_sigint
 
 __all__ = ["app", "main", "run_cli"]
 
 
 def main() -> None:
     """The `trainperf` program: the command line, stopped by a Ctrl-C even where a library swallowed
-    it, and at once by a second one."""
+    it, and at once by a second one; library pools' workers never see it."""
     import sys
 
     remember_sigint()
+    quiet_forkserver()
     stop_at_second_interrupt()
     sys.exit(run_cli(app, sys.argv[1:]))

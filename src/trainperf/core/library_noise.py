@@ -56,7 +56,8 @@ def verbose() -> bool:
 
 class _Matching(logging.Filter):
     """Drops a matching log line. Given `notes`, the line also becomes a note there, once and
-    without its traceback, and is still printed if verbose."""
+    without its traceback (the exception's last line: a Triton compile error's first lines are
+    a source excerpt), and is still printed if verbose."""
 
     def __init__(self, pattern: str, notes: list[str] | None = None) -> None:
         super().__init__()
@@ -68,10 +69,10 @@ class _Matching(logging.Filter):
         if self.notes is None:
             return False
         text = " ".join(record.getMessage().split())
-        if record.exc_info and record.exc_info[1] is not None:
-            text += f" ({type(record.exc_info[1]).__name__}: {record.exc_info[1]})"
-        if text not in self.notes:
-            self.notes.append(text)
+        if not any(note.startswith(text) for note in self.notes):  # once, whatever the exception
+            error = record.exc_info[1] if record.exc_info else None
+            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+            self.notes.append(text + (f" ({type(error).__name__}: {lines[-1]})" if lines else ""))
         return verbose()
 
 

@@ -4,6 +4,12 @@ Python raises KeyboardInterrupt wherever the main thread is when SIGINT arrives.
 callback or a `__del__` (torch.compile's caches run many) the interpreter prints "Exception
 ignored in ..." and carries on, and the command with it. This handler remembers the signal as it
 raises, so the sweep stops at the end of the case in flight (`swallowed`).
+
+A Ctrl-C in a terminal (and `timeout -s INT`) reaches the whole process group, the workers of a
+library's process pool included. Inductor's workers ignore it; others (quack's compile pool, which
+FlashAttention 4's kernels bring) print a KeyboardInterrupt traceback each. `quiet_forkserver`
+starts multiprocessing's fork server with SIGINT ignored, so every process forked from it ignores
+the signal and trainperf alone decides what a Ctrl-C stops; the pools end with trainperf.
 """
 
 from __future__ import annotations
@@ -27,6 +33,28 @@ def remember_sigint() -> None:
     if threading.current_thread() is threading.main_thread() and \
             signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _remember_and_raise)
+
+
+def quiet_forkserver() -> None:
+    """Have multiprocessing start its fork server with SIGINT ignored (a child keeps an ignored
+    signal ignored, and Python then installs no KeyboardInterrupt handler in it)."""
+    from multiprocessing import forkserver
+
+    start = forkserver.ForkServer.ensure_running
+    if getattr(start, "ignores_sigint", False):
+        return
+
+    def ensure_running(self: forkserver.ForkServer) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return start(self)
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            return start(self)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    ensure_running.ignores_sigint = True  # type: ignore[attr-defined]
+    forkserver.ForkServer.ensure_running = ensure_running  # type: ignore[method-assign]
 
 
 def forget() -> None:
