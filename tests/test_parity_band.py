@@ -9,7 +9,14 @@ import pytest
 
 from trainperf.core.record import Record
 from trainperf.workloads.parity import ParitySpec, measure_parity
-from trainperf.workloads.parity_band import band_table, judge, plot_band, prediction_factor
+from trainperf.workloads.parity_band import (
+    RESOLUTION,
+    band_table,
+    judge,
+    plot_band,
+    prediction_factor,
+    undecided_band,
+)
 
 
 def _band(steps: int = 100, n: int = 4) -> pd.DataFrame:
@@ -70,4 +77,38 @@ def test_the_suite_pages_sum_up_each_recipe_s_runs_against_the_band(tmp_path):
                   "left_at": [None, None, None, 40]}).to_csv(tmp_path / "parity_band.csv", index=False)
     assert band_verdicts(tmp_path).to_dict() == {"fast": "within in all 2 run(s)",
                                                  "fp8": "outside in 1 of 2 run(s) (from step 40)"}
+    undecided = "undecided: stock's band decides nothing (seed 3 outside the others from step 90)"
+    pd.DataFrame({"recipe": ["fa4", "fa4"], "left_at": [None, None],
+                  "verdict": [undecided,
+                              "within stock's noise"]}).to_csv(tmp_path / "parity_band.csv", index=False)
+    assert band_verdicts(tmp_path).to_dict() == {
+        "fa4": "undecided in 1 of 2 run(s) (stock's band decides nothing)"}
     assert band_verdicts(tmp_path / "none").empty
+
+
+def _plateau(escape: int, steps: int = 300, seed: int = 0) -> pd.Series:
+    """A loss that falls to a plateau at 6, leaves it at step `escape` and falls towards 1.45, as
+    the full-depth Llama on the parity task does (the escape's step varies from seed to seed)."""
+    t = np.arange(steps)
+    curve = 6 + 6 * np.exp(-t / 3) - 4.55 * (1 - np.exp(-np.clip(t - escape, 0, None) / 8))
+    return pd.Series(curve + np.random.default_rng(seed).normal(0, 0.01, steps))
+
+
+def test_stock_that_leaves_a_plateau_at_other_steps_decides_nothing():
+    split = pd.DataFrame({f"seed {k}": _plateau(e, seed=k) for k, e in enumerate((120, 130, 140, 400))})
+    said = undecided_band(split)  # the others have left the plateau by 140; seed 3 stays on it
+    assert said.startswith("seed 3 outside the others from step ") and 140 <= int(said.split()[-1]) <= 160
+    assert undecided_band(_band()) is None  # runs of one population agree
+    two = pd.DataFrame({f"seed {k}": _plateau(e, seed=k) for k, e in enumerate((120, 280))})
+    assert undecided_band(two, RESOLUTION["bf16"]).startswith("its end spans ± ")  # no odd one; too wide
+
+    def record(recipe: str, curve: pd.Series, seed: int = 0) -> Record:
+        return Record("parity", {"recipe": recipe, "draw": 1, "run": 1, "seed": seed, "dtype": "bf16"}, "ok",
+                      {"loss_curve": ",".join(f"{x:.6g}" for x in curve)})
+
+    stock = [record("stock", split[name], seed=k) for k, name in enumerate(split)]
+    table = band_table([*stock, record("fast", _plateau(125, seed=9))])
+    assert table.verdict.tolist() == [f"undecided: stock's band decides nothing ({said})"]
+    agreeing = [record("stock", _plateau(e, seed=k), seed=k) for k, e in enumerate((120, 125, 130))]
+    assert band_table([*agreeing, record("fast", _plateau(125, seed=9))]).verdict.tolist() == [
+        "within stock's noise"]

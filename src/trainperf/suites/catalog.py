@@ -165,16 +165,21 @@ def _parity_losses(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def band_verdicts(folder: Path) -> pd.Series:
     """Per recipe, its runs judged against stock's band (the part's parity_band.csv): "within in
-    all 2 runs", or "outside in 1 of 2 runs (from step 40)"; empty without the file."""
+    all 2 runs", "outside in 1 of 2 runs (from step 40)", and how many were undecided (stock's band
+    deciding nothing); empty without the file."""
     judged = _read(folder, "parity_band.csv")
     if judged.empty:
         return pd.Series(dtype=str)
 
     def summary(runs: pd.DataFrame) -> str:
-        out = runs[runs.verdict != "within stock's noise"]
-        if out.empty:
-            return f"within in all {len(runs)} run(s)"
-        return f"outside in {len(out)} of {len(runs)} run(s) (from step {int(out.left_at.min())})"
+        undecided = runs[runs.verdict.str.startswith("undecided")]
+        out = runs[runs.verdict.str.startswith("outside")]
+        said = [f"undecided in {len(undecided)} of {len(runs)} run(s) (stock's band decides nothing)"] \
+            if len(undecided) else []
+        if len(out):
+            said.insert(0, f"outside in {len(out)} of {len(runs)} run(s) "
+                           f"(from step {int(out.left_at.min())})")
+        return "; ".join(said) or f"within in all {len(runs)} run(s)"
 
     return judged.groupby("recipe", sort=False)[["verdict", "left_at"]].apply(summary)
 

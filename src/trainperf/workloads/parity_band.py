@@ -18,6 +18,17 @@ draw:
                   or two in a fast fall does not leave), None if none
 and the verdict is "within stock's noise", or "outside it from step X" (where it left, or the
 start of the last fifth if only its end is outside).
+
+A band is a yardstick only where stock's runs are one population and the band is narrow.
+Training can sit on a plateau for a number of steps that varies from seed to seed. A seed still on
+it at the end makes the band wide enough to pass anything. So before any recipe is judged, the
+draw's band is checked twice:
+- With three or more seeds, each seed is judged against the band of the others.
+- The band's half-width over the last fifth must be under half of what stock's mean learned over
+  the run (its first smoothed loss minus its last). A wider band cannot tell stock from a run that
+  learned half as much.
+Where either check fails, the draw's verdicts read "undecided: stock's band decides nothing
+(...)", with the reason. The numbers are still given.
 """
 
 from __future__ import annotations
@@ -95,13 +106,36 @@ def _resolution(record) -> float:  # noqa: ANN001
     return RESOLUTION.get(record.spec.get("dtype"), RESOLUTION["fp32"])
 
 
+def undecided_band(band: pd.DataFrame, resolution: float = RESOLUTION["fp32"]) -> str | None:
+    """Why stock's band (one column per seed) decides nothing: one of stock's runs lies outside the
+    band of the others ("seed 3 outside the others from step 120"; each needs MIN_SEEDS others), or
+    the band's end is wider than half of what stock learned; None where it can judge."""
+    if band.shape[1] > MIN_SEEDS:
+        for name in band.columns:
+            out = judge(band[name], band.drop(columns=name), resolution)
+            if out["left_at"] is not None:
+                return f"{name} outside the others from step {out['left_at']}"
+    mean = smoothed(band).mean(axis=1)
+    learned = float(mean.iloc[0] - mean.iloc[-max(len(mean) // 5, 1):].mean())
+    half_width = judge(band.mean(axis=1), band, resolution)["final_ci"]
+    if half_width >= learned / 2:
+        return f"its end spans ± {half_width:.2f} of the {learned:.2f} stock learned"
+    return None
+
+
 def band_table(records: list) -> pd.DataFrame:
     """Per run of a recipe (stock's own repeats of the same seed too), its judgement against stock's
-    band of the same draw: recipe, run, draw and the fields of `judge`. Empty where no draw has
-    MIN_SEEDS stock runs."""
-    rows = [{"recipe": r.spec["recipe"], "run": r.spec.get("run", 1), "draw": draw,
-             **judge(curve[id(r)], band, _resolution(r))}
-            for draw, band, others, curve in _draws(records) for r in others]
+    band of the same draw: recipe, run, draw and the fields of `judge`; the verdict is undecided
+    where the band decides nothing (`undecided_band`). Empty where no draw has MIN_SEEDS stock runs."""
+    rows = []
+    for draw, band, others, curve in _draws(records):
+        reason = undecided_band(band, _resolution(others[0]) if others else RESOLUTION["fp32"])
+        for r in others:
+            row = {"recipe": r.spec["recipe"], "run": r.spec.get("run", 1), "draw": draw,
+                   **judge(curve[id(r)], band, _resolution(r))}
+            if reason:
+                row["verdict"] = f"undecided: stock's band decides nothing ({reason})"
+            rows.append(row)
     return pd.DataFrame(rows, columns=["recipe", "run", "draw", "seeds", "band_dev_max", "band_dev_final",
                                        "final_diff", "final_ci", "left_at", "verdict"])
 
