@@ -112,3 +112,20 @@ def test_stock_that_leaves_a_plateau_at_other_steps_decides_nothing():
     agreeing = [record("stock", _plateau(e, seed=k), seed=k) for k, e in enumerate((120, 125, 130))]
     assert band_table([*agreeing, record("fast", _plateau(125, seed=9))]).verdict.tolist() == [
         "within stock's noise"]
+
+
+def test_the_pretraining_optimizer_clips_to_norm_1_and_warms_up_over_a_tenth_of_the_steps():
+    import torch
+
+    from trainperf.workloads.parity import PretrainAdamW
+
+    weight = torch.nn.Parameter(torch.zeros(4))
+    opt = PretrainAdamW([weight], lr=1e-3, steps=50)  # warm-up over 5 steps
+    assert opt.adamw.param_groups[0]["betas"] == (0.9, 0.95)
+    rates = []
+    for _ in range(7):
+        rates.append(opt.adamw.param_groups[0]["lr"])
+        weight.grad = torch.full((4,), 5.0)  # norm 10
+        opt.step()
+        assert weight.grad.norm().item() == pytest.approx(1.0)  # clipped before the update
+    assert rates == pytest.approx([2e-4, 4e-4, 6e-4, 8e-4, 1e-3, 1e-3, 1e-3])

@@ -429,7 +429,8 @@ PARITY_COLUMNS: list[report.Column] = [
     ("model", report.spec("model")),
     ("layers", report.spec("layers")),
     ("batch", report.spec("batch")), ("seq", report.spec("seq")), ("steps", report.spec("train_steps")),
-    ("lr", report.spec("lr")), ("first loss", report.metric("loss_first")),
+    ("lr", report.spec("lr")), ("optimizer", report.spec("optimizer")),
+    ("first loss", report.metric("loss_first")),
     ("last loss", report.metric("loss_last")),
     ("status", report.status), ("notes", report.notes),
 ]
@@ -451,7 +452,12 @@ def parity(
                                           "keeps parity only if it does in every run."),
     draws: int = option("--draws", 1, "Draws of the task (another language and its batches each), "
                                       "each recipe's runs of a draw beside stock's of the same draw."),
-    lr: float = option("--lr", None, "Of AdamW (default 3e-4 on a GPU, 3e-3 on the CPU)."),
+    lr: float = option("--lr", None, "Of AdamW (default 3e-4 on a GPU, 3e-3 on the CPU); the peak, "
+                                     "after warm-up, with adamw-pretrain."),
+    optimizer: str = option("--optimizer", "adamw-pretrain", "Here adamw-pretrain (betas 0.9, 0.95, "
+                                                             "gradients clipped to norm 1, warm-up over a "
+                                                             "tenth of the steps) or adamw (torch's "
+                                                             "defaults)."),
     dtype: str = option("--dtype", "bf16", "The weights' own."),
     sdpa_backend: str = option("--sdpa-backend", None, "One; default CUDNN_ATTENTION on a GPU, MATH on the "
                                                        "CPU."),
@@ -478,6 +484,7 @@ def parity(
                              "train_steps": 30, "lr": 3e-3, "sdpa_backend": "MATH", "stock_seeds": 3})
     opts = with_defaults(defaults, recipe=recipe, model=model, layers=layers, batch=batch, seq=seq,
                          train_steps=train_steps, lr=lr, sdpa_backend=sdpa_backend, stock_seeds=stock_seeds)
+    opts["optimizer"] = optimizer
     seeds = opts.pop("stock_seeds")
     recipes = parse_list(opts.pop("recipe"), str, "--recipe", RECIPES)
     recipes = ["stock", *[r for r in recipes if r != "stock"]]
