@@ -21,6 +21,27 @@ def test_without_the_package_fa4_is_unsupported_naming_the_install(monkeypatch):
         get_attention("fa4", torch.device("cpu"))
 
 
+def test_an_install_that_does_not_import_is_unsupported_naming_why(monkeypatch, tmp_path):
+    """As flash-attn-4 with nvidia-cutlass-dsl 4.8 lacking its libs-core wheel: found, but its
+    interface fails on `import cutlass.cute`."""
+    from trainperf.core.extras import import_problem
+
+    package = tmp_path / "broken_extra"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "interface.py").write_text("import cutlass_missing_part.cute\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    problem = import_problem("broken_extra.interface")
+    assert problem == "ModuleNotFoundError: No module named 'cutlass_missing_part'"
+    assert import_problem("no_such_extra.interface") == "not installed"
+    assert import_problem("json.decoder") is None
+    monkeypatch.setattr(fa4, "_INSTALLED", False)
+    monkeypatch.setattr(fa4, "_PROBLEM", problem)
+    with pytest.raises(Unsupported, match=r"installed, but its import fails: ModuleNotFoundError: No module "
+                                          r"named 'cutlass_missing_part'\): pip install 'trainperf\[fa4\]'"):
+        get_attention("fa4", torch.device("cpu"))
+
+
 def test_with_the_package_the_cpu_is_still_unsupported(monkeypatch):
     monkeypatch.setattr(fa4, "_INSTALLED", True)
     with pytest.raises(Unsupported, match="needs a Hopper or newer GPU"):

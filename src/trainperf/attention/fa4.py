@@ -2,8 +2,9 @@
 specialised forward and backward on sm_90), as PyTorch custom ops with autograd and fake
 implementations, so that it runs inside `torch.compile` graphs like trainperf's own kernels.
 
-flash-attn-4 is an optional extra (`pip install 'trainperf[fa4]'`); without it, or on a GPU older
-than Hopper, every fa4 choice is an `unsupported` row naming what it needs. Its kernels take
+flash-attn-4 is an optional extra (`pip install 'trainperf[fa4]'`); without it, with an install
+that does not import (`core/extras.py`), or on a GPU older than Hopper, every fa4 choice is an
+`unsupported` row naming what it needs. Its kernels take
 [batch, seq, heads, dim]: q, k, v arrive as [batch, heads, seq, dim] views of that layout (how
 transformers and trainperf's LM make them), so the transposes cost no copy, and the output is
 returned as the same kind of view. K/V may have fewer heads than Q (grouped-query attention runs
@@ -13,24 +14,20 @@ natively).
 from __future__ import annotations
 
 import math
-from importlib.util import find_spec
 
 import torch
 
 from trainperf.attention.op_autograd import register_attention_autograd
 from trainperf.core.errors import Unsupported
+from trainperf.core.extras import import_problem
 
 INSTALL_FA4 = "pip install 'trainperf[fa4]' (the flash-attn-4 package)"
 
 
-def _installed() -> bool:
-    try:
-        return find_spec("flash_attn.cute") is not None
-    except ImportError:  # no flash_attn at all, or a FlashAttention 2 build that fails to import
-        return False
-
-
-_INSTALLED = _installed()  # looked up once: torch.compile cannot trace find_spec
+# looked up once (torch.compile cannot trace an import): None, "not installed", or why the
+# installed package does not import (no flash_attn, a FlashAttention 2 build, a part missing)
+_PROBLEM = import_problem("flash_attn.cute.interface")
+_INSTALLED = _PROBLEM is None
 
 
 def _hopper_or_newer(device: torch.device) -> bool:
@@ -45,7 +42,9 @@ def fa4_runs(device: torch.device) -> bool:
 def require_fa4(device: torch.device, what: str = "fa4") -> None:
     """Unsupported (naming the install command, or the GPU it needs) unless FA4 trains here."""
     if not _INSTALLED:
-        raise Unsupported(f"{what} needs FlashAttention 4: {INSTALL_FA4}")
+        broken = _PROBLEM not in (None, "not installed")
+        why = f" (installed, but its import fails: {_PROBLEM})" if broken else ""
+        raise Unsupported(f"{what} needs FlashAttention 4{why}: {INSTALL_FA4}")
     if not _hopper_or_newer(device):
         raise Unsupported(f"{what} needs a Hopper or newer GPU (FlashAttention 4's backward runs on sm_90+)")
 
