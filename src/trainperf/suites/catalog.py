@@ -686,7 +686,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "a rank (the host sets the pace) and with each decoder layer compiled at 8 x 1024 (far fewer "
           "launches from the host and four times the tokens, so the GPU sets the pace and the backward has "
           "work to hide communication behind), compiled also over host memory alone (`--link shm`, in two "
-          "rounds), and with and without the sharded optimizer (ZeRO-1).",
+          "rounds) and for the 2.7B model at 4 x 1024, and with and without the sharded optimizer (ZeRO-1).",
           (Part("ddp", ("ddp",),
                 gpu={"--world-size": f"2,{GPUS}", "--model": "xl", "--warmup": "2", "--iters": "10"},
                 cpu={"--world-size": "2", "--variant": "flat,ddp", "--seq": "16", "--warmup": "1",
@@ -700,6 +700,9 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                 cpu=_DDP_COMPILED_CPU, min_gpus=2),
            Part("shm", ("ddp",),  # over host memory the collectives take about as long as the step
                 gpu={**_DDP_COMPILED, "--link": "shm", "--rounds": "2", "--warmup": "2", "--iters": "5"},
+                cpu=_DDP_COMPILED_CPU, min_gpus=2),
+           Part("2.7B", ("ddp",),  # fp32 weights, gradients, AdamW state and DDP's buckets: 54 GB a rank
+                gpu={**_DDP_COMPILED, "--model": "2.7B", "--batch": "4", "--warmup": "2", "--iters": "5"},
                 cpu=_DDP_COMPILED_CPU, min_gpus=2)),
           ddp_headline, "Milliseconds per step of the slowest rank, the median over the rounds ± its 95% "
           "interval, and the lead over naive sync where that interval clears 1; the other columns are "
