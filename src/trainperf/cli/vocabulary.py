@@ -53,7 +53,8 @@ GLOSSARY: dict[str, str] = {
                       "FLASH_ATTENTION, MATH; or CUDNN_FE, cuDNN-frontend graphs without PyTorch's SDPA; "
                       "or FA4, FlashAttention 4.",
     "--baseline": "The SDPA backend that speed-ups are relative to.",
-    "--optimizer": "Optimizer: adamw, adamw-fused, sgd, none.",
+    "--optimizer": "Optimizer: adamw, adamw-fused, sgd, none; adamw-pretrain (Llama's betas 0.9 and 0.95, "
+                   "gradients clipped to norm 1, warm-up over the first tenth of the steps).",
     "--inputs": "What the model is fed: embeds (random input embeddings), ids (token ids).",
     "--fast": "trainperf's fastest step: its best swaps and compile mode, and FlashAttention 4, "
               "quack's fused MLP and quack's tuned GEMMs where they run.",

@@ -454,9 +454,7 @@ def parity(
                                       "each recipe's runs of a draw beside stock's of the same draw."),
     lr: float = option("--lr", None, "Of AdamW (default 3e-4 on a GPU, 3e-3 on the CPU); the peak, "
                                      "after warm-up, with adamw-pretrain."),
-    optimizer: str = option("--optimizer", "adamw-pretrain", "Here adamw-pretrain (betas 0.9, 0.95, "
-                                                             "gradients clipped to norm 1, warm-up over a "
-                                                             "tenth of the steps) or adamw (torch's "
+    optimizer: str = option("--optimizer", "adamw-pretrain", "Here adamw-pretrain or adamw (torch's "
                                                              "defaults)."),
     dtype: str = option("--dtype", "bf16", "The weights' own."),
     sdpa_backend: str = option("--sdpa-backend", None, "One; default CUDNN_ATTENTION on a GPU, MATH on the "
