@@ -142,7 +142,8 @@ def band_table(records: list) -> pd.DataFrame:
 
 def plot_band(records: list, path) -> bool:  # noqa: ANN001 - a path
     """One panel per draw: stock's band (its mean ± k·s, smoothed) and every other run's smoothed
-    loss over it, a dotted line where a run left the band; False when no draw has a band."""
+    loss over it, a dotted line where a run left the band, and in the title why a band decides
+    nothing; False when no draw has a band."""
     from trainperf.core.plots import pyplot
 
     draws = list(_draws(records))
@@ -166,7 +167,9 @@ def plot_band(records: list, path) -> bool:  # noqa: ANN001 - a path
             left = judge(curve[id(r)], band, _resolution(r))["left_at"]
             if left is not None:
                 ax.axvline(left, color=colours[r.spec["recipe"]], ls=":", lw=1)
-        ax.set(yscale="log", xlabel="step", ylabel="training loss (smoothed)", title=f"draw {draw}")
+        reason = undecided_band(band, _resolution(others[0]) if others else RESOLUTION["fp32"])
+        title = f"draw {draw}" + (f"\nundecided: {reason}" if reason else "")
+        ax.set(yscale="log", xlabel="step", ylabel="training loss (smoothed)", title=title)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle("each run against stock's own noise (dotted: where a run left the band)")
