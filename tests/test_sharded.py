@@ -161,6 +161,7 @@ def test_recomputed_flops_are_counted_apart_from_the_model_flops():
     (dict(checkpoint="all-but-2"), "all-but-N .N fewer than the layers"),  # tiny has 2 layers
     (dict(shard="zero3"), "shard"),
     (dict(shard="none", offload=True), "sharded model"),
+    (dict(float8="trainperf"), "float8"),  # trainperf's float8 MLP is the Llama step's alone
 ])
 def test_bad_specs_are_refused_with_their_reason(kw, message):
     with pytest.raises(SpecError, match=message):
@@ -180,6 +181,19 @@ def test_the_cli_records_a_sharded_step_on_gloo(db, tmp_path):
     assert (tmp_path / "shard.csv").exists()
     made = pd.read_csv(tmp_path / "shard_contributions.csv")  # the fastest case's two neighbours
     assert sorted(made.setting) == ["checkpoint", "shard"] and (made.slower_by >= 1).all()
+
+
+def test_float8_without_torchao_or_a_float8_gpu_is_an_unsupported_row_beside_the_bf16_case(db, tmp_path):
+    res = runner.invoke(app, ["shard", "--world-size", "2", "--float8", "off,torchao", "--iters", "1",
+                              "--warmup", "0", "--db", str(db), "--out", str(tmp_path), "--quiet"])
+    assert res.exit_code == 0, res.output
+    by_float8 = {r.spec["float8"]: r for r in Store(db).records()}
+    assert by_float8["off"].status == "ok"
+    assert by_float8["torchao"].status == "unsupported"
+    assert "pip install 'trainperf[float8]'" in by_float8["torchao"].reason or \
+        "float8 tensor cores" in by_float8["torchao"].reason  # torchao there, no GPU for it
+    made = pd.read_csv(tmp_path / "shard_contributions.csv")
+    assert made.setting.tolist() == ["float8"] and made.status.tolist() == ["unsupported"]
 
 
 def test_a_shard_sweep_over_world_sizes_draws_its_scaling(db, tmp_path):

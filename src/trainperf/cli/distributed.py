@@ -284,7 +284,7 @@ SHARD_COLUMNS: list[report.Column] = [
     ("ckpt", report.spec("checkpoint")), ("reshard", report.spec("reshard_after_forward")),
     ("prefetch", report.spec("prefetch")), ("batch x seq", lambda r: f"{r.spec['batch']}x{r.spec['seq']}"),
     ("dtype", report.spec("dtype")), ("optimizer", report.spec("optimizer")),
-    ("loss", report.spec("loss")), ("compiled", report.spec("compile")),
+    ("loss", report.spec("loss")), ("compiled", report.spec("compile")), ("float8", report.spec("float8")),
     ("step ms", report.metric("step_ms_median")), ("fwd ms", report.metric("forward_ms")),
     ("bwd ms", report.metric("backward_ms")), ("opt ms", report.metric("optimizer_ms")),
     ("exposed comm ms", report.metric("exposed_comm_ms")),
@@ -318,6 +318,8 @@ def shard(
     compile: str = option("--compile", "off", "Here: off, on (each decoder layer); comma list ok."),
     attention: str = option("--attention", "sdpa", "Comma list ok."),
     loss: str = option("--loss", "torch", "Comma list ok."),
+    float8: str = option("--float8", "off", "Here off or torchao (gathered in float8 where sharded); comma "
+                                           "list ok."),
     vocab: int = option("--vocab", None, "Default: the preset's own (cs336-8b), else 10000."),
     dist_backend: str = option("--dist-backend", None),
     warmup: int = option("--warmup", 2), iters: int = option("--iters", 5),
@@ -327,7 +329,15 @@ def shard(
     """Time the full training step (forward, loss, backward, AdamW) of a model sharded across ranks
     (FSDP2 full or hybrid sharding, or plain data parallel), per sharding and checkpointing choice."""
     from trainperf.attention.registry import NAMES
-    from trainperf.workloads.sharded import DEFAULTS, OPTIMIZERS, SHARDS, ShardSpec, cannot_fit, validate
+    from trainperf.workloads.sharded import (
+        DEFAULTS,
+        FLOAT8,
+        OPTIMIZERS,
+        SHARDS,
+        ShardSpec,
+        cannot_fit,
+        validate,
+    )
     from trainperf.workloads.step import LOSSES
 
     backend = dist_backend_or_default(dist_backend)
@@ -346,7 +356,8 @@ def shard(
                  prefetch=parse_list(prefetch, int, "--prefetch"),
                  compile=parse_list(compile, on_off, "--compile"),
                  attention=parse_list(attention, str, "--attention", NAMES),
-                 loss=parse_list(loss, str, "--loss", LOSSES))
+                 loss=parse_list(loss, str, "--loss", LOSSES),
+                 float8=parse_list(float8, str, "--float8", FLOAT8))
     if batch_per_rank is not None and batch is not None:
         raise SpecError("give --batch (the global batch) or --batch-per-rank, not both")
     if batch_per_rank is not None and batch_per_rank < 1:

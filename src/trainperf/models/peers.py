@@ -50,12 +50,13 @@ def apply_liger(model: torch.nn.Module) -> tuple[Callable[[], None], HiddenLoss]
     return undo, lambda hidden, weight, targets: flce(weight, hidden, targets)
 
 
-def apply_float8(model: torch.nn.Module) -> None:
+def apply_float8(model: torch.nn.Module, fsdp_all_gather: bool = False) -> None:
     """torchao's float8 training (dynamic tensorwise scaling, scales rounded to powers of two) on
     every Linear of the decoder layers whose dims float8 GEMMs take (multiples of 16); the LM head
     stays bf16. A power-of-two scale multiplies exactly, so scaling adds no rounding of its own
     (torchao's rowwise recipe rounds its scales so too); docs/peers.md has what it does to the
-    loss curve."""
+    loss curve. `fsdp_all_gather`: FSDP2 gathers those weights in float8, half the bytes of bf16
+    (call before fully_shard, and `precompute_float8_scales` after each optimizer step)."""
     _need("torchao", "torchao")
     device = next(model.parameters()).device
     if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 9):
@@ -66,5 +67,14 @@ def apply_float8(model: torch.nn.Module) -> None:
         return (isinstance(module, torch.nn.Linear) and "lm_head" not in fqn
                 and module.in_features % 16 == 0 and module.out_features % 16 == 0)
 
-    convert_to_float8_training(model, config=Float8LinearConfig(round_scales_to_power_of_2=True),
-                               module_filter_fn=takes)
+    config = Float8LinearConfig(round_scales_to_power_of_2=True,
+                                enable_fsdp_float8_all_gather=fsdp_all_gather)
+    convert_to_float8_training(model, config=config, module_filter_fn=takes)
+
+
+def precompute_float8_scales(model: torch.nn.Module) -> None:
+    """The float8 scales of every sharded weight in one all-reduce, for the next step's float8
+    all-gathers (without it, each weight's scale takes a collective of its own)."""
+    from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+    precompute_float8_dynamic_scale_for_fsdp(model)

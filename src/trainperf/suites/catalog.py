@@ -636,7 +636,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("shard",
           "The full training step (forward, loss, backward, AdamW) of a model sharded over every GPU of "
           "the machine with FSDP2: the CS336 leaderboard's 8B model at 2 x 32,768 tokens per checkpointing "
-          "policy, compile and attention kernel (PyTorch's SDPA, FlashAttention 4); the GPT LM's xl and "
+          "policy, compile and attention kernel (PyTorch's SDPA, FlashAttention 4), and with torchao's "
+          "float8; the GPT LM's xl and "
           "2.7B (every layer checkpointed) on one, two and all GPUs, "
           "sharded or replicated, at 8 x 1024 tokens in all (strong scaling) and 4 x 1024 a GPU (weak); "
           "and xl at 8 x 2048 tokens on two GPUs per FSDP2 "
@@ -648,6 +649,12 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "--compile": "off,on", "--attention": "sdpa,fa4", "--warmup": "1", "--iters": "4"},
                 cpu={"--model": "tiny", "--world-size": "2", "--checkpoint": "full,ops", "--loss": "chunked",
                      "--warmup": "1", "--iters": "2"}, min_gpus=2),
+           Part("float8", ("shard",),  # the leaderboard's fastest kind of case, its Linears in float8
+                gpu={"--model": "cs336-8b", "--world-size": GPUS, "--seq": "32768", "--batch": "2",
+                     "--checkpoint": "full,all-but-8", "--loss": "chunked", "--optimizer": "adamw-fused",
+                     "--compile": "on", "--attention": "fa4", "--float8": "off,torchao", "--warmup": "1",
+                     "--iters": "4"},
+                cpu={"--model": "tiny", "--world-size": "2", "--float8": "off,torchao", **_TINY}, min_gpus=2),
            Part("sizes", ("shard",),
                 gpu={"--model": "xl,2.7B", "--world-size": f"1,2,{GPUS}", "--shard": "full,none",
                      "--checkpoint": "full", "--seq": "1024", "--batch": "8", "--optimizer": "adamw-fused",

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 SHAPE = ["model", "world_size", "batch", "seq"]
-SETTINGS = ["shard", "checkpoint", "compile", "attention", "loss", "optimizer", "dtype", "prefetch",
+SETTINGS = ["shard", "checkpoint", "compile", "attention", "loss", "float8", "optimizer", "dtype", "prefetch",
             "reshard_after_forward", "offload"]
 
 

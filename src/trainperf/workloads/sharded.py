@@ -42,6 +42,7 @@ from trainperf.distributed.fsdp import fsdp2, shard_decoder
 from trainperf.distributed.timing import per_rank_times, slowest
 from trainperf.kernels.chunked_loss import chunked_lm_loss
 from trainperf.models.lm import LMConfig, TransformerLM, lm_loss
+from trainperf.models.peers import apply_float8, precompute_float8_scales
 from trainperf.models.presets import PRESETS, get_preset
 from trainperf.workloads.ddp import OPTIMIZERS as MAKE_OPTIMIZER
 from trainperf.workloads.ddp import release_memory, seeded_tokens
@@ -50,6 +51,7 @@ from trainperf.workloads.step import LOSSES, Phase, no_phase
 
 SHARDS = ("full", "hybrid", "none")
 OPTIMIZERS = ("adamw", "adamw-fused")
+FLOAT8 = ("off", "torchao")
 CHECKPOINT_HELP = "none, full, every-K (K a positive integer), all-but-N (N fewer than the layers), ops"
 # What a command left out of --model, --seq, --batch, --dtype means, per torch.distributed backend:
 # the CS336 leaderboard's step on GPUs, a tiny one on CPU processes.
@@ -74,6 +76,7 @@ class ShardSpec:
     compile: bool = False
     attention: str = "sdpa"
     loss: str = "torch"
+    float8: str = "off"  # torchao: the decoder's Linears in float8, gathered in float8 when sharded
     dist_backend: str = "nccl"
     reshard_after_forward: bool = True  # distributed/fsdp.py
     prefetch: int = 0  # layers gathered ahead explicitly (0: FSDP2's implicit prefetching)
@@ -83,7 +86,8 @@ class ShardSpec:
     lr: float = 1e-4
 
     def label(self) -> str:
-        extras = "".join(f" {x}" for x, on in (("offload", self.offload), ("compiled", self.compile)) if on)
+        extras = "".join(f" {x}" for x, on in (("offload", self.offload), ("compiled", self.compile),
+                                                ("float8", self.float8 != "off")) if on)
         return (f"{self.model} n={self.world_size} shard={self.shard} ckpt={self.checkpoint} "
                 f"{self.batch}x{self.seq} {self.dtype} {self.optimizer}{extras}")
 
@@ -117,6 +121,7 @@ def validate(spec: ShardSpec) -> None:
     check_choice("optimizer", spec.optimizer, OPTIMIZERS)
     check_choice("dtype", spec.dtype, ("fp32", "bf16"))
     check_choice("loss", spec.loss, LOSSES)
+    check_choice("float8", spec.float8, FLOAT8)
     check_choice("dist_backend", spec.dist_backend, ("nccl", "gloo"))
     given_vocab = ("vocab",) if spec.vocab is not None else ()
     check_positive(spec, "seq", "batch", "iters", "world_size", *given_vocab)
@@ -280,6 +285,9 @@ class ShardedStep:
         with device:
             lm = TransformerLM(spec.model_config())
         lm.bind_attention(device)
+        self.float8_sharded = spec.float8 == "torchao" and spec.shard != "none"
+        if spec.float8 == "torchao":
+            apply_float8(lm, fsdp_all_gather=self.float8_sharded)
         self.checkpointed = apply_checkpointing(lm, spec.checkpoint)
         if spec.compile:
             for layer in lm.layers:
@@ -304,6 +312,8 @@ class ShardedStep:
         with phase("optimizer"):
             self.opt.step()
             self.opt.zero_grad(set_to_none=True)
+            if self.float8_sharded:
+                precompute_float8_scales(self.model)
         return loss
 
 
