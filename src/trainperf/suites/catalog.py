@@ -449,8 +449,9 @@ def ddp_headline(parts: dict[str, Path]) -> pd.DataFrame:
     step += out.step_ms_ci95.map(lambda v: f" ± {v:.0f}" if pd.notna(v) else "")
     shown = ("variant", "model", "world_size", "link", "compile", "bucket_mb", "shard_optimizer", "rounds")
     table = out[[c for c in shown if c in out]].copy()
-    table.insert(2, "batch x seq", records.groupby(setup, dropna=False, sort=False)[["batch", "seq"]].first()
-                 .apply(lambda r: f"{r.batch}x{r.seq}", axis=1).to_numpy())
+    if {"batch", "seq"} <= set(records):
+        shapes = records.groupby(setup, dropna=False, sort=False)[["batch", "seq"]].first()
+        table.insert(2, "batch x seq", shapes.apply(lambda r: f"{r.batch}x{r.seq}", axis=1).to_numpy())
     table["step ms"] = step.where(out.status == "ok", out.status)
     for col, name in DDP_TRACE.items():
         if col in out:
