@@ -188,6 +188,12 @@ class TransformerLM(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.lm_head(self.hidden(tokens))
 
+    def compile_layers(self) -> None:
+        """Compile each decoder layer on its own: its backward stays an autograd node of its own, so
+        gradient hooks and FSDP2 still see each layer's gradients arrive as its backward ends."""
+        for layer in self.layers:
+            layer.compile()
+
     def matmul_params(self) -> int:
         """Parameters inside matrix multiplies (what the 2·N·tokens FLOP term counts)."""
         return sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))

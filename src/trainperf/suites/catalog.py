@@ -172,13 +172,13 @@ def band_verdicts(folder: Path) -> pd.Series:
         return pd.Series(dtype=str)
 
     def summary(runs: pd.DataFrame) -> str:
-        undecided = runs[runs.verdict.str.startswith("undecided")]
         out = runs[runs.verdict.str.startswith("outside")]
-        said = [f"undecided in {len(undecided)} of {len(runs)} run(s) (stock's band decides nothing)"] \
-            if len(undecided) else []
+        undecided = runs.verdict.str.startswith("undecided").sum()
+        said = []
         if len(out):
-            said.insert(0, f"outside in {len(out)} of {len(runs)} run(s) "
-                           f"(from step {int(out.left_at.min())})")
+            said.append(f"outside in {len(out)} of {len(runs)} run(s) (from step {int(out.left_at.min())})")
+        if undecided:
+            said.append(f"undecided in {undecided} of {len(runs)} run(s) (stock's band decides nothing)")
         return "; ".join(said) or f"within in all {len(runs)} run(s)"
 
     return judged.groupby("recipe", sort=False)[["verdict", "left_at"]].apply(summary)
@@ -450,7 +450,7 @@ def ddp_headline(parts: dict[str, Path]) -> pd.DataFrame:
     shown = ("variant", "model", "world_size", "link", "compile", "bucket_mb", "shard_optimizer", "rounds")
     table = out[[c for c in shown if c in out]].copy()
     if {"batch", "seq"} <= set(records):
-        shapes = records.groupby(setup, dropna=False, sort=False)[["batch", "seq"]].first()
+        shapes = by_setup[["batch", "seq"]].first()
         table.insert(2, "batch x seq", shapes.apply(lambda r: f"{r.batch}x{r.seq}", axis=1).to_numpy())
     table["step ms"] = step.where(out.status == "ok", out.status)
     for col, name in DDP_TRACE.items():
@@ -470,6 +470,8 @@ _DDP_COMPILED = {"--world-size": f"2,{GPUS}", "--model": "xl", "--variant": "nai
                  "--compile": "on", "--batch": "8", "--seq": "1024"}
 _DDP_COMPILED_CPU = {"--world-size": "2", "--variant": "naive,ddp", "--compile": "on", "--seq": "16",
                      "--warmup": "1", "--iters": "1"}
+_LEADERBOARD = {"--model": "cs336-8b", "--world-size": GPUS, "--seq": "32768", "--batch": "2",
+                "--loss": "chunked", "--optimizer": "adamw-fused", "--warmup": "1", "--iters": "4"}
 _XL_LONG = {"--model": "xl", "--seq": "2048", "--batch": "8", "--checkpoint": "full", "--warmup": "2",
             "--iters": "5"}
 SUITES: dict[str, Suite] = {s.name: s for s in (
@@ -645,16 +647,13 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "knob that decides how much communication the step hides (prefetching, reshard after forward), "
           "eager and with each layer compiled, beside the same step on one GPU.",
           (Part("leaderboard", ("shard",),
-                gpu={"--model": "cs336-8b", "--world-size": GPUS, "--seq": "32768", "--batch": "2",
-                     "--checkpoint": "full,all-but-8,ops", "--loss": "chunked", "--optimizer": "adamw-fused",
-                     "--compile": "off,on", "--attention": "sdpa,fa4", "--warmup": "1", "--iters": "4"},
+                gpu={**_LEADERBOARD, "--checkpoint": "full,all-but-8,ops", "--compile": "off,on",
+                     "--attention": "sdpa,fa4"},
                 cpu={"--model": "tiny", "--world-size": "2", "--checkpoint": "full,ops", "--loss": "chunked",
                      "--warmup": "1", "--iters": "2"}, min_gpus=2),
            Part("float8", ("shard",),  # the leaderboard's fastest kind of case, its Linears in float8
-                gpu={"--model": "cs336-8b", "--world-size": GPUS, "--seq": "32768", "--batch": "2",
-                     "--checkpoint": "full,all-but-8", "--loss": "chunked", "--optimizer": "adamw-fused",
-                     "--compile": "on", "--attention": "fa4", "--float8": "off,torchao", "--warmup": "1",
-                     "--iters": "4"},
+                gpu={**_LEADERBOARD, "--checkpoint": "full,all-but-8", "--compile": "on",
+                     "--attention": "fa4", "--float8": "off,torchao"},
                 cpu={"--model": "tiny", "--world-size": "2", "--float8": "off,torchao", **_TINY}, min_gpus=2),
            Part("sizes", ("shard",),
                 gpu={"--model": "xl,2.7B", "--world-size": f"1,2,{GPUS}", "--shard": "full,none",

@@ -125,9 +125,8 @@ class DataParallelStep:
         with torch.no_grad():
             for p in model.parameters():
                 dist.broadcast(p, src=0)
-        if spec.compile:  # before the sync wraps or hooks it: each layer's backward stays its own node
-            for layer in model.layers:
-                layer.compile()
+        if spec.compile:  # before the sync wraps or hooks it
+            model.compile_layers()
         self.sync: GradSync
         if variant == "ddp":
             ids = [device.index] if device.type == "cuda" else None

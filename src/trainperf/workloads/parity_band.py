@@ -123,13 +123,18 @@ def undecided_band(band: pd.DataFrame, resolution: float = RESOLUTION["fp32"]) -
     return None
 
 
+def _undecided(band: pd.DataFrame, others: list) -> str | None:
+    """undecided_band of a draw, at the resolution its runs' losses were computed to."""
+    return undecided_band(band, _resolution(others[0]) if others else RESOLUTION["fp32"])
+
+
 def band_table(records: list) -> pd.DataFrame:
     """Per run of a recipe (stock's own repeats of the same seed too), its judgement against stock's
     band of the same draw: recipe, run, draw and the fields of `judge`; the verdict is undecided
     where the band decides nothing (`undecided_band`). Empty where no draw has MIN_SEEDS stock runs."""
     rows = []
     for draw, band, others, curve in _draws(records):
-        reason = undecided_band(band, _resolution(others[0]) if others else RESOLUTION["fp32"])
+        reason = _undecided(band, others)
         for r in others:
             row = {"recipe": r.spec["recipe"], "run": r.spec.get("run", 1), "draw": draw,
                    **judge(curve[id(r)], band, _resolution(r))}
@@ -167,7 +172,7 @@ def plot_band(records: list, path) -> bool:  # noqa: ANN001 - a path
             left = judge(curve[id(r)], band, _resolution(r))["left_at"]
             if left is not None:
                 ax.axvline(left, color=colours[r.spec["recipe"]], ls=":", lw=1)
-        reason = undecided_band(band, _resolution(others[0]) if others else RESOLUTION["fp32"])
+        reason = _undecided(band, others)
         title = f"draw {draw}" + (f"\nundecided: {reason}" if reason else "")
         ax.set(yscale="log", xlabel="step", ylabel="training loss (smoothed)", title=title)
         ax.grid(True, which="both", alpha=0.3)

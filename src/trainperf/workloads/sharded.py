@@ -290,8 +290,7 @@ class ShardedStep:
             apply_float8(lm, fsdp_all_gather=self.float8_sharded)
         self.checkpointed = apply_checkpointing(lm, spec.checkpoint)
         if spec.compile:
-            for layer in lm.layers:
-                layer.compile()
+            lm.compile_layers()
         self.matmul_params = lm.matmul_params()
         self.model = shard_model(LMWithLoss(lm, spec.loss), spec, world, device)
         try:
