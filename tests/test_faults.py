@@ -253,6 +253,20 @@ def test_finished_records_of_every_kind_are_not_measured_again(db, status):
     assert measured == []
 
 
+def test_an_unsupported_row_for_a_missing_package_is_tried_again_and_one_for_the_hardware_is_not(db):
+    store = Store(db)
+    store.append(Record("t", {"value": 1}, "unsupported", reason="liger needs pip install "
+                        "'trainperf[liger]' (liger-kernel)", env=ENV))
+    store.append(Record("t", {"value": 2}, "unsupported", reason="needs a GPU with float8 tensor cores",
+                        env=ENV))
+    measured = []
+    records = run_sweep("t", [{"value": 1}, {"value": 2}], lambda s: measured.append(s) or {}, store, ENV,
+                        quiet=True)
+    assert measured == [{"value": 1}]  # installed since: it runs; the GPU has not changed
+    assert [r.status for r in records] == ["ok", "unsupported"]
+    assert store.settled_case(records[0].key).status == "ok"
+
+
 def test_a_claim_held_by_a_live_sweep_blocks_and_one_of_a_dead_process_is_taken_over(db):
     store = Store(db)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,

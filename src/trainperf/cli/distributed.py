@@ -74,7 +74,7 @@ def _run_distributed(workload: str, specs: list, backend: str, db: Path, out: Pa
     store = Store(db)
     keys = [case_key_for(workload, s, env) for s in specs]
     todo = [(i, s) for i, (s, k) in enumerate(zip(specs, keys, strict=True))
-            if rerun or store.find_case(k) is None]
+            if rerun or store.settled_case(k) is None]
     if precheck is not None:  # a case that cannot fit is an oom record without running
         for i, s in list(todo):
             why = precheck(s, device)

@@ -111,11 +111,11 @@ def _stored_or_measured(workload: str, spec: Any, key: str, measure: Measure, st
                         env: dict[str, Any], run_id: str, rerun: bool) -> Record | None:
     """The case's record: stored already, or measured now; None while another sweep has it."""
     if not rerun:
-        stored = store.find_case(key)
+        stored = store.settled_case(key)
         if stored is not None:
             return stored
     if not store.claim(key, run_id, remeasure=rerun):
-        return None if rerun else store.find_case(key)  # None: wait for the other sweep, then look again
+        return None if rerun else store.settled_case(key)  # None: wait for the other sweep, then look again
     try:
         record = measure_case(workload, spec, measure, env, run_id)
         store.append(record)

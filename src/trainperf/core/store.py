@@ -23,6 +23,11 @@ from trainperf.core.sqlite_input import connect_read_only
 
 DEFAULT_DB = "trainperf.db"
 RESUMABLE_STATUSES = ("ok", "oom", "unsupported")  # 'error' cases are retried on a rerun
+INSTALL_HINT = "pip install"  # in the reason of an unsupported row for a package that was missing
+# A record that finishes its case for a resumed sweep: an unsupported row for a missing package does
+# not, since the package may be installed now (the row costs little to make again).
+_SETTLED = (f"(status IN ('ok', 'oom') OR (status = 'unsupported' AND "
+            f"COALESCE(reason, '') NOT LIKE '%{INSTALL_HINT}%'))")
 SCHEMA_VERSION = 3  # 1: the one vocabulary; 2: llama's library, float8; 3: comm's timing (core/legacy.py)
 
 _SCHEMA = """
@@ -141,14 +146,19 @@ class Store:
 
     @staticmethod
     def _finished(con: sqlite3.Connection, key: str) -> bool:
-        marks = ",".join("?" * len(RESUMABLE_STATUSES))
-        return con.execute(f"SELECT 1 FROM records WHERE case_key=? AND status IN ({marks}) LIMIT 1",
-                           [key, *RESUMABLE_STATUSES]).fetchone() is not None
+        return con.execute(f"SELECT 1 FROM records WHERE case_key=? AND {_SETTLED} LIMIT 1",
+                           [key]).fetchone() is not None
 
     def find_case(self, key: str) -> Record | None:
         """The latest finished (not 'error') record with this case key, if any."""
         found = self._select(f"case_key=? AND status IN ({','.join('?' * len(RESUMABLE_STATUSES))})",
                              [key, *RESUMABLE_STATUSES], order="id DESC LIMIT 1")
+        return found[0] if found else None
+
+    def settled_case(self, key: str) -> Record | None:
+        """The latest record that finishes this case for a resumed sweep (find_case's, less an
+        unsupported row for a missing package), if any."""
+        found = self._select(f"case_key=? AND {_SETTLED}", [key], order="id DESC LIMIT 1")
         return found[0] if found else None
 
     def records(self, workload: str | None = None, status: str | None = None,
