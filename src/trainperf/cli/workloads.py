@@ -465,7 +465,6 @@ def parity(
     """Loss curves of training recipes from the same weights and batches, beside stock's."""
     from trainperf.workloads.llama_sdpa import RECIPES
     from trainperf.workloads.parity import (
-        TOLERANCE,
         ParitySpec,
         curves,
         measure_parity,
@@ -510,8 +509,8 @@ def parity(
     judged = band_table(records)
     judged.to_csv(out / "parity_band.csv", index=False)
     if not as_json:
-        console.print(frame_table(table, title=f"relative deviation from stock's run of the same weights and "
-                                               f"batches (smoothed; {TOLERANCE:.0%} marked)"))
+        console.print(frame_table(table, title="relative deviation from stock's run of the same weights and "
+                                               "batches (smoothed)"))
         if not judged.empty:
             console.print(frame_table(judged, title="loss parity: each run against stock's band (its runs "
                                                     "from other weights and batch orders); deviations in "

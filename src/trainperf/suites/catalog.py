@@ -135,10 +135,10 @@ def recipes_headline(parts: dict[str, Path], against: list[tuple[str, tuple[str,
         out.loc[f"{recipe} vs the best of {', '.join(others)}"] = _against_best(ok, recipe, others)
     losses = _parity_losses(parts["parity"])[0] if "parity" in parts else pd.DataFrame()
     if not losses.empty:
-        from trainperf.workloads.parity import parity_table, verdict
+        from trainperf.workloads.parity import deviation_text, parity_table
 
         parity = parity_table(losses).set_index("recipe")
-        out["loss parity (max deviation)"] = parity.apply(verdict, axis=1)
+        out["largest deviation from stock"] = parity.apply(deviation_text, axis=1)
         out["deviation over the last fifth"] = parity.final_rel_dev.map(
             lambda d: f"{d:.2%}" if pd.notna(d) else "")
         band = band_verdicts(parts["parity"])
@@ -186,9 +186,9 @@ def band_verdicts(folder: Path) -> pd.Series:
 
 def draws_headline(parts: dict[str, Path]) -> pd.DataFrame:
     """One row per recipe, a column per draw of the parity task: the largest deviation of the
-    recipe's smoothed loss from stock's run of that draw (FLAGGED beyond the tolerance, or the
-    status of a run that did not finish), then in how many draws it was flagged."""
-    from trainperf.workloads.parity import TOLERANCE, run_deviations
+    recipe's smoothed loss from stock's run of that draw (or the status of a run that did not
+    finish), then its runs judged against stock's band."""
+    from trainperf.workloads.parity import run_deviations
 
     losses, records = _parity_losses(parts["parity"])
     if losses.empty:
@@ -196,16 +196,12 @@ def draws_headline(parts: dict[str, Path]) -> pd.DataFrame:
     draw_of = dict(zip(records.run, records.draw, strict=True))
     devs = run_deviations(losses)
     devs = devs[devs.recipe != "stock"].assign(draw=devs.run.map(draw_of))
-    devs["cell"] = [f"{d:.2%}" + (" FLAGGED" if d > TOLERANCE else "") if pd.notna(d) else "no reference"
-                    for d in devs.max_rel_dev]
+    devs["cell"] = [f"{d:.2%}" if pd.notna(d) else "no reference" for d in devs.max_rel_dev]
     failed = records[(records.status != "ok") & (records.recipe != "stock")]
     cells = pd.concat([devs[["recipe", "draw", "cell"]],
                        failed.assign(cell=failed.status)[["recipe", "draw", "cell"]]], ignore_index=True)
     out = cells.pivot_table(index="recipe", columns="draw", values="cell", aggfunc="first", sort=False)
     out.columns = [f"draw {d}" for d in out.columns]
-    flagged = devs.groupby("recipe", sort=False).max_rel_dev.agg(
-        lambda d: f"{(d > TOLERANCE).sum()} of {len(d)}")
-    out["draws flagged"] = flagged.reindex(out.index).fillna("-")
     band = band_verdicts(parts["parity"])
     if not band.empty:
         out["against stock's band"] = band.reindex(out.index).fillna("-")
