@@ -151,14 +151,16 @@ class Store:
 
     def find_case(self, key: str) -> Record | None:
         """The latest finished (not 'error') record with this case key, if any."""
-        found = self._select(f"case_key=? AND status IN ({','.join('?' * len(RESUMABLE_STATUSES))})",
-                             [key, *RESUMABLE_STATUSES], order="id DESC LIMIT 1")
-        return found[0] if found else None
+        return self._latest(key, f"status IN ({','.join('?' * len(RESUMABLE_STATUSES))})",
+                            list(RESUMABLE_STATUSES))
 
     def settled_case(self, key: str) -> Record | None:
         """The latest record that finishes this case for a resumed sweep (find_case's, less an
         unsupported row for a missing package), if any."""
-        found = self._select(f"case_key=? AND {_SETTLED}", [key], order="id DESC LIMIT 1")
+        return self._latest(key, _SETTLED)
+
+    def _latest(self, key: str, condition: str, args: list[Any] | None = None) -> Record | None:
+        found = self._select(f"case_key=? AND {condition}", [key, *(args or [])], order="id DESC LIMIT 1")
         return found[0] if found else None
 
     def records(self, workload: str | None = None, status: str | None = None,
