@@ -68,8 +68,8 @@ def _train(rank, world, cases, out_path):
 
 
 @pytest.mark.parametrize("world, cases", [
-    (2, [("full", "none"), ("full", "full"), ("full", "every-2"), ("full", "ops"), ("hybrid", "none"),
-         ("none", "none"), ("none", "full")]),
+    (2, [("full", "none"), ("full", "full"), ("full", "every-2"), ("full", "ops"), ("full", "full+attn"),
+         ("hybrid", "none"), ("none", "none"), ("none", "full")]),
     (4, [("hybrid", "every-2"), ("full", "ops")]),
 ])
 def test_every_sharding_and_checkpointing_matches_one_process(tmp_path, world, cases):
@@ -141,6 +141,41 @@ def test_checkpointing_wraps_the_layers_its_policy_names():
             assert type(lm.layers[3]).__name__ != "CheckpointWrapper"
 
 
+def _attention_calls(checkpoint: str) -> int:
+    """How many times a tiny LM's attention kernel runs in one forward and backward under `checkpoint`."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from trainperf.models.lm import LMConfig, TransformerLM
+    from trainperf.workloads.sharded import attention_ops
+
+    kernels = attention_ops()
+
+    class Count(TorchDispatchMode):
+        calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            Count.calls += func in kernels
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    lm = TransformerLM(LMConfig(vocab_size=64, context_length=16, d_model=32, d_ff=64, n_layers=3, n_heads=4))
+    apply_checkpointing(lm, checkpoint)
+    tokens = torch.randint(0, 64, (2, 16))
+    with Count():
+        lm(tokens).sum().backward()
+    return Count.calls
+
+
+def test_keeping_attention_spares_its_recomputation_and_nothing_else():
+    # three layers: each attention runs once in the forward; full checkpointing runs it again in
+    # the backward, +attn keeps its output instead
+    assert _attention_calls("none") == 3
+    assert _attention_calls("full") == 6
+    assert _attention_calls("full+attn") == 3
+    assert _attention_calls("all-but-1+attn") == 3
+    assert _attention_calls("every-2") == 5
+
+
 def test_recomputed_flops_are_counted_apart_from_the_model_flops():
     from trainperf.models.lm import TransformerLM
 
@@ -152,6 +187,10 @@ def test_recomputed_flops_are_counted_apart_from_the_model_flops():
     full_model, full_redo = flop_counts(spec(model="small", seq=1024, batch=8, checkpoint="full"), params, 12)
     # the layers' forward once more: a third of the step's FLOPs, less the LM head's share
     assert full_model == model and 0.3 * model < full_redo < model / 3
+    cfg = s.model_config()
+    _, kept_redo = flop_counts(spec(model="small", seq=1024, batch=8, checkpoint="full+attn"), params, 12)
+    causal_attention_forward = 4 * 12 * 1024 * cfg.d_model * 8 * 1024 / 2
+    assert full_redo - kept_redo == causal_attention_forward
 
 
 @pytest.mark.parametrize("kw, message", [
@@ -159,6 +198,9 @@ def test_recomputed_flops_are_counted_apart_from_the_model_flops():
     (dict(checkpoint="every-0"), "every-K"),
     (dict(checkpoint="some"), "every-K"),
     (dict(checkpoint="all-but-2"), "all-but-N .N fewer than the layers"),  # tiny has 2 layers
+    (dict(checkpoint="ops+attn"), r"with \+attn"),  # ops keeps attention already
+    (dict(checkpoint="none+attn"), r"with \+attn"),
+    (dict(checkpoint="full+attention"), r"with \+attn"),
     (dict(shard="zero3"), "shard"),
     (dict(shard="none", offload=True), "sharded model"),
     (dict(float8="trainperf"), "float8"),  # trainperf's float8 MLP is the Llama step's alone
@@ -293,3 +335,6 @@ def test_a_case_far_beyond_a_gpu_is_refused_up_front_with_what_it_needs():
     eight = [memory_needed(spec(**eight_b, checkpoint=c))["activations"] for c in ("full", "all-but-8")]
     layer = (9 * 4096 + 3 * 11008 - 4096) * 32768 * 2
     assert eight[1] - eight[0] == 8 * layer
+    # +attn keeps one more width a token in every checkpointed layer
+    kept = memory_needed(spec(**eight_b, checkpoint="full+attn"))["activations"]
+    assert kept - eight[0] == 34 * 4096 * 32768 * 2

@@ -96,7 +96,9 @@ GLOSSARY: dict[str, str] = {
                "host, replicated across hosts), none (plain data parallel).",
     "--checkpoint": "Activation checkpointing: none, full (every decoder layer), every-K (every K-th "
                     "layer), all-but-N (every layer but the last N), ops (selective: matrix products and "
-                    "attention kept, the rest recomputed).",
+                    "attention kept, the rest recomputed); full, every-K or all-but-N with +attn keeps the "
+                    "attention's output in the checkpointed layers (full+attn: all but attention "
+                    "recomputed).",
     "--offload": "FSDP2 CPU offload of parameters, gradients and optimizer state: off, on.",
     "--shard-optimizer": "ZeRO-1 sharded optimizer state: off, on.",
     "--phase": "How far a step runs: forward (activations only), step (forward, backward, optimizer).",

@@ -400,6 +400,7 @@ def shard_headline(parts: dict[str, Path]) -> pd.DataFrame:
     if df.empty:
         return df
     knobs = [c for c in ("optimizer", "prefetch", "reshard_after_forward") if c in df]
+    knobs += [c for c in ("attention", "float8") if c in df and df[c].nunique() > 1]
     out = df[["model", "world_size", "shard", "checkpoint", "loss", "compile", *knobs]].copy()
     out["tokens"] = df["batch"].astype(str) + " x " + df["seq"].astype(str)
     step_s = df["step_ms_median"] / 1e3 if "step_ms_median" in df else pd.Series(float("nan"), df.index)
@@ -634,22 +635,24 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "backward call."),
     Suite("shard",
           "The full training step (forward, loss, backward, AdamW) of a model sharded over every GPU of "
-          "the machine with FSDP2: the CS336 leaderboard's 8B model at 2 x 32,768 tokens per checkpointing "
-          "policy, compile and attention kernel (PyTorch's SDPA, FlashAttention 4), and with torchao's "
+          "the machine with FSDP2: the CS336 leaderboard's 8B model at 2 x 32,768 tokens, compiled, per "
+          "checkpointing policy (every layer; every layer keeping its attention's output; all but 8 layers, "
+          "keeping it) and attention kernel (cuDNN's through SDPA, FlashAttention 4), and with torchao's "
           "float8; the GPT LM's xl and "
           "2.7B (every layer checkpointed) on one, two and all GPUs, "
           "sharded or replicated, at 8 x 1024 tokens in all (strong scaling) and 4 x 1024 a GPU (weak); "
           "and xl at 8 x 2048 tokens on two GPUs per FSDP2 "
           "knob that decides how much communication the step hides (prefetching, reshard after forward), "
           "eager and with each layer compiled, beside the same step on one GPU.",
-          (Part("leaderboard", ("shard",),
-                gpu={**_LEADERBOARD, "--checkpoint": "full,all-but-8,ops", "--compile": "off,on",
-                     "--attention": "sdpa,fa4"},
+          (Part("leaderboard", ("shard",),  # what keeping attention and 8 layers' activations buy
+                gpu={**_LEADERBOARD, "--checkpoint": "full,full+attn,all-but-8+attn", "--compile": "on",
+                     "--attention": "fa4"},
                 cpu={"--model": "tiny", "--world-size": "2", "--checkpoint": "full,ops", "--loss": "chunked",
                      "--warmup": "1", "--iters": "2"}, min_gpus=2),
-           Part("float8", ("shard",),  # the leaderboard's fastest kind of case, its Linears in float8
-                gpu={**_LEADERBOARD, "--checkpoint": "full,all-but-8", "--compile": "on",
-                     "--attention": "fa4", "--float8": "off,torchao"},
+           Part("float8", ("shard",),  # the leaderboard's fastest kind of case: cuDNN's attention or
+                # FlashAttention 4, its Linears in bf16 or float8
+                gpu={**_LEADERBOARD, "--checkpoint": "all-but-8+attn", "--compile": "on",
+                     "--attention": "sdpa-cudnn,fa4", "--float8": "off,torchao"},
                 cpu={"--model": "tiny", "--world-size": "2", "--float8": "off,torchao", **_TINY}, min_gpus=2),
            Part("sizes", ("shard",),
                 gpu={"--model": "xl,2.7B", "--world-size": f"1,2,{GPUS}", "--shard": "full,none",

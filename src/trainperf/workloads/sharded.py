@@ -7,7 +7,9 @@ The choices a user tunes are the spec's fields:
               (PyTorch DDP: every rank holds the whole model)
   checkpoint  none | full (every decoder layer recomputed in the backward) | every-K (every K-th
               layer) | all-but-N (every layer but the last N) | ops (selective: matrix products and
-              attention saved, the rest recomputed)
+              attention saved, the rest recomputed); `+attn` after full, every-K or all-but-N keeps
+              the attention's output in those layers: their backward recomputes all but the
+              attention (its forward is a third of a long sequence's FLOPs, its output one width)
   dtype       bf16 (FSDP2 gathers and computes in bf16 and reduces gradients in fp32 over fp32
               master weights; DDP runs under autocast) | fp32
   optimizer   adamw | adamw-fused;  offload (FSDP2 keeps parameters and optimizer state on the
@@ -52,7 +54,9 @@ from trainperf.workloads.step import LOSSES, Phase, no_phase
 SHARDS = ("full", "hybrid", "none")
 OPTIMIZERS = ("adamw", "adamw-fused")
 FLOAT8 = ("off", "torchao")
-CHECKPOINT_HELP = "none, full, every-K (K a positive integer), all-but-N (N fewer than the layers), ops"
+CHECKPOINT_HELP = ("none, full, every-K (K a positive integer), all-but-N (N fewer than the layers), ops; "
+                   "full, every-K and all-but-N with +attn (attention's output kept)")
+KEEP_ATTENTION = "+attn"
 # What a command left out of --model, --seq, --batch, --dtype means, per torch.distributed backend:
 # the CS336 leaderboard's step on GPUs, a tiny one on CPU processes.
 # On GPUs AdamW's fused kernel: its foreach form over FSDP2's sharded parameters costs several times
@@ -98,18 +102,24 @@ class ShardSpec:
                         n_layers=p.n_layers, n_heads=p.n_heads, attention=self.attention)
 
 
+def keeps_attention(checkpoint: str) -> bool:
+    """Whether the policy keeps the attention's output in the layers it checkpoints whole."""
+    return checkpoint.endswith(KEEP_ATTENTION)
+
+
 def whole_layers(checkpoint: str, n_layers: int) -> range | None:
     """The decoder layers a policy checkpoints whole: all (full), every K-th (every-K), all but the
     last N (all-but-N: the activations of N layers stay, as memory allows), none (none, and ops,
     which checkpoints inside every layer); None for a policy that is none of these."""
-    if checkpoint in ("none", "ops"):
-        return range(0)
-    if checkpoint == "full":
+    base = checkpoint.removesuffix(KEEP_ATTENTION)
+    if base in ("none", "ops"):
+        return None if keeps_attention(checkpoint) else range(0)
+    if base == "full":
         return range(n_layers)
-    every = re.fullmatch(r"every-([1-9]\d*)", checkpoint)
+    every = re.fullmatch(r"every-([1-9]\d*)", base)
     if every:
         return range(0, n_layers, int(every.group(1)))
-    but = re.fullmatch(r"all-but-(\d+)", checkpoint)
+    but = re.fullmatch(r"all-but-(\d+)", base)
     if but and int(but.group(1)) < n_layers:
         return range(n_layers - int(but.group(1)))
     return None
@@ -146,8 +156,8 @@ STATE_BYTES_PER_PARAM = 16  # fp32 weight, gradient and AdamW's two moments
 # width): with no checkpointing its input, both norms' outputs, q, k, v, rotated q and k, the
 # attention output, the second residual, gate, up and their SwiGLU product (9 of d, 3 of f; the
 # count leaves some out); with `ops` the matrix products' and attention's outputs (6 d + 2 f); a
-# layer checkpointed whole its input (d).
-KEPT = {"none": (9, 3), "ops": (6, 2), "layer": (1, 0)}
+# layer checkpointed whole its input (d), and with +attn the attention's output too.
+KEPT = {"none": (9, 3), "ops": (6, 2), "layer": (1, 0), "layer+attn": (2, 0)}
 
 
 def memory_needed(spec: ShardSpec) -> dict[str, float]:
@@ -165,7 +175,8 @@ def memory_needed(spec: ShardSpec) -> dict[str, float]:
         of_d, of_f = KEPT[kind]
         return of_d * cfg.d_model + of_f * cfg.d_ff
 
-    per_token = whole * kept("layer") + (cfg.n_layers - whole) * kept(policy)
+    layer = "layer+attn" if keeps_attention(spec.checkpoint) else "layer"
+    per_token = whole * kept(layer) + (cfg.n_layers - whole) * kept(policy)
     return {"params": params, "shards": shards,
             "state": params * STATE_BYTES_PER_PARAM / shards,
             "activations": per_token * tokens * (2 if spec.dtype == "bf16" else 4),
@@ -194,21 +205,36 @@ def too_large(need: dict[str, float], checkpoint: str, have: float) -> str | Non
             f"keeps{logits}; a GPU holds {have / gib:.1f} GiB")
 
 
-def _save_products_policy():  # noqa: ANN202
-    """Selective checkpointing's policy: keep matrix products and attention, recompute the rest."""
-    from torch.utils.checkpoint import CheckpointPolicy
+ATTENTION_OPS = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+                 "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu")
+CUSTOM_ATTENTION_OPS = ("fa4_attention", "fa4_packed_attention", "cudnn_sdpa", "flash_attention_triton")
 
-    aten = torch.ops.aten
-    keep = {aten.mm.default, aten.addmm.default, aten.bmm.default}
-    for name in ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-                 "_scaled_dot_product_cudnn_attention"):
-        if hasattr(aten, name):
-            keep.add(getattr(aten, name).default)
+
+def attention_ops() -> set:
+    """The attention operators a selective policy can keep: SDPA's kernels and trainperf's own
+    (those registered by now: an attention's module registers its op when it is imported)."""
+    found = {getattr(torch.ops.aten, name).default for name in ATTENTION_OPS if hasattr(torch.ops.aten, name)}
+    return found | {getattr(torch.ops.trainperf, name).default for name in CUSTOM_ATTENTION_OPS
+                    if hasattr(torch.ops.trainperf, name)}
+
+
+def _keep_policy(keep: set):  # noqa: ANN202
+    """Selective checkpointing's policy: save the outputs of the operators in `keep`, recompute the rest."""
+    from torch.utils.checkpoint import CheckpointPolicy
 
     def policy(ctx, op, *args, **kwargs):  # noqa: ANN001, ANN202
         return CheckpointPolicy.MUST_SAVE if op in keep else CheckpointPolicy.PREFER_RECOMPUTE
 
     return policy
+
+
+def _selective(keep: set):  # noqa: ANN202
+    """A wrapper that checkpoints a layer keeping the outputs of the operators in `keep`."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    contexts = partial(create_selective_checkpoint_contexts, _keep_policy(keep))
+    return partial(checkpoint_wrapper, context_fn=contexts)
 
 
 def apply_checkpointing(model: TransformerLM, checkpoint: str) -> int:
@@ -218,13 +244,12 @@ def apply_checkpointing(model: TransformerLM, checkpoint: str) -> int:
     if checkpoint == "none":
         return 0
     if checkpoint == "ops":
-        from torch.utils.checkpoint import create_selective_checkpoint_contexts
-
-        wrap = partial(checkpoint_wrapper, context_fn=partial(create_selective_checkpoint_contexts,
-                                                              _save_products_policy()))
+        aten = torch.ops.aten
+        wrap = _selective({aten.mm.default, aten.addmm.default, aten.bmm.default} | attention_ops())
         chosen = range(len(model.layers))
     else:
-        wrap, chosen = checkpoint_wrapper, whole_layers(checkpoint, len(model.layers))
+        wrap = _selective(attention_ops()) if keeps_attention(checkpoint) else checkpoint_wrapper
+        chosen = whole_layers(checkpoint, len(model.layers))
     for i in chosen:
         model.layers[i] = wrap(model.layers[i])
     return len(chosen)
@@ -323,14 +348,15 @@ def global_batch_tokens(spec: ShardSpec) -> torch.Tensor:
 
 def flop_counts(spec: ShardSpec, matmul_params: int, checkpointed_layers: int) -> tuple[float, float]:
     """(model FLOPs of one step, FLOPs that checkpointing recomputes: the checkpointed layers'
-    forward again; selective checkpointing recomputes no matrix product)."""
+    forward again, less the attention where +attn keeps it; `ops` recomputes no matrix product)."""
     cfg = spec.model_config()
     tokens = spec.batch * spec.seq
     model = transformer_flops(matmul_params, cfg.n_layers, cfg.d_model, spec.seq, tokens)
     if spec.checkpoint in ("none", "ops"):
         return model, 0.0
     layer_params = 4 * cfg.d_model**2 + 3 * cfg.d_model * cfg.d_ff
-    redo = transformer_flops(layer_params * checkpointed_layers, checkpointed_layers, cfg.d_model, spec.seq,
+    attention_redone = 0 if keeps_attention(spec.checkpoint) else checkpointed_layers
+    redo = transformer_flops(layer_params * checkpointed_layers, attention_redone, cfg.d_model, spec.seq,
                              tokens, mode="forward")
     return model, redo
 
