@@ -81,6 +81,44 @@ def test_with_compiled_layers_the_overlapping_variants_still_match_single_proces
         torch.testing.assert_close(got[name], reference, rtol=1e-4, atol=1e-5, msg=f"{name} differs")
 
 
+def _synced_grads(rank, world, cases, out_path):
+    results = {}
+    for name, s in cases:
+        step = DataParallelStep(s, rank, world, torch.device("cpu"), s.variant)
+        lm_loss(step.model(step.x), step.y).backward()
+        step.sync.finish()
+        grads = [p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad for p in step.model.parameters()]
+        results[name] = torch.cat([g.flatten() for g in grads])
+        step.close()
+    if rank == 0:
+        torch.save(results, out_path)
+
+
+def test_gradients_sent_in_bf16_arrive_as_bf16_values_close_to_the_fp32_mean(tmp_path):
+    """With --reduce-dtype bf16 every variant's averaged gradient is a bf16 value (it crossed the
+    wire as one) within bf16's rounding of the fp32 mean; with fp32 on the wire it is not."""
+    variants = ["naive", "flat", "overlap", "bucketed", "fsdp2"]  # DDP's bf16 hook needs NCCL: below
+    cases = [(v, spec(variant=v, reduce_dtype="bf16")) for v in variants] + [("fp32", spec(variant="naive"))]
+    out = tmp_path / "grads.pt"
+    launch(_synced_grads, 2, "gloo", args=(cases, str(out)))
+    got = torch.load(out)
+    mean = got.pop("fp32")
+    assert not torch.equal(mean, mean.bfloat16().float())  # fp32 gradients are not all bf16 values
+    for name, grads in got.items():
+        assert torch.equal(grads, grads.bfloat16().float()), f"{name}: not sent as bf16"
+        # bf16 keeps 8 bits: rounding both ranks' gradients and their sum moves the whole by ~2**-9
+        assert (grads - mean).norm() / mean.norm() < 2**-7, f"{name} strays from the mean"
+
+
+def test_ddp_with_bf16_gradients_on_gloo_is_an_unsupported_row_naming_nccl(db):
+    res = runner.invoke(app, ["ddp", "--variant", "ddp,naive", "--reduce-dtype", "bf16", "--db", str(db),
+                              "--quiet", "--iters", "1", "--warmup", "0"])
+    assert res.exit_code == 0, res.output
+    rows = {r.spec["variant"]: r for r in Store(db).records()}
+    assert rows["naive"].status == "ok" and rows["naive"].spec["reduce_dtype"] == "bf16"
+    assert rows["ddp"].status == "unsupported" and "NCCL" in rows["ddp"].reason
+
+
 def test_sharded_adamw_matches_unsharded_adamw(tmp_path):
     """ZeRO-1 with AdamW: the same parameters as plain AdamW in one process (up to reduction order)."""
     cases = [("zero1", spec(variant="flat", shard_optimizer=True, optimizer="adamw", lr=1e-3))]

@@ -194,7 +194,7 @@ DDP_COLUMNS: list[report.Column] = [
     ("variant", report.spec("variant")), ("model", report.spec("model")), ("n", report.spec("world_size")),
     ("link", report.spec("link")), ("compiled", report.spec("compile")), ("round", report.spec("round")),
     ("bucket MB", report.spec("bucket_mb")), ("shard opt", report.spec("shard_optimizer")),
-    ("step ms", report.timing("step")), ("compute ms", report.metric("compute_ms")),
+    ("grads", report.spec("reduce_dtype")), ("step ms", report.timing("step")), ("compute ms", report.metric("compute_ms")),
     ("NCCL ms", report.metric("nccl_ms")), ("exposed comm ms", report.metric("exposed_comm_ms")),
     ("least exposed ms", report.metric("exposed_comm_least_ms")),
     ("hidden", report.metric("hidden_share", 2)), ("comm alone ms", report.metric("comm_alone_ms")),
@@ -213,6 +213,7 @@ def ddp(
     shard_optimizer: str = option("--shard-optimizer", "off", "Comma list ok."),
     link: str = option("--link", "auto", "Comma list ok."),
     compile: str = option("--compile", "off", "Here: off, on (each decoder layer); comma list ok."),
+    reduce_dtype: str = option("--reduce-dtype", "fp32", "Comma list ok."),
     rounds: int = option("--rounds", None, "Default 3 with nccl, 1 with gloo."),
     seq: int = option("--seq", None, "Default 512 with nccl, 32 with gloo."),
     batch: int = option("--batch", None, "Default 4 with nccl, 2 with gloo."),
@@ -247,7 +248,9 @@ def ddp(
     specs = []
     axes = sweep(world_size=parse_list(world_size, positive_int, "--world-size"),
                  link=parse_list(link, str, "--link", LINKS),
-                 compile=parse_list(compile, on_off, "--compile"), round=list(range(1, rounds + 1)),
+                 compile=parse_list(compile, on_off, "--compile"),
+                 reduce_dtype=parse_list(reduce_dtype, str, "--reduce-dtype", ("fp32", "bf16")),
+                 round=list(range(1, rounds + 1)),
                  variant=variants,
                  shard_optimizer=parse_list(shard_optimizer, on_off, "--shard-optimizer"))
     for a in axes:  # round after round, every variant once a round
@@ -268,7 +271,8 @@ def ddp(
 
             named = table.assign(setup=table.variant + table.shard_optimizer.map({True: " zero1", False: ""})
                                  + table.link.map(lambda link: "" if link == "auto" else f" over {link}")
-                                 + table.compile.map({True: " compiled", False: ""}),
+                                 + table.compile.map({True: " compiled", False: ""})
+                                 + table.reduce_dtype.map(lambda d: "" if d == "fp32" else f" {d} grads"),
                                  world=table.model + " n=" + table.world_size.astype(str))
             grouped_bars(named, "setup", "world", "step_ms_median", out / "ddp_steps.png",
                          "ms per step (median over rounds, 95% interval)", "data-parallel step per variant",

@@ -12,6 +12,9 @@ returns:
             accumulates straight into the bucket: no copy in, no copy out, no allocation per step.
 The mean is NCCL's own average (ReduceOp.AVG) where the backend has one, else a sum and a
 division. `zero_grad()` replaces the optimizer's: a bucketed gradient must stay a view.
+`reduce_dtype` (bf16) sends the gradients in that dtype: each buffer is cast into a copy that
+the all-reduce averages, and the mean is written back into the fp32 gradients, as PyTorch DDP's
+bf16_compress_hook does; half the bytes of fp32 on the wire.
 """
 
 from __future__ import annotations
@@ -32,13 +35,28 @@ def copy_from_flat(tensors: list[torch.Tensor], flat: torch.Tensor) -> None:
         t.copy_(part)
 
 
+class Reduction:
+    """An all-reduce in flight over `wire` (the tensor itself, or its copy in the reduce dtype);
+    `wait()` ends it and writes the result back into `tensor`."""
+
+    def __init__(self, work: dist.Work | None, wire: torch.Tensor, tensor: torch.Tensor) -> None:
+        self.work, self.wire, self.tensor = work, wire, tensor
+
+    def wait(self) -> None:
+        if self.work is not None:
+            self.work.wait()
+        if self.wire is not self.tensor:
+            self.tensor.copy_(self.wire)
+
+
 class GradSync:
     """No synchronisation: the compute-only baseline (and the base of the variants)."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, reduce_dtype: torch.dtype | None = None) -> None:
         self.params = _params(model)
         self.world = dist.get_world_size()
         self.averages = dist.get_backend() == "nccl"  # NCCL averages itself; gloo sums
+        self.reduce_dtype = reduce_dtype  # None: the gradients' own
         self.hooks: list[torch.utils.hooks.RemovableHandle] = []
 
     def hook(self, fn) -> None:  # noqa: ANN001 - called with each parameter once its gradient is ready
@@ -52,10 +70,16 @@ class GradSync:
             handle.remove()
         self.hooks.clear()
 
-    def mean(self, t: torch.Tensor, async_op: bool = False) -> dist.Work | None:
-        """All-reduce `t` into its mean over ranks (async: the division follows `wait`)."""
+    def mean(self, t: torch.Tensor, async_op: bool = False) -> Reduction | None:
+        """All-reduce `t` into its mean over ranks, in the reduce dtype (async: the write back
+        and the division follow `wait`)."""
         op = dist.ReduceOp.AVG if self.averages else dist.ReduceOp.SUM
-        return dist.all_reduce(t, op=op, async_op=async_op)
+        wire = t if self.reduce_dtype in (None, t.dtype) else t.to(self.reduce_dtype)
+        reduction = Reduction(dist.all_reduce(wire, op=op, async_op=async_op), wire, t)
+        if async_op:
+            return reduction
+        reduction.wait()
+        return None
 
     def divided(self, t: torch.Tensor) -> None:
         """After a sum: the mean."""
@@ -86,9 +110,9 @@ class FlatSync(GradSync):
 
 
 class OverlapSync(GradSync):
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__(model)
-        self.pending: list[tuple[dist.Work, torch.Tensor]] = []
+    def __init__(self, model: nn.Module, reduce_dtype: torch.dtype | None = None) -> None:
+        super().__init__(model, reduce_dtype)
+        self.pending: list[tuple[Reduction, torch.Tensor]] = []
         self.hook(self._launch)
 
     def _launch(self, p: nn.Parameter) -> None:
@@ -102,8 +126,8 @@ class OverlapSync(GradSync):
 
 
 class BucketedSync(GradSync):
-    def __init__(self, model: nn.Module, bucket_mb: float) -> None:
-        super().__init__(model)
+    def __init__(self, model: nn.Module, bucket_mb: float, reduce_dtype: torch.dtype | None = None) -> None:
+        super().__init__(model, reduce_dtype)
         self.buckets = partition_buckets(self.params, bucket_mb)
         self.bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b}
         self.flats = [torch.zeros(sum(p.numel() for p in b), dtype=b[0].dtype, device=b[0].device)
@@ -111,7 +135,7 @@ class BucketedSync(GradSync):
         self.views = {id(p): view.view_as(p) for b, flat in zip(self.buckets, self.flats, strict=True)
                       for p, view in zip(b, flat.split([p.numel() for p in b]), strict=True)}
         self.ready = [0] * len(self.buckets)
-        self.pending: dict[int, dist.Work] = {}
+        self.pending: dict[int, Reduction] = {}
         for p in self.params:
             p.grad = self.views[id(p)]
         self.hook(self._mark_ready)

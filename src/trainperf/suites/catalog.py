@@ -692,7 +692,9 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "a rank (the host sets the pace) and with each decoder layer compiled at 8 x 1024 (far fewer "
           "launches from the host and four times the tokens, so the GPU sets the pace and the backward has "
           "work to hide communication behind), compiled also over host memory alone (`--link shm`, in two "
-          "rounds) and for the 2.7B model at 4 x 1024, and with and without the sharded optimizer (ZeRO-1).",
+          "rounds, with the gradients in fp32 and, over every GPU, in bf16), over NCCL's sockets alone "
+          "(bucketed against DDP), and for the 2.7B model at 4 x 1024, and with and without the sharded "
+          "optimizer (ZeRO-1).",
           (Part("ddp", ("ddp",),
                 gpu={"--world-size": f"2,{GPUS}", "--model": "xl", "--warmup": "2", "--iters": "10"},
                 cpu={"--world-size": "2", "--variant": "flat,ddp", "--seq": "16", "--warmup": "1",
@@ -707,6 +709,15 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
            Part("shm", ("ddp",),  # over host memory the collectives take about as long as the step
                 gpu={**_DDP_COMPILED, "--link": "shm", "--rounds": "2", "--warmup": "2", "--iters": "5"},
                 cpu=_DDP_COMPILED_CPU, min_gpus=2),
+           Part("shm-bf16", ("ddp",),  # the gradients in bf16: half as much for the backward to hide
+                gpu={**_DDP_COMPILED, "--world-size": GPUS, "--link": "shm", "--reduce-dtype": "bf16",
+                     "--rounds": "2", "--warmup": "2", "--iters": "5"},
+                cpu={**_DDP_COMPILED_CPU, "--variant": "naive,bucketed", "--reduce-dtype": "bf16"}, min_gpus=2),
+           Part("socket", ("ddp",),  # NCCL's socket transport alone, as between hosts on Ethernet
+                gpu={"--world-size": f"2,{GPUS}", "--model": "xl", "--link": "socket", "--variant": "bucketed,ddp",
+                     "--rounds": "1", "--warmup": "1", "--iters": "3"},
+                cpu={"--world-size": "2", "--variant": "bucketed,ddp", "--seq": "16", "--warmup": "1",
+                     "--iters": "1"}, min_gpus=2),
            Part("2.7B", ("ddp",),  # fp32 weights, gradients, AdamW state and DDP's buckets: 54 GB a rank
                 gpu={**_DDP_COMPILED, "--model": "2.7B", "--batch": "4", "--warmup": "2", "--iters": "5"},
                 cpu=_DDP_COMPILED_CPU, min_gpus=2)),

@@ -13,6 +13,9 @@ overlapping variants keep their chance to overlap). Measured per variant:
                    definition `shard` uses. Without kernels to trace (gloo on CPUs) the exposed
                    time is step_ms − compute_ms and the share is taken of comm_alone_ms
   comm_alone_ms    the variant's collectives timed alone, on buffers of the gradients' sizes
+`reduce_dtype` bf16 sends every variant's gradients in bf16, half the bytes of the fp32 gradients
+(trainperf's variants cast each buffer for its all-reduce, DDP takes PyTorch's bf16 compression
+hook, FSDP2 its reduce dtype), so over a slow link the backward has half as much to hide.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from trainperf.models.presets import PRESETS, get_preset
 from trainperf.workloads.precision import autocast
 
 VARIANTS = ("naive", "flat", "overlap", "bucketed", "ddp", "fsdp2")
+REDUCE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 OPTIMIZERS = {"adamw": torch.optim.AdamW, "adamw-fused": partial(torch.optim.AdamW, fused=True),
               "sgd": torch.optim.SGD}
 
@@ -71,6 +75,7 @@ class DDPSpec:
     link: str = "auto"  # distributed/links.py
     round: int = 1  # which of the alternating rounds (workloads/ddp_rounds.py)
     compile: bool = False  # each decoder layer compiled: far fewer kernel launches from the host
+    reduce_dtype: str = "fp32"  # the gradients' dtype on the wire
 
     def label(self) -> str:
         bucket = f" {self.bucket_mb:g}MB" if self.bucket_mb else ""
@@ -78,7 +83,8 @@ class DDPSpec:
         link = f" over {self.link}" if self.link != "auto" else ""
         compiled = " compiled" if self.compile else ""
         again = f" round {self.round}" if self.round > 1 else ""
-        return f"{self.variant}{bucket} {self.model} n={self.world_size}{zero}{link}{compiled}{again}"
+        wire = f" {self.reduce_dtype} grads" if self.reduce_dtype != "fp32" else ""
+        return f"{self.variant}{bucket} {self.model} n={self.world_size}{zero}{link}{compiled}{wire}{again}"
 
     def model_config(self) -> LMConfig:
         p = get_preset(self.model)
@@ -95,6 +101,7 @@ def validate(spec: DDPSpec) -> None:
     if spec.variant == "fsdp2" and spec.shard_optimizer:
         raise SpecError("--shard-optimizer on with fsdp2: FSDP2 already shards optimizer state")
     check_choice("dtype", spec.dtype, ("fp32", "bf16"))
+    check_choice("reduce_dtype", spec.reduce_dtype, REDUCE_DTYPES)
     check_positive(spec, "seq", "batch", "iters")
     check_non_negative(spec, "warmup")
     if spec.bucket_mb is not None and spec.bucket_mb <= 0:
@@ -128,21 +135,33 @@ class DataParallelStep:
         if spec.compile:  # before the sync wraps or hooks it
             model.compile_layers()
         self.sync: GradSync
+        wire = REDUCE_DTYPES[spec.reduce_dtype]
+        compressed = wire != torch.float32
         if variant == "ddp":
             ids = [device.index] if device.type == "cuda" else None
             model = nn.parallel.DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=spec.bucket_mb)
+            if compressed:
+                from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+                try:
+                    model.register_comm_hook(None, default_hooks.bf16_compress_hook)
+                except TypeError as exc:  # the hook wants NCCL (or XCCL)
+                    raise Unsupported(f"ddp with --reduce-dtype bf16: {exc}") from None
             self.sync = GradSync(model)
         elif variant == "fsdp2":
+            from trainperf.distributed.fsdp import fsdp2
+
+            policy = {"mp_policy": fsdp2().MixedPrecisionPolicy(reduce_dtype=wire)} if compressed else {}
             try:
                 # FSDP2's default mesh is on the GPU whenever one is visible, even under gloo
-                shard_decoder(model, model.layers, mesh=init_device_mesh(device.type, (world,)))
+                shard_decoder(model, model.layers, mesh=init_device_mesh(device.type, (world,)), **policy)
             except Exception as exc:  # noqa: BLE001 - FSDP2 support varies by backend and version
                 raise Unsupported(f"fsdp2 on {spec.dist_backend}: {str(exc).splitlines()[0]}") from None
             self.sync = GradSync(model)
         else:
             sync_cls = {"none": GradSync, "naive": NaiveSync, "flat": FlatSync, "overlap": OverlapSync}
-            self.sync = (BucketedSync(model, spec.bucket_mb) if variant == "bucketed"
-                         else sync_cls[variant](model))
+            self.sync = (BucketedSync(model, spec.bucket_mb, wire) if variant == "bucketed"
+                         else sync_cls[variant](model, wire))
         self.model = model
         opt_cls = OPTIMIZERS[spec.optimizer]
         self.opt = (ShardedOptimizer(model.parameters(), opt_cls, lr=spec.lr) if spec.shard_optimizer
@@ -190,13 +209,13 @@ def _comm_sizes(spec: DDPSpec, model: nn.Module) -> list[int]:
 def _comm_alone_ms(spec: DDPSpec, sizes: list[int], device: torch.device) -> float:
     """The variant's collectives on gradient-sized buffers, with no compute around them, timed as
     `trainperf comm` times them (back-to-back calls, the slowest rank's)."""
-    bufs = [torch.ones(n // 4, device=device) for n in sizes]
+    bufs = [torch.ones(n // 4, device=device, dtype=REDUCE_DTYPES[spec.reduce_dtype]) for n in sizes]
     world = dist.get_world_size()
 
     def run() -> None:
         for b in bufs:
             if spec.variant == "fsdp2":  # all-gather params (fwd, bwd) and reduce-scatter grads
-                shard = torch.empty(b.numel() // world, device=device)
+                shard = torch.empty(b.numel() // world, device=device, dtype=b.dtype)
                 dist.all_gather_into_tensor(b[: shard.numel() * world], shard)
                 dist.all_gather_into_tensor(b[: shard.numel() * world], shard)
                 dist.reduce_scatter_tensor(shard, b[: shard.numel() * world])
