@@ -87,7 +87,8 @@ def _synced_grads(rank, world, cases, out_path):
         step = DataParallelStep(s, rank, world, torch.device("cpu"), s.variant)
         lm_loss(step.model(step.x), step.y).backward()
         step.sync.finish()
-        grads = [p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad for p in step.model.parameters()]
+        grads = [p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+                 for p in step.model.parameters()]
         results[name] = torch.cat([g.flatten() for g in grads])
         step.close()
     if rank == 0:

@@ -450,3 +450,24 @@ def test_a_ctrl_c_to_the_process_group_reaches_trainperf_not_a_library_pools_wor
         assert "KeyboardInterrupt" not in err and "Traceback" not in err, err
     else:
         assert "KeyboardInterrupt" in err  # what a library pool's workers print without the guard
+
+
+def test_a_loop_of_long_calls_is_held_to_its_own_usual_call_not_an_earlier_loop_s(tmp_path):
+    from trainperf.distributed.heartbeat import Heartbeat, install, timed_loop
+
+    beat = Heartbeat(tmp_path / "beat.json", rank=0, device=torch.device("cpu"))
+    install(beat)
+    try:
+        beat.start_case(0)
+        with timed_loop():  # short calls: the step without synchronisation
+            for _ in range(3):
+                timed_loop.call()
+        assert beat.state()["call_s"] < 0.1
+        with timed_loop():  # the synchronised step's first call: no usual length of its own yet
+            timed_loop.call()
+            assert beat.state()["call_s"] is None
+            time.sleep(0.3)
+            timed_loop.call()
+            assert beat.state()["call_s"] >= 0.3
+    finally:
+        install(None)

@@ -237,7 +237,8 @@ def test_the_ddp_headline_is_one_row_per_setup_with_its_rounds_interval_and_lead
 
     def record(variant, rnd, step, status="ok", zero=False):
         return {"variant": variant, "bucket_mb": 25.0 if variant == "ddp" else None, "shard_optimizer": zero,
-                "link": "auto", "compile": False, "reduce_dtype": "fp32", "model": "xl", "batch": 4, "seq": 512, "world_size": 2,
+                "link": "auto", "compile": False, "reduce_dtype": "fp32", "model": "xl", "batch": 4,
+                "seq": 512, "world_size": 2,
                 "round": rnd, "status": status,
                 "step_ms_median": step, "compute_ms": step and step - 50, "nccl_ms": 40.0,
                 "exposed_comm_ms": 30.0, "exposed_comm_least_ms": 20.0, "hidden_share": 0.25,

@@ -91,8 +91,8 @@ GLOSSARY: dict[str, str] = {
     "--world-size": "Processes, one per GPU (or CPU process under gloo).",
     "--dist-backend": "torch.distributed backend: nccl, gloo (default: nccl with GPUs, else gloo).",
     "--variant": "Gradient-sync variants.",
-    "--reduce-dtype": "The gradients' dtype on the wire: fp32 (their own), bf16 (half the bytes; cast for the "
-                      "all-reduce and back, as DDP's bf16 compression hook does).",
+    "--reduce-dtype": "The gradients' dtype on the wire: fp32 (their own), bf16 (half the bytes; cast for "
+                      "the all-reduce and back, as DDP's bf16 compression hook does).",
     "--bucket-mb": "Gradient bucket sizes in MB (bucketed and ddp variants).",
     "--shard": "How the model is split over the ranks: full (FSDP2), hybrid (HSDP: sharded within a "
                "host, replicated across hosts), none (plain data parallel).",

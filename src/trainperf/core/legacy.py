@@ -18,7 +18,8 @@ RENAMED_KEYS: dict[str, dict[str, str]] = {
 # Fields added to a spec later, with the value every record without them was measured with.
 ADDED_FIELDS: dict[str, dict[str, Any]] = {"llama": {"library": "none", "float8": "off"},
                                            "attention": {"compile": False}, "parity": {"seed": 0},
-                                           "ddp": {"link": "auto", "round": 1, "reduce_dtype": "fp32"}, "comm": {"link": "auto"},
+                                           "ddp": {"link": "auto", "round": 1, "reduce_dtype": "fp32"},
+                                           "comm": {"link": "auto"},
                                            "shard": {"reshard_after_forward": True, "prefetch": 0}}
 RENAMED_VALUES: dict[str, dict[str, dict[Any, Any]]] = {
     "attention": {"mode": {"fwd": "forward", "bwd": "backward", "fwd+bwd": "forward-backward"}},

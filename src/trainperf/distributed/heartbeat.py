@@ -36,7 +36,7 @@ class Heartbeat:
     def __init__(self, path: Path, rank: int, device: torch.device) -> None:
         self.path, self.rank, self.device = path, rank, device
         self.case, self.calls, self.timed, self.done = -1, 0, False, 0
-        self.call_s: list[float] = []  # seconds from one timed call's start to the next's, this case
+        self.call_s: list[float] = []  # seconds from one timed call's start to the next's, this loop
         self._last_call: float | None = None
         self._main = threading.main_thread().ident
         threading.Thread(target=self._beat, daemon=True, name="trainperf-heartbeat").start()
@@ -46,7 +46,12 @@ class Heartbeat:
         self._write()  # at once: a case may fail before the next beat
 
     def enter_loop(self, timed: bool) -> None:
+        """Entering a timed loop starts its own record of call lengths: a case's loops time
+        different calls (its step without synchronisation, then with it), and one loop's usual
+        call says nothing of another's."""
         self.timed, self._last_call = timed, None
+        if timed:
+            self.call_s = []
 
     def timed_call(self) -> None:
         """A timed call starts: count it, and fail here if a fault is injected at this call."""

@@ -712,9 +712,11 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
            Part("shm-bf16", ("ddp",),  # the gradients in bf16: half as much for the backward to hide
                 gpu={**_DDP_COMPILED, "--world-size": GPUS, "--link": "shm", "--reduce-dtype": "bf16",
                      "--rounds": "2", "--warmup": "2", "--iters": "5"},
-                cpu={**_DDP_COMPILED_CPU, "--variant": "naive,bucketed", "--reduce-dtype": "bf16"}, min_gpus=2),
+                cpu={**_DDP_COMPILED_CPU, "--variant": "naive,bucketed", "--reduce-dtype": "bf16"},
+                min_gpus=2),
            Part("socket", ("ddp",),  # NCCL's socket transport alone, as between hosts on Ethernet
-                gpu={"--world-size": f"2,{GPUS}", "--model": "xl", "--link": "socket", "--variant": "bucketed,ddp",
+                gpu={"--world-size": f"2,{GPUS}", "--model": "xl", "--link": "socket",
+                     "--variant": "bucketed,ddp",
                      "--rounds": "1", "--warmup": "1", "--iters": "3"},
                 cpu={"--world-size": "2", "--variant": "bucketed,ddp", "--seq": "16", "--warmup": "1",
                      "--iters": "1"}, min_gpus=2),

@@ -2,10 +2,11 @@
 
 The cases of one process group run round after round, every variant once a round (A, B, C, A, B,
 C, ...), so drift of clocks, power and the host hits every variant alike. Per setup (a variant with
-its bucket size, ZeRO-1, link, compile and gradient dtype on the wire, on one model, batch shape and world size), the step is
-the median over its rounds with a 95% confidence interval; a variant's lead over the reference
-variant of the same pairing (everything but the variant and its bucket size) is taken round by
-round (the two were measured side by side) and stated only where its interval clears zero.
+its bucket size, ZeRO-1, link, compile and gradients' dtype on the wire, on one model, batch shape
+and world size), the step is the median over its rounds with a 95% confidence interval; a
+variant's lead over the reference variant of the same pairing (everything but the variant and its
+bucket size) is taken round by round (the two were measured side by side) and stated only where
+its interval clears zero.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import pandas as pd
 
 from trainperf.core.stats import t_quantile_975
 
-SETUP = ["variant", "bucket_mb", "shard_optimizer", "link", "compile", "reduce_dtype", "model", "batch", "seq",
-         "world_size"]
+SETUP = ["variant", "bucket_mb", "shard_optimizer", "link", "compile", "reduce_dtype", "model", "batch",
+         "seq", "world_size"]
 PAIRING = SETUP[2:]  # what a lead compares within
 
 
