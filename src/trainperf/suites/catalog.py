@@ -424,15 +424,21 @@ def comm_headline(parts: dict[str, Path]) -> pd.DataFrame:
 
 
 def ddp_headline(parts: dict[str, Path]) -> pd.DataFrame:
-    """One row per setup (variant, bucket size, ZeRO-1, link, compile, model, batch, world size) over the
-    parts: its step over the rounds (median ± the 95% interval), the trace's medians, and its lead
-    over naive sync where one is established; a setup two parts share is one row."""
+    """One row per setup (variant, bucket size, ZeRO-1, link, compile, gradients' dtype, model,
+    batch, world size) over the parts: its step over the rounds (median ± the 95% interval), the
+    trace's medians, and its lead over naive sync where one is established; a setup two parts
+    share is one row."""
+    from trainperf.core.legacy import ADDED_FIELDS
     from trainperf.workloads.ddp_rounds import SETUP
 
     records = pd.concat([_read(folder, "ddp.csv") for folder in parts.values()], ignore_index=True)
     if records.empty:
         return records
     rounds = pd.concat([_read(folder, "ddp_rounds.csv") for folder in parts.values()], ignore_index=True)
+    for frame in (records, rounds):  # a table from before a setting existed was measured at its default
+        for key, value in ADDED_FIELDS["ddp"].items():
+            if key in frame:
+                frame[key] = frame[key].fillna(value)
     setup = [k for k in SETUP if k in records and k in rounds]  # older tables lack later settings
     records = records.drop_duplicates(subset=[*setup, "round"] if "round" in records else None)
     ok = records[records.status == "ok"]
@@ -444,7 +450,8 @@ def ddp_headline(parts: dict[str, Path]) -> pd.DataFrame:
         on=setup, how="left")
     step = out.step_ms_median.map(lambda v: f"{v:.0f}" if pd.notna(v) else "")
     step += out.step_ms_ci95.map(lambda v: f" ± {v:.0f}" if pd.notna(v) else "")
-    shown = ("variant", "model", "world_size", "link", "compile", "bucket_mb", "shard_optimizer", "rounds")
+    shown = ("variant", "model", "world_size", "link", "compile", "reduce_dtype", "bucket_mb",
+             "shard_optimizer", "rounds")
     table = out[[c for c in shown if c in out]].copy()
     if {"batch", "seq"} <= set(records):
         shapes = by_setup[["batch", "seq"]].first()
