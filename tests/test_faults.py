@@ -11,6 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -106,6 +107,10 @@ def test_the_cli_stopped_with_sigint_says_what_it_kept_and_exits_130(tmp_path):
     kept = count(db)
     assert 1 <= kept < 8
     assert sqlite3.connect(db).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    # the finished cases' table is written too, and the message names it
+    table = tmp_path / "out" / "step.csv"
+    assert f"finished case(s) are in {table}" in " ".join(err.split())
+    assert len(pd.read_csv(table)) == kept
 
 
 def gone(pid: int) -> bool:

@@ -117,13 +117,26 @@ def test_suite_list_names_every_suite_and_its_commands():
         assert all(f"trainperf {' '.join(p.command)}" in res.output for p in suite.parts)
 
 
-def test_ctrl_c_inside_a_part_stops_the_suite_with_exit_130(tmp_path, monkeypatch):
-    monkeypatch.setattr("trainperf.cli.suites.invoke", lambda argv: 130)
-    res = runner.invoke(app, ["suite", "run", "step-sizes", "--results", str(tmp_path / "r"),
+def test_ctrl_c_inside_a_part_stops_the_suite_with_exit_130_and_a_report_of_what_finished(tmp_path,
+                                                                                          monkeypatch):
+    calls = []
+
+    def invoke(argv):  # the first part finishes, Ctrl-C comes in the second
+        calls.append(argv)
+        return 0 if len(calls) == 1 else 130
+
+    monkeypatch.setattr("trainperf.cli.suites.invoke", invoke)
+    res = runner.invoke(app, ["suite", "run", "shard", "--results", str(tmp_path / "r"),
                               "--db", str(tmp_path / "r.db")])
     assert res.exit_code == 130 and "run the same command again to resume" in res.output
-    assert "suite step-sizes stopped in part step" in res.output
-    assert not list((tmp_path / "r").glob("*/*/suite.json"))  # no report of a run that did not finish
+    first, second, *later = [p.name for p in SUITES["shard"].parts]
+    assert f"suite shard stopped in part {second}" in res.output
+    [meta_path] = (tmp_path / "r").glob("shard/*/suite.json")
+    parts = {p["name"]: p for p in json.loads(meta_path.read_text())["parts"]}
+    assert "left_out" not in parts[first] and "interrupted" in parts[second]
+    assert all(parts[name]["left_out"] == "not reached: the suite was interrupted" for name in later)
+    report_md = (meta_path.parent / "report.md").read_text()
+    assert f"- Interrupted: {second} (stopped by Ctrl-C: the cases it finished)." in report_md
 
 
 def test_a_part_that_fails_stops_the_suite_naming_it(tmp_path, monkeypatch):

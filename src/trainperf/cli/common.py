@@ -7,7 +7,8 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from trainperf.core import env as envmod
 from trainperf.core import report
 from trainperf.core.errors import SpecError, Unsupported
 from trainperf.core.library_noise import VERBOSE_ENV, quiet_libraries
-from trainperf.core.record import Record
+from trainperf.core.record import Record, case_key_for
 from trainperf.core.runner import run_sweep
 from trainperf.core.spec import parse_list, positive_int
 from trainperf.core.store import DEFAULT_DB, Store, path_problem, to_frame
@@ -180,6 +181,32 @@ def device_or_fail(name: str):
         raise SpecError(str(exc)) from None
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C in a command's sweep, after its finished cases were written to its table:
+    `records` are those cases, for the command's own files beside the table."""
+
+    def __init__(self, message: str, records: list[Record]) -> None:
+        super().__init__(message)
+        self.records = records
+
+
+@contextmanager
+def table_kept_on_interrupt(workload: str, keys: Sequence[str], store: Store, out: Path,
+                            named: dict[str, Callable[[Record], Any]] | None = None) -> Iterator[None]:
+    """On Ctrl-C, write the cases of `keys` that finished (this run's and the store's) as the
+    command's `<out>/<workload>.csv` before the interrupt goes on, as `Interrupted`: a long sweep
+    cut short leaves its table, not only its store."""
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        records = [r for k in keys if (r := store.find_case(k)) is not None]
+        if not records:
+            raise
+        path = write_records_csv(records, out, workload, named)
+        where = f"{exc}; " if str(exc) else ""
+        raise Interrupted(f"{where}the {len(records)} finished case(s) are in {path}", records) from None
+
+
 def run_and_show(workload: str, specs: Sequence[Any], measure: Callable[[Any], dict[str, Any]],
                  columns: Sequence[report.Column], *, db: Path, device, rerun: bool, quiet: bool,
                  as_json: bool, title: str, out: Path,
@@ -188,8 +215,10 @@ def run_and_show(workload: str, specs: Sequence[Any], measure: Callable[[Any], d
     cases as `<out>/<workload>.csv` (with the `named` columns first, each a function of a record)."""
     store = Store(db)
     env = envmod.capture(device)
-    records = run_sweep(workload, specs, measure, store, env, rerun=rerun, quiet=quiet or as_json,
-                        label=lambda s: s.label(), console=err_console)
+    keys = [case_key_for(workload, s, env) for s in specs]
+    with table_kept_on_interrupt(workload, keys, store, out, named):
+        records = run_sweep(workload, specs, measure, store, env, rerun=rerun, quiet=quiet or as_json,
+                            label=lambda s: s.label(), console=err_console)
     show_records(records, columns, title, as_json)
     path = write_records_csv(records, out, workload, named)
     if not as_json:

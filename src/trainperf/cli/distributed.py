@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from trainperf.cli.common import (
     DTYPE_CHOICES,
     DbOpt,
+    Interrupted,
     JsonOpt,
     OutOpt,
     QuietOpt,
@@ -25,6 +26,7 @@ from trainperf.cli.common import (
     frame_table,
     plots_available,
     show_records,
+    table_kept_on_interrupt,
     with_defaults,
     write_records_csv,
 )
@@ -40,6 +42,9 @@ from trainperf.distributed.links import LINKS
 from trainperf.distributed.ranked_sweep import run_ranked_cases
 from trainperf.distributed.supervisor import DEFAULT_TIMEOUT_S, Supervisor
 from trainperf.workloads.comm import binary_size
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # workload -> (module under trainperf.workloads, its function that measures a case on one rank)
 MEASURES = {"comm": ("comm", "measure_comm"), "ddp": ("ddp", "measure_ddp"),
@@ -60,8 +65,9 @@ def _rank_worker(rank: int, world: int, workload: str, cases: list, db: str, env
     run_ranked_cases(rank, world, workload, cases, _measure_of(workload), rank_device(backend, rank), db, env)
 
 
-def _run_distributed(workload: str, specs: list, backend: str, db: Path, out: Path, rerun: bool,
-                     quiet: bool, timeout_s: float, precheck: Any = None) -> list[Record]:
+def _run_distributed(workload: str, specs: list, keys: list[str], env: dict[str, Any], backend: str,
+                     db: Path, out: Path, rerun: bool, quiet: bool, timeout_s: float,
+                     precheck: Any = None) -> list[Record]:
     """Group cases by world size, run each group under the supervisor (a failed case is a record and
     the rest run in a fresh process group), return the stored records in order."""
     if existing_launch() is None:  # this host starts the ranks: can it?
@@ -70,9 +76,7 @@ def _run_distributed(workload: str, specs: list, backend: str, db: Path, out: Pa
             if problem:
                 raise SpecError(problem)
     device = torch.device("cuda" if backend == "nccl" else "cpu")
-    env = envmod.capture(device)
     store = Store(db)
-    keys = [case_key_for(workload, s, env) for s in specs]
     todo = [(i, s) for i, (s, k) in enumerate(zip(specs, keys, strict=True))
             if rerun or store.settled_case(k) is None]
     if precheck is not None:  # a case that cannot fit is an oom record without running
@@ -115,8 +119,11 @@ def _validate_run_show(workload: str, specs: list, validate: Any, columns: list[
     if not 0 < timeout_s < math.inf:
         raise SpecError(f"--timeout must be a positive number of seconds, got {timeout_s:g}")
     check_out_dir(out)
-    records = _run_distributed(workload, specs, backend, db, out, rerun, quiet or as_json, timeout_s,
-                               precheck)
+    env = envmod.capture(torch.device("cuda" if backend == "nccl" else "cpu"))
+    keys = [case_key_for(workload, s, env) for s in specs]
+    with table_kept_on_interrupt(workload, keys, Store(db), out):
+        records = _run_distributed(workload, specs, keys, env, backend, db, out, rerun, quiet or as_json,
+                                   timeout_s, precheck)
     show_records(records, columns, f"trainperf {workload}", as_json)
     write_records_csv(records, out, workload)
     return records
@@ -230,7 +237,6 @@ def ddp(
 ) -> None:
     """Time a data-parallel training step per gradient-sync variant (and PyTorch DDP / FSDP2)."""
     from trainperf.workloads.ddp import VARIANTS, DDPSpec, validate
-    from trainperf.workloads.ddp_rounds import rounds_table
 
     backend = dist_backend_or_default(dist_backend)
     gpu = backend == "nccl"
@@ -262,12 +268,27 @@ def ddp(
             continue
         for b in (buckets if a["variant"] in ("bucketed", "ddp") else [None]):
             specs.append(DDPSpec(bucket_mb=b, **a, **common))
-    records = _validate_run_show("ddp", specs, validate, DDP_COLUMNS, backend, out, db, rerun, quiet, as_json,
-                                 timeout)
+    try:
+        records = _validate_run_show("ddp", specs, validate, DDP_COLUMNS, backend, out, db, rerun, quiet,
+                                     as_json, timeout)
+    except Interrupted as stopped:  # the finished rounds' table beside the finished cases'
+        _write_rounds(stopped.records, out, quiet or as_json)
+        raise
+    table = _write_rounds(records, out, quiet or as_json)
+    if rounds > 1 and not as_json and not table.empty:
+        title = ("ddp in alternating rounds: step (ms) with its 95% interval; a lead over naive only "
+                 "where its interval clears 1")
+        console.print(frame_table(table, title=title))
+
+
+def _write_rounds(records: list[Record], out: Path, quiet: bool) -> pd.DataFrame:
+    """The rounds table of ddp records as `<out>/ddp_rounds.csv`, and its plot; the table."""
+    from trainperf.workloads.ddp_rounds import rounds_table
+
     table = rounds_table(records)
     if not table.empty:
         table.to_csv(out / "ddp_rounds.csv", index=False)
-        if plots_available(quiet or as_json):
+        if plots_available(quiet):
             from trainperf.core.plots import grouped_bars
 
             named = table.assign(setup=table.variant + table.shard_optimizer.map({True: " zero1", False: ""})
@@ -278,10 +299,7 @@ def ddp(
             grouped_bars(named, "setup", "world", "step_ms_median", out / "ddp_steps.png",
                          "ms per step (median over rounds, 95% interval)", "data-parallel step per variant",
                          errors="step_ms_ci95")
-        if rounds > 1 and not as_json:
-            title = ("ddp in alternating rounds: step (ms) with its 95% interval; a lead over naive only "
-                     "where its interval clears 1")
-            console.print(frame_table(table, title=title))
+    return table
 
 
 SHARD_COLUMNS: list[report.Column] = [

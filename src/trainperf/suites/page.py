@@ -129,6 +129,8 @@ def suite_section(folder: Path, link_base: Path, level: str = "##") -> str:
               f"- Commit {meta.get('commit') or 'unknown'}; raw records, environment and plots: "
               f"[{rel}]({rel}).",
               f"- Reproduce: `{meta.get('command', '')}`."]
+    lines += [f"- Interrupted: {p['name']} ({p['interrupted']})." for p in meta.get("parts", [])
+              if "interrupted" in p]
     lines += [f"- Left out: {p['name']} ({p['left_out']})." for p in meta.get("parts", []) if "left_out" in p]
     return "\n".join(lines) + "\n"
 

@@ -73,11 +73,15 @@ def run_suite(suite: Suite, results: Path, db: Path, invoke: Invoke, rerun: bool
     today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     folder = results / suite.name / folder_name(suite, env, gpus, today)
     folder.mkdir(parents=True, exist_ok=True)
-    with console_to(folder / "console.txt"):
-        _run_parts(suite, folder, db, invoke, env, on_gpu, gpus, today, rerun, quiet, say,
-                   parts or chosen_parts(suite, None))
     from trainperf.suites.page import write_report
 
+    try:
+        with console_to(folder / "console.txt"):
+            _run_parts(suite, folder, db, invoke, env, on_gpu, gpus, today, rerun, quiet, say,
+                       parts or chosen_parts(suite, None))
+    except KeyboardInterrupt:  # the parts so far, the interrupted one's finished cases, as a report
+        write_report(folder)
+        raise
     write_report(folder)
     return folder
 
@@ -85,7 +89,11 @@ def run_suite(suite: Suite, results: Path, db: Path, invoke: Invoke, rerun: bool
 def _run_parts(suite: Suite, folder: Path, db: Path, invoke: Invoke, env: dict[str, Any], on_gpu: bool,
                gpus: int, today: str, rerun: bool, quiet: bool, say, chosen: tuple[str, ...]) -> None:
     (folder / "env.json").write_text(json.dumps(env, indent=1, sort_keys=True, default=str) + "\n")
-    parts = []
+    parts: list[dict[str, str]] = []
+    only = "" if len(chosen) == len(suite.parts) else f" --part {','.join(chosen)}"
+    meta = {"suite": suite.name, "about": suite.about, "caption": suite.caption,
+            "command": f"trainperf suite run {suite.name}{only}",
+            "date": today, "commit": env.get("git_commit"), "parts": parts}
     for part in suite.parts:
         argv = part.argv(on_gpu, gpus)
         line = "trainperf " + " ".join(argv)
@@ -110,13 +118,15 @@ def _run_parts(suite: Suite, folder: Path, db: Path, invoke: Invoke, env: dict[s
         if part.stored:
             flags += ["--db", str(db), *(["--rerun"] if rerun else []), *(["--quiet"] if quiet else [])]
         code = invoke([*argv, *flags])
-        if code == INTERRUPTED:  # Ctrl-C inside a part: the suite stops the same way
+        if code == INTERRUPTED:  # Ctrl-C inside a part: the suite stops the same way, its files kept
+            parts.append({"name": part.name, "command": line,
+                          "interrupted": "stopped by Ctrl-C: the cases it finished"})
+            parts += [{"name": p.name, "command": "trainperf " + " ".join(p.argv(on_gpu, gpus)),
+                       "left_out": "not reached: the suite was interrupted"}
+                      for p in suite.parts[len(parts):]]
+            (folder / "suite.json").write_text(json.dumps(meta, indent=1) + "\n")
             raise KeyboardInterrupt(f"suite {suite.name} stopped in part {part.name}")
         if code:
             raise SuiteError(f"suite {suite.name}, part {part.name}: `{line}` stopped with exit code {code}")
         parts.append({"name": part.name, "command": line})
-    only = "" if len(chosen) == len(suite.parts) else f" --part {','.join(chosen)}"
-    meta = {"suite": suite.name, "about": suite.about, "caption": suite.caption,
-            "command": f"trainperf suite run {suite.name}{only}",
-            "date": today, "commit": env.get("git_commit"), "parts": parts}
     (folder / "suite.json").write_text(json.dumps(meta, indent=1) + "\n")
