@@ -305,6 +305,28 @@ def test_exposed_communication_is_the_nccl_time_no_computation_overlaps():
     assert communication_overlap(kernels[~kernels.name.str.contains("nccl")])["comm"] == 0
 
 
+def test_exposed_communication_with_no_computation_queued_is_the_host_s():
+    import pandas as pd
+
+    from trainperf.profiling.overlap import communication_overlap
+
+    # an all-gather runs over [0, 10] and a matmul over [0, 4]: [4, 10] is exposed. The next
+    # matmul starts at 10, as soon as the all-gather ends; the host launched it at `launched`
+    kernels = pd.DataFrame({"correlation": [1, 2, 3], "name": ["gemm", "ncclDevKernel_AllGather", "gemm"],
+                            "start": [0.0, 0.0, 10.0], "end": [4.0, 10.0, 14.0]})
+
+    def host_late(launched: float) -> float:
+        launches = pd.DataFrame({"correlation": [1, 2, 3], "start": [-1.0, -0.5, launched], "thread": 0})
+        got = communication_overlap(kernels, launches)
+        assert got["exposed"] == 6
+        return got["exposed_host"]
+
+    assert host_late(2.0) == 0  # queued through all of it: the matmul waited for the collective
+    assert host_late(8.0) == 4  # launched at 8: over [4, 8] the GPU had nothing else to run
+    assert host_late(10.0) == 6  # launched as the collective ended: all of it the host's
+    assert "exposed_host" not in communication_overlap(kernels)  # no launches, no split
+
+
 def test_a_rank_that_waited_for_its_peer_is_told_apart_from_the_one_the_step_waited_for():
     from trainperf.profiling.overlap import across_ranks
 
@@ -312,6 +334,8 @@ def test_a_rank_that_waited_for_its_peer_is_told_apart_from_the_one_the_step_wai
     early, late = {"comm": 65.0, "exposed": 65.0}, {"comm": 35.0, "exposed": 35.0}
     assert across_ranks([early, late]) == {"nccl_ms": 65.0, "exposed_comm_ms": 65.0,
                                            "exposed_comm_least_ms": 35.0}
+    early["exposed_host"], late["exposed_host"] = 5.0, 20.0  # the host share of the most exposed rank
+    assert across_ranks([early, late])["exposed_comm_host_ms"] == 5.0
 
 
 def test_a_case_far_beyond_a_gpu_is_refused_up_front_with_what_it_needs():

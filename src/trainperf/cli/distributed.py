@@ -205,7 +205,8 @@ DDP_COLUMNS: list[report.Column] = [
     ("compute ms", report.metric("compute_ms")),
     ("NCCL ms", report.metric("nccl_ms")), ("exposed comm ms", report.metric("exposed_comm_ms")),
     ("least exposed ms", report.metric("exposed_comm_least_ms")),
-    ("hidden", report.metric("hidden_share", 2)), ("comm alone ms", report.metric("comm_alone_ms")),
+    ("host-late ms", report.metric("exposed_comm_host_ms")), ("hidden", report.metric("hidden_share", 2)),
+    ("comm alone ms", report.metric("comm_alone_ms")),
     ("opt state MB", report.metric("opt_state_mb")),
     ("peak GB", report.metric("peak_mem_gb")), ("status", report.status), ("notes", report.notes),
 ]
@@ -312,7 +313,8 @@ SHARD_COLUMNS: list[report.Column] = [
     ("bwd ms", report.metric("backward_ms")), ("opt ms", report.metric("optimizer_ms")),
     ("exposed comm ms", report.metric("exposed_comm_ms")),
     ("least exposed ms", report.metric("exposed_comm_least_ms")),
-    ("tokens/s", report.metric("tokens_per_s")), ("MFU", report.metric("mfu", 3)),
+    ("host-late ms", report.metric("exposed_comm_host_ms")), ("tokens/s", report.metric("tokens_per_s")),
+    ("MFU", report.metric("mfu", 3)),
     ("recompute TFLOP", report.metric("recompute_tflop", 3)), ("peak GB", report.metric("peak_mem_gb")),
     ("status", report.status), ("notes", report.notes),
 ]

@@ -1,6 +1,12 @@
 """How much of a step's communication the computation hides, from its kernels (as Holistic Trace
 Analysis computes it): communication kernels are NCCL's, everything else is computation, and the
-exposed communication is the time when a communication kernel runs and no computation does."""
+exposed communication is the time when a communication kernel runs and no computation does.
+
+With the host's launch calls, exposed time splits in two. Where some computation kernel had been
+launched and had not started, the GPU had work queued that waited for the collective: that time
+the communication cost the step. Where none had, the host had not launched the next computation
+yet (`exposed_host`): the GPU would have idled without the collective too, so that time is the
+host's, and hiding the communication better would not win it back."""
 
 from __future__ import annotations
 
@@ -37,15 +43,42 @@ def is_communication(kernel_name: str) -> bool:
     return "nccl" in kernel_name.lower()
 
 
-def communication_overlap(kernels: pd.DataFrame) -> dict[str, float]:
+def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The parts of sorted, disjoint intervals `a` that no interval of sorted, disjoint `b` covers."""
+    out, j = [], 0
+    for start, end in a:
+        while j < len(b) and b[j][1] <= start:
+            j += 1
+        k, at = j, start
+        while k < len(b) and b[k][0] < end:
+            if b[k][0] > at:
+                out.append((at, b[k][0]))
+            at = max(at, b[k][1])
+            k += 1
+        if at < end:
+            out.append((at, end))
+    return out
+
+
+def communication_overlap(kernels: pd.DataFrame, launches: pd.DataFrame | None = None) -> dict[str, float]:
     """comm (time some communication kernel runs), exposed (of that, when no computation kernel
-    runs) and hidden_share (1 − exposed / comm), in the kernels' time unit."""
+    runs) and hidden_share (1 − exposed / comm), in the kernels' time unit; with the kernels'
+    `launches` (joined by correlation id), exposed_host: the exposed time when no computation
+    kernel was queued either (launched, not started)."""
     comm_mask = kernels["name"].map(is_communication)
     comm = _union(list(zip(kernels.start[comm_mask], kernels.end[comm_mask], strict=True)))
     compute = _union(list(zip(kernels.start[~comm_mask], kernels.end[~comm_mask], strict=True)))
     total = _length(comm)
-    exposed = total - _intersection(comm, compute)
-    return {"comm": total, "exposed": exposed, "hidden_share": 1 - exposed / total if total else float("nan")}
+    exposed = _minus(comm, compute)
+    found = {"comm": total, "exposed": _length(exposed),
+             "hidden_share": 1 - _length(exposed) / total if total else float("nan")}
+    if launches is not None:
+        queued_kernels = kernels[~comm_mask].merge(launches[["correlation", "start"]], on="correlation",
+                                                   suffixes=("", "_launch"))
+        pairs = zip(queued_kernels.start_launch, queued_kernels.start, strict=True)
+        queued = _union([(launched, start) for launched, start in pairs if launched < start])
+        found["exposed_host"] = _length(exposed) - _intersection(exposed, queued)
+    return found
 
 
 def across_ranks(traced: list[dict[str, float]]) -> dict[str, float]:
@@ -54,15 +87,20 @@ def across_ranks(traced: list[dict[str, float]]) -> dict[str, float]:
     its peers inside the collective, which its trace shows as exposed communication; the rank that
     waited least is the one the step waits for, so its exposed time is what communication costs
     the step, and the difference from the most is time ranks spent waiting for one another."""
-    return {"nccl_ms": max(t["comm"] for t in traced), "exposed_comm_ms": max(t["exposed"] for t in traced),
-            "exposed_comm_least_ms": min(t["exposed"] for t in traced)}
+    found = {"nccl_ms": max(t["comm"] for t in traced), "exposed_comm_ms": max(t["exposed"] for t in traced),
+             "exposed_comm_least_ms": min(t["exposed"] for t in traced)}
+    if all("exposed_host" in t for t in traced):  # of the rank with the most exposed time
+        found["exposed_comm_host_ms"] = max(traced, key=lambda t: t["exposed"])["exposed_host"]
+    return found
 
 
 def step_communication_ms(step, device) -> dict[str, float]:  # noqa: ANN001 - a callable, a device
     """One more call of `step` under the profiler: the milliseconds NCCL kernels run (`comm`), the
-    part of them that no computation kernel overlaps (`exposed`), and hidden_share."""
+    part of them that no computation kernel overlaps (`exposed`), of that the part with no
+    computation queued (`exposed_host`), and hidden_share."""
     from trainperf.profiling.torch_prof import profile_steps
 
-    found = communication_overlap(profile_steps(step, device).kernels)
+    trace = profile_steps(step, device)
+    found = communication_overlap(trace.kernels, trace.launches)
     return {"comm": found["comm"] / 1e3, "exposed": found["exposed"] / 1e3,
-            "hidden_share": found["hidden_share"]}
+            "exposed_host": found["exposed_host"] / 1e3, "hidden_share": found["hidden_share"]}

@@ -406,7 +406,7 @@ def shard_headline(parts: dict[str, Path]) -> pd.DataFrame:
     step_s = df["step_ms_median"] / 1e3 if "step_ms_median" in df else pd.Series(float("nan"), df.index)
     out["step s"] = _cell(df.assign(step_s=step_s), "step_s")
     for col, name in (("exposed_comm_ms", "exposed comm ms"), ("exposed_comm_least_ms", "least exposed ms"),
-                      ("optimizer_ms", "optimizer ms"),
+                      ("exposed_comm_host_ms", "host-late ms"), ("optimizer_ms", "optimizer ms"),
                       ("mfu", "MFU"), ("peak_mem_gb", "peak GB per rank")):
         if col in df:  # a column records from before it existed lack
             out[name] = df[col].map(lambda v: f"{v:.3g}" if pd.notna(v) else "")
@@ -465,7 +465,8 @@ def ddp_headline(parts: dict[str, Path]) -> pd.DataFrame:
 
 
 DDP_TRACE = {"compute_ms": "compute ms", "nccl_ms": "NCCL ms", "exposed_comm_ms": "exposed ms",
-             "exposed_comm_least_ms": "least exposed ms", "hidden_share": "hidden",
+             "exposed_comm_least_ms": "least exposed ms", "exposed_comm_host_ms": "host-late ms",
+             "hidden_share": "hidden",
              "opt_state_mb": "opt state MB"}
 
 

@@ -8,7 +8,8 @@ overlapping variants keep their chance to overlap). Measured per variant:
   nccl_ms          on GPUs, from the kernel trace of one more step on every rank: the time NCCL
                    kernels run (the most of any rank)
   exposed_comm_ms  of that, the time no computation kernel overlaps (the most of any rank;
-                   exposed_comm_least_ms the least: the rest is ranks waiting for one another)
+                   exposed_comm_least_ms the least: the rest is ranks waiting for one another;
+                   exposed_comm_host_ms the most exposed rank's part with no computation queued)
   hidden_share     1 − exposed / NCCL time (0: nothing overlapped; 1: all of it hidden), the
                    definition `shard` uses. Without kernels to trace (gloo on CPUs) the exposed
                    time is step_ms − compute_ms and the share is taken of comm_alone_ms

@@ -18,7 +18,8 @@ The choices a user tunes are the spec's fields:
 term (core/flops.py) for the model; what checkpointing recomputes is counted apart and not in MFU.
 On GPUs one more step runs under the profiler: `comm_ms` is the time NCCL kernels run and
 `exposed_comm_ms` the part of it that no computation kernel overlaps (the most of any rank;
-`exposed_comm_least_ms` the least, profiling/overlap.across_ranks says why).
+`exposed_comm_least_ms` the least, profiling/overlap.across_ranks says why; `exposed_comm_host_ms`
+the part with no computation queued, the host's, profiling/overlap says how).
 """
 
 from __future__ import annotations
