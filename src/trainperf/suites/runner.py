@@ -80,7 +80,8 @@ def run_suite(suite: Suite, results: Path, db: Path, invoke: Invoke, rerun: bool
             _run_parts(suite, folder, db, invoke, env, on_gpu, gpus, today, rerun, quiet, say,
                        parts or chosen_parts(suite, None))
     except KeyboardInterrupt:  # the parts so far, the interrupted one's finished cases, as a report
-        write_report(folder)
+        if (folder / "suite.json").exists():
+            write_report(folder)
         raise
     write_report(folder)
     return folder
