@@ -65,49 +65,55 @@ def _rank_worker(rank: int, world: int, workload: str, cases: list, db: str, env
     run_ranked_cases(rank, world, workload, cases, _measure_of(workload), rank_device(backend, rank), db, env)
 
 
-def _run_distributed(workload: str, specs: list, keys: list[str], env: dict[str, Any], backend: str,
-                     db: Path, out: Path, rerun: bool, quiet: bool, timeout_s: float,
-                     precheck: Any = None) -> list[Record]:
+def _run_distributed(workload: str, specs: list, backend: str, db: Path, out: Path, rerun: bool,
+                     quiet: bool, timeout_s: float, precheck: Any = None) -> list[Record]:
     """Group cases by world size, run each group under the supervisor (a failed case is a record and
-    the rest run in a fresh process group), return the stored records in order."""
+    the rest run in a fresh process group), return the stored records in order (on Ctrl-C, the
+    finished ones' table first)."""
     if existing_launch() is None:  # this host starts the ranks: can it?
         for world in sorted({s.world_size for s in specs}):
             problem = world_size_problem(world, backend)
             if problem:
                 raise SpecError(problem)
     device = torch.device("cuda" if backend == "nccl" else "cpu")
+    env = envmod.capture(device)
     store = Store(db)
-    todo = [(i, s) for i, (s, k) in enumerate(zip(specs, keys, strict=True))
-            if rerun or store.settled_case(k) is None]
-    if precheck is not None:  # a case that cannot fit is an oom record without running
-        for i, s in list(todo):
-            why = precheck(s, device)
-            if why:
-                store.append(Record(workload, spec_dict(s), "oom", reason=why, env=env))
-                todo.remove((i, s))
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, disable=quiet) as progress:
-        task = progress.add_task(workload, total=len(todo))
-        failed: dict[str, Record] = {}
-        for world, link in sorted({(s.world_size, getattr(s, "link", "auto")) for _, s in todo}):
-            cases = [(i, s) for i, s in todo if s.world_size == world and getattr(s, "link", "auto") == link]
-            if existing_launch() is not None:
-                try:
-                    launch(_rank_worker, world, backend, args=(workload, cases, str(db), env, backend),
-                           timeout_s=timeout_s)
-                except LaunchError as exc:
-                    raise SpecError(str(exc)) from None
-                continue
-            start = progress.tasks[0].completed
-            supervisor = Supervisor(workload, _measure_of(workload), world, backend, db, env, out / "logs",
-                                    timeout_s=timeout_s, say=lambda line: progress.console.print(
-                                        line, markup=False, highlight=False, soft_wrap=True),
-                                    on_progress=lambda done, start=start: progress.update(
-                                        task, completed=start + done), environ=LINKS[link])
-            failed.update({r.key: r for r in supervisor.run(cases)})
-            progress.update(task, completed=start + len(cases))
-    found = (failed.get(k) or store.find_case(k) for k in keys)  # an error record is not a finished case
-    return [r for r in found if r is not None]
+    keys = [case_key_for(workload, s, env) for s in specs]
+    with table_kept_on_interrupt(workload, keys, store, out):
+        todo = [(i, s) for i, (s, k) in enumerate(zip(specs, keys, strict=True))
+                if rerun or store.settled_case(k) is None]
+        if precheck is not None:  # a case that cannot fit is an oom record without running
+            for i, s in list(todo):
+                why = precheck(s, device)
+                if why:
+                    store.append(Record(workload, spec_dict(s), "oom", reason=why, env=env))
+                    todo.remove((i, s))
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err_console, disable=quiet) as progress:
+            task = progress.add_task(workload, total=len(todo))
+            failed: dict[str, Record] = {}
+            for world, link in sorted({(s.world_size, getattr(s, "link", "auto")) for _, s in todo}):
+                cases = [(i, s) for i, s in todo
+                         if s.world_size == world and getattr(s, "link", "auto") == link]
+                if existing_launch() is not None:
+                    try:
+                        launch(_rank_worker, world, backend, args=(workload, cases, str(db), env, backend),
+                               timeout_s=timeout_s)
+                    except LaunchError as exc:
+                        raise SpecError(str(exc)) from None
+                    continue
+                start = progress.tasks[0].completed
+                supervisor = Supervisor(
+                    workload, _measure_of(workload), world, backend, db, env, out / "logs",
+                    timeout_s=timeout_s,
+                    say=lambda line: progress.console.print(line, markup=False, highlight=False,
+                                                            soft_wrap=True),
+                    on_progress=lambda done, start=start: progress.update(task, completed=start + done),
+                    environ=LINKS[link])
+                failed.update({r.key: r for r in supervisor.run(cases)})
+                progress.update(task, completed=start + len(cases))
+        found = (failed.get(k) or store.find_case(k) for k in keys)  # an error record is not a finished case
+        return [r for r in found if r is not None]
 
 
 def _validate_run_show(workload: str, specs: list, validate: Any, columns: list[report.Column],
@@ -119,11 +125,8 @@ def _validate_run_show(workload: str, specs: list, validate: Any, columns: list[
     if not 0 < timeout_s < math.inf:
         raise SpecError(f"--timeout must be a positive number of seconds, got {timeout_s:g}")
     check_out_dir(out)
-    env = envmod.capture(torch.device("cuda" if backend == "nccl" else "cpu"))
-    keys = [case_key_for(workload, s, env) for s in specs]
-    with table_kept_on_interrupt(workload, keys, Store(db), out):
-        records = _run_distributed(workload, specs, keys, env, backend, db, out, rerun, quiet or as_json,
-                                   timeout_s, precheck)
+    records = _run_distributed(workload, specs, backend, db, out, rerun, quiet or as_json, timeout_s,
+                               precheck)
     show_records(records, columns, f"trainperf {workload}", as_json)
     write_records_csv(records, out, workload)
     return records
