@@ -88,32 +88,37 @@ def _run_distributed(workload: str, specs: list, backend: str, db: Path, out: Pa
                 if why:
                     store.append(Record(workload, spec_dict(s), "oom", reason=why, env=env))
                     todo.remove((i, s))
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=err_console, disable=quiet) as progress:
-            task = progress.add_task(workload, total=len(todo))
-            failed: dict[str, Record] = {}
-            for world, link in sorted({(s.world_size, getattr(s, "link", "auto")) for _, s in todo}):
-                cases = [(i, s) for i, s in todo
-                         if s.world_size == world and getattr(s, "link", "auto") == link]
-                if existing_launch() is not None:
-                    try:
-                        launch(_rank_worker, world, backend, args=(workload, cases, str(db), env, backend),
-                               timeout_s=timeout_s)
-                    except LaunchError as exc:
-                        raise SpecError(str(exc)) from None
-                    continue
-                start = progress.tasks[0].completed
-                supervisor = Supervisor(
-                    workload, _measure_of(workload), world, backend, db, env, out / "logs",
-                    timeout_s=timeout_s,
-                    say=lambda line: progress.console.print(line, markup=False, highlight=False,
-                                                            soft_wrap=True),
-                    on_progress=lambda done, start=start: progress.update(task, completed=start + done),
-                    environ=LINKS[link])
-                failed.update({r.key: r for r in supervisor.run(cases)})
-                progress.update(task, completed=start + len(cases))
+        failed = _supervise(workload, todo, backend, db, env, out, quiet, timeout_s)
         found = (failed.get(k) or store.find_case(k) for k in keys)  # an error record is not a finished case
         return [r for r in found if r is not None]
+
+
+def _supervise(workload: str, todo: list, backend: str, db: Path, env: dict[str, Any], out: Path, quiet: bool,
+               timeout_s: float) -> dict[str, Record]:
+    """Run the cases of `todo` (index, spec) one process group per world size and link, under the
+    supervisor here or in the launch that started this process; the failed cases' records by key."""
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, disable=quiet) as progress:
+        task = progress.add_task(workload, total=len(todo))
+        failed: dict[str, Record] = {}
+        for world, link in sorted({(s.world_size, getattr(s, "link", "auto")) for _, s in todo}):
+            cases = [(i, s) for i, s in todo if s.world_size == world and getattr(s, "link", "auto") == link]
+            if existing_launch() is not None:
+                try:
+                    launch(_rank_worker, world, backend, args=(workload, cases, str(db), env, backend),
+                           timeout_s=timeout_s)
+                except LaunchError as exc:
+                    raise SpecError(str(exc)) from None
+                continue
+            start = progress.tasks[0].completed
+            supervisor = Supervisor(workload, _measure_of(workload), world, backend, db, env, out / "logs",
+                                    timeout_s=timeout_s, say=lambda line: progress.console.print(
+                                        line, markup=False, highlight=False, soft_wrap=True),
+                                    on_progress=lambda done, start=start: progress.update(
+                                        task, completed=start + done), environ=LINKS[link])
+            failed.update({r.key: r for r in supervisor.run(cases)})
+            progress.update(task, completed=start + len(cases))
+    return failed
 
 
 def _validate_run_show(workload: str, specs: list, validate: Any, columns: list[report.Column],

@@ -112,16 +112,16 @@ class FlatSync(GradSync):
 class OverlapSync(GradSync):
     def __init__(self, model: nn.Module, reduce_dtype: torch.dtype | None = None) -> None:
         super().__init__(model, reduce_dtype)
-        self.pending: list[tuple[Reduction, torch.Tensor]] = []
+        self.pending: list[Reduction] = []
         self.hook(self._launch)
 
     def _launch(self, p: nn.Parameter) -> None:
-        self.pending.append((self.mean(p.grad, async_op=True), p.grad))
+        self.pending.append(self.mean(p.grad, async_op=True))
 
     def finish(self) -> None:
-        for work, grad in self.pending:
-            work.wait()
-            self.divided(grad)
+        for reduction in self.pending:
+            reduction.wait()
+            self.divided(reduction.tensor)
         self.pending.clear()
 
 

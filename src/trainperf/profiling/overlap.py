@@ -70,14 +70,15 @@ def communication_overlap(kernels: pd.DataFrame, launches: pd.DataFrame | None =
     compute = _union(list(zip(kernels.start[~comm_mask], kernels.end[~comm_mask], strict=True)))
     total = _length(comm)
     exposed = _minus(comm, compute)
-    found = {"comm": total, "exposed": _length(exposed),
-             "hidden_share": 1 - _length(exposed) / total if total else float("nan")}
+    exposed_total = _length(exposed)
+    found = {"comm": total, "exposed": exposed_total,
+             "hidden_share": 1 - exposed_total / total if total else float("nan")}
     if launches is not None:
         queued_kernels = kernels[~comm_mask].merge(launches[["correlation", "start"]], on="correlation",
                                                    suffixes=("", "_launch"))
         pairs = zip(queued_kernels.start_launch, queued_kernels.start, strict=True)
         queued = _union([(launched, start) for launched, start in pairs if launched < start])
-        found["exposed_host"] = _length(exposed) - _intersection(exposed, queued)
+        found["exposed_host"] = exposed_total - _intersection(exposed, queued)
     return found
 
 

@@ -35,7 +35,7 @@ from trainperf.core.errors import SpecError, Unsupported
 from trainperf.core.gpu_monitor import GpuMonitor
 from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
-from trainperf.distributed.fsdp import shard_decoder
+from trainperf.distributed.fsdp import fsdp2, shard_decoder
 from trainperf.distributed.grad_sync import (
     BucketedSync,
     FlatSync,
@@ -150,8 +150,6 @@ class DataParallelStep:
                     raise Unsupported(f"ddp with --reduce-dtype bf16: {exc}") from None
             self.sync = GradSync(model)
         elif variant == "fsdp2":
-            from trainperf.distributed.fsdp import fsdp2
-
             policy = {"mp_policy": fsdp2().MixedPrecisionPolicy(reduce_dtype=wire)} if compressed else {}
             try:
                 # FSDP2's default mesh is on the GPU whenever one is visible, even under gloo
