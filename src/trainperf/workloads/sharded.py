@@ -364,14 +364,17 @@ def flop_counts(spec: ShardSpec, matmul_params: int, checkpointed_layers: int) -
 
 def _time_steps(step: ShardedStep, spec: ShardSpec, device: torch.device) -> tuple[list, dict, float | None,
                                                                                    dict | None, dict]:
-    """Every rank's step times, this rank's median phase times, its peak memory (GB), its traced
-    communication (on GPUs) and its GPU's clocks and power while timing."""
+    """Every rank's step times, this rank's median phase times (the GPU's, and on GPUs the host's
+    time to launch each phase as `<phase>_host`), its peak memory (GB), its traced communication
+    (on GPUs) and its GPU's clocks and power while timing."""
     for _ in range(spec.warmup):
         step()
     timer = PhaseTimer(device)
     with GpuMonitor(device) as monitor:
         per_rank = per_rank_times(lambda: step(timer.phase), device, spec.iters)
     phases = {name: summarize(ms)["median"] for name, ms in timer.samples().items()}
+    if device.type == "cuda":  # launch-bound where a phase's host time comes close to its GPU time
+        phases.update({f"{name}_host": summarize(ms)["median"] for name, ms in timer.host_samples().items()})
     peak_gb = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
     traced = None
     if device.type == "cuda":  # one more step, profiled: how much communication the compute hides
