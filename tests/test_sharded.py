@@ -86,7 +86,9 @@ def test_every_sharding_and_checkpointing_matches_one_process(tmp_path, world, c
 
 def test_explicit_prefetching_and_keeping_layers_gathered_train_as_one_process(tmp_path):
     specs = [("prefetch 2", spec(shard="full", checkpoint="none", world_size=2, prefetch=2)),
-             ("no reshard", spec(shard="full", checkpoint="full", world_size=2, reshard_after_forward=False))]
+             ("no reshard", spec(shard="full", checkpoint="full", world_size=2, reshard_after_forward=False)),
+             ("two layers a unit", spec(shard="full", checkpoint="full", world_size=2, unit_layers=2,
+                                        prefetch=1))]
     out = tmp_path / "r.pt"
     launch(_train, 2, "gloo", args=(specs, str(out)))
     ref_losses, ref_params = single_process(specs[0][1])
@@ -95,10 +97,12 @@ def test_explicit_prefetching_and_keeping_layers_gathered_train_as_one_process(t
         torch.testing.assert_close(params, ref_params, rtol=1e-4, atol=1e-4, msg=name)
 
 
-def test_the_decoder_is_sharded_with_the_last_layer_kept_gathered_and_prefetch_chains():
+def _shard_fake_decoder(n_layers: int, **kw) -> tuple[list, list]:
+    """What shard_decoder asks of FSDP2 for `n_layers` layers: the units it shards (layer indices,
+    resharded after forward or not) and the prefetch calls of each unit's first layer."""
     from trainperf.distributed import fsdp
 
-    calls = []
+    calls, sharded = [], []
 
     class Layer(torch.nn.Linear):
         def set_modules_to_forward_prefetch(self, modules):
@@ -107,25 +111,55 @@ def test_the_decoder_is_sharded_with_the_last_layer_kept_gathered_and_prefetch_c
         def set_modules_to_backward_prefetch(self, modules):
             calls.append(("bwd", self.i, [m.i for m in modules]))
 
-    layers = [Layer(2, 2) for _ in range(4)]
+    layers = [Layer(2, 2) for _ in range(n_layers)]
     for i, layer in enumerate(layers):
         layer.i = i
-    sharded = []
 
     class FakeFsdp:
         @staticmethod
         def fully_shard(module, reshard_after_forward, **policy):
-            sharded.append((getattr(module, "i", "root"), reshard_after_forward))
+            unit = [m.i for m in module] if isinstance(module, list) else getattr(module, "i", "root")
+            sharded.append((unit, reshard_after_forward))
 
     original = fsdp.fsdp2
     fsdp.fsdp2 = lambda: FakeFsdp
     try:
-        fsdp.shard_decoder(torch.nn.Module(), layers, reshard_after_forward=True, prefetch=2)
+        fsdp.shard_decoder(torch.nn.Module(), layers, **kw)
     finally:
         fsdp.fsdp2 = original
+    return sharded, calls
+
+
+def test_the_decoder_is_sharded_with_the_last_layer_kept_gathered_and_prefetch_chains():
+    sharded, calls = _shard_fake_decoder(4, reshard_after_forward=True, prefetch=2)
     assert sharded == [(0, True), (1, True), (2, True), (3, False), ("root", False)]
     assert ("fwd", 0, [1, 2]) in calls and ("fwd", 3, []) in calls
     assert ("bwd", 3, [2, 1]) in calls and ("bwd", 0, []) in calls
+
+
+def test_units_of_layers_are_sharded_together_and_prefetch_whole_units():
+    sharded, calls = _shard_fake_decoder(5, reshard_after_forward=True, prefetch=1, unit_layers=2)
+    assert sharded == [([0, 1], True), ([2, 3], True), (4, False), ("root", False)]
+    assert sorted(calls) == [("bwd", 0, []), ("bwd", 2, [0]), ("bwd", 4, [2]),
+                             ("fwd", 0, [2]), ("fwd", 2, [4]), ("fwd", 4, [])]
+
+
+def test_a_torch_whose_fsdp2_takes_one_module_a_unit_gives_an_unsupported_row():
+    from trainperf.core.errors import Unsupported
+    from trainperf.distributed import fsdp
+
+    class OneModuleFsdp:
+        @staticmethod
+        def fully_shard(module, reshard_after_forward, **policy):
+            module.named_parameters()  # a list has none: AttributeError, as torch < 2.6 gives
+
+    original = fsdp.fsdp2
+    fsdp.fsdp2 = lambda: OneModuleFsdp
+    try:
+        with pytest.raises(Unsupported, match="--unit-layers 2"):
+            fsdp.shard_decoder(torch.nn.Module(), [torch.nn.Linear(2, 2) for _ in range(4)], unit_layers=2)
+    finally:
+        fsdp.fsdp2 = original
 
 
 def test_checkpointing_wraps_the_layers_its_policy_names():
@@ -204,6 +238,8 @@ def test_recomputed_flops_are_counted_apart_from_the_model_flops():
     (dict(shard="zero3"), "shard"),
     (dict(shard="none", offload=True), "sharded model"),
     (dict(float8="trainperf"), "float8"),  # trainperf's float8 MLP is the Llama step's alone
+    (dict(prefetch=-1), "number of units"),
+    (dict(unit_layers=0), "positive number of decoder layers"),
 ])
 def test_bad_specs_are_refused_with_their_reason(kw, message):
     with pytest.raises(SpecError, match=message):

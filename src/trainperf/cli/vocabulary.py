@@ -81,8 +81,10 @@ GLOSSARY: dict[str, str] = {
     "--in-place": "Whether the collective writes its result into its input buffer: on, off.",
     "--reshard-after-forward": "FSDP2 frees each layer's gathered parameters after its forward (the last "
                                "layer's never): on, off.",
-    "--prefetch": "FSDP2 layers gathered ahead explicitly in forward and backward (0: its implicit "
+    "--prefetch": "FSDP2 units gathered ahead explicitly in forward and backward (0: its implicit "
                   "prefetching).",
+    "--unit-layers": "Decoder layers FSDP2 gathers and reduces as one unit: fewer units, fewer of FSDP2's "
+                     "host-side hooks a step.",
     "--rounds": "Alternating rounds: every case measured this many times, each round running every case "
                 "once, so drift hits all alike.",
     "--link": "How the GPUs of one host talk under NCCL: auto (NCCL's choice: NVLink, peer to peer, shared "

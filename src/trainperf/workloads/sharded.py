@@ -84,7 +84,8 @@ class ShardSpec:
     float8: str = "off"  # torchao: the decoder's Linears in float8, gathered in float8 when sharded
     dist_backend: str = "nccl"
     reshard_after_forward: bool = True  # distributed/fsdp.py
-    prefetch: int = 0  # layers gathered ahead explicitly (0: FSDP2's implicit prefetching)
+    prefetch: int = 0  # units gathered ahead explicitly (0: FSDP2's implicit prefetching)
+    unit_layers: int = 1  # decoder layers a unit of FSDP2 gathers and reduces together
     vocab: int | None = None  # None: the preset's own, else 10000
     warmup: int = 2
     iters: int = 5
@@ -145,7 +146,9 @@ def validate(spec: ShardSpec) -> None:
     if spec.shard == "none" and spec.offload:
         raise SpecError("--offload on needs a sharded model (--shard full or hybrid)")
     if spec.prefetch < 0:
-        raise SpecError(f"--prefetch must be 0 (FSDP2's own) or a number of layers, got {spec.prefetch}")
+        raise SpecError(f"--prefetch must be 0 (FSDP2's own) or a number of units, got {spec.prefetch}")
+    if spec.unit_layers < 1:
+        raise SpecError(f"--unit-layers must be a positive number of decoder layers, got {spec.unit_layers}")
     try:
         spec.model_config()
     except ValueError as exc:
@@ -299,7 +302,8 @@ def shard_model(model: LMWithLoss, spec: ShardSpec, world: int, device: torch.de
         if device.type != "cuda":
             raise Unsupported("--offload on moves parameters from a GPU to the CPU: it needs a GPU")
         kw["offload_policy"] = fsdp.CPUOffloadPolicy()
-    return shard_decoder(model, model.lm.layers, spec.reshard_after_forward, spec.prefetch, **kw)
+    return shard_decoder(model, model.lm.layers, spec.reshard_after_forward, spec.prefetch, spec.unit_layers,
+                         **kw)
 
 
 class ShardedStep:
