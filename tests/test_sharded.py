@@ -301,6 +301,19 @@ def test_scaling_efficiency_is_against_the_same_choice_on_one_gpu():
                        "world_size": [1, 4, 4], "tokens_per_s": [100.0, 360.0, 300.0]})
     table = scaling_table(ok)
     assert table.efficiency.iloc[:2].tolist() == [1.0, 0.9] and pd.isna(table.efficiency.iloc[2])
+    four = ok.iloc[:2].assign(unit_layers=4, tokens_per_s=[50.0, 100.0])
+    units = scaling_table(pd.concat([ok.iloc[:2].assign(unit_layers=1), four]))
+    assert units.efficiency.tolist() == [1.0, 0.9, 1.0, 0.5]  # a unit size is a choice of its own
+    assert units.choice.tolist()[2:] == ["xl full ckpt=full unit=4"] * 2
+
+
+def test_ddp_is_measured_once_whatever_fsdp2_units_the_sweep_names(db, tmp_path):
+    res = runner.invoke(app, ["shard", "--world-size", "2", "--shard", "full,none", "--unit-layers", "1,2",
+                              "--iters", "1", "--warmup", "0", "--db", str(db), "--out", str(tmp_path),
+                              "--quiet"])
+    assert res.exit_code == 0, res.output
+    cases = sorted((r.spec["shard"], r.spec["unit_layers"]) for r in Store(db).records())
+    assert cases == [("full", 1), ("full", 2), ("none", 1)]
 
 
 def test_the_cs336_preset_is_the_leaderboard_model():

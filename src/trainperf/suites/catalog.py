@@ -649,9 +649,9 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "float8; the GPT LM's xl and "
           "2.7B (every layer checkpointed, each compiled) on one, two and all GPUs, sharded or replicated, "
           "at 8 x 1024 tokens in all (strong scaling) and 4 x 1024 a GPU (weak); and xl at 8 x 2048 tokens "
-          "on two GPUs per FSDP2 knob that decides how much communication the step hides (gathering a "
-          "layer ahead, keeping layers gathered for the backward), each layer compiled, beside the same "
-          "step on one GPU, eager and compiled.",
+          "on two GPUs per FSDP2 knob that decides how much communication the step hides (layers a unit, "
+          "keeping layers gathered for the backward), each layer compiled, beside the same step on one "
+          "GPU, eager and compiled. FSDP2 runs one and four layers a unit.",
           (Part("leaderboard", ("shard",),  # what keeping attention and 8 layers' activations buy
                 gpu={**_LEADERBOARD, "--checkpoint": "full,full+attn,all-but-8+attn", "--compile": "on",
                      "--attention": "fa4"},
@@ -662,10 +662,11 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                 gpu={**_LEADERBOARD, "--checkpoint": "all-but-8+attn", "--compile": "on",
                      "--attention": "sdpa-cudnn,fa4", "--float8": "off,torchao"},
                 cpu={"--model": "tiny", "--world-size": "2", "--float8": "off,torchao", **_TINY}, min_gpus=2),
-           Part("overlap", ("shard",),  # what hides FSDP2's collectives: gathering a layer ahead, keeping it
-                # gathered for the backward (eager, the host sets the pace: the docs have those rows)
+           Part("overlap", ("shard",),  # what hides FSDP2's collectives: fewer units, so the host runs ahead
+                # and issues each gather early; keeping layers gathered for the backward (eager, the host
+                # sets the pace: the docs have those rows)
                 gpu={**_XL_LONG, "--world-size": "2", "--optimizer": "adamw-fused", "--compile": "on",
-                     "--prefetch": "0,1", "--reshard-after-forward": "on,off"},
+                     "--unit-layers": "1,2,4", "--reshard-after-forward": "on,off"},
                 cpu={"--model": "tiny", "--world-size": "2", "--prefetch": "0,1",
                      "--reshard-after-forward": "on,off", "--warmup": "1", "--iters": "2"}, min_gpus=2),
            Part("one-gpu", ("shard",),
@@ -675,12 +676,12 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
            Part("weak", ("shard",),
                 gpu={"--model": "xl,2.7B", "--world-size": f"1,2,{GPUS}", "--shard": "full,none",
                      "--checkpoint": "full", "--seq": "1024", "--batch-per-rank": "4", "--compile": "on",
-                     "--optimizer": "adamw-fused", "--warmup": "2", "--iters": "5"},
+                     "--unit-layers": "1,4", "--optimizer": "adamw-fused", "--warmup": "2", "--iters": "5"},
                 cpu={"--model": "tiny", "--world-size": "1,2", "--batch-per-rank": "2", **_TINY}),
            Part("sizes", ("shard",),
                 gpu={"--model": "xl,2.7B", "--world-size": f"1,2,{GPUS}", "--shard": "full,none",
                      "--checkpoint": "full", "--seq": "1024", "--batch": "8", "--compile": "on",
-                     "--optimizer": "adamw-fused", "--warmup": "2", "--iters": "5"},
+                     "--unit-layers": "1,4", "--optimizer": "adamw-fused", "--warmup": "2", "--iters": "5"},
                 cpu={"--model": "tiny", "--world-size": "1,2", "--shard": "full,none", "--warmup": "1",
                      "--iters": "2"})),
           shard_headline,
