@@ -292,18 +292,19 @@ def test_batch_per_rank_grows_the_global_batch_with_the_world(db, tmp_path):
     assert "give --batch (the global batch) or --batch-per-rank, not both" in both.output
 
 
-def test_scaling_efficiency_is_against_the_same_choice_on_one_gpu():
+def test_scaling_efficiency_is_against_the_model_s_best_on_one_gpu():
     import pandas as pd
 
     from trainperf.workloads.sharded import scaling_table
 
-    ok = pd.DataFrame({"model": "xl", "shard": ["full", "full", "none"], "checkpoint": "full",
-                       "world_size": [1, 4, 4], "tokens_per_s": [100.0, 360.0, 300.0]})
+    ok = pd.DataFrame({"model": ["xl", "xl", "xl", "2.7B"], "shard": ["full", "full", "none", "full"],
+                       "checkpoint": "full", "world_size": [1, 4, 4, 2],
+                       "tokens_per_s": [100.0, 360.0, 300.0, 90.0]})
     table = scaling_table(ok)
-    assert table.efficiency.iloc[:2].tolist() == [1.0, 0.9] and pd.isna(table.efficiency.iloc[2])
+    assert table.efficiency.iloc[:3].tolist() == [1.0, 0.9, 0.75] and pd.isna(table.efficiency.iloc[3])
     four = ok.iloc[:2].assign(unit_layers=4, tokens_per_s=[50.0, 100.0])
     units = scaling_table(pd.concat([ok.iloc[:2].assign(unit_layers=1), four]))
-    assert units.efficiency.tolist() == [1.0, 0.9, 1.0, 0.5]  # a unit size is a choice of its own
+    assert units.efficiency.tolist() == [1.0, 0.9, 0.5, 0.25]  # the slower choice on one GPU starts below 1
     assert units.choice.tolist()[2:] == ["xl full ckpt=full unit=4"] * 2
 
 

@@ -162,6 +162,19 @@ def test_the_attention_headline_shows_kernel_and_host_time_where_they_were_measu
     assert cells["cudnn-fe"].startswith("unsupported")
 
 
+def test_the_shard_headline_names_the_fsdp2_unit_where_cases_differ_in_it(tmp_path):
+    from trainperf.suites.catalog import shard_headline
+    base = dict(model="xl", world_size=2, shard="full", checkpoint="full", loss="torch", compile=True,
+                optimizer="adamw-fused", prefetch=0, reshard_after_forward=False, attention="sdpa",
+                float8="off", batch=8, seq=2048, status="ok")
+    (tmp_path / "p").mkdir()
+    pd.DataFrame([dict(base, unit_layers=k, step_ms_median=ms) for k, ms in ((1, 324.3), (4, 335.8))]).to_csv(
+        tmp_path / "p" / "shard.csv", index=False)
+    table = shard_headline({"p": tmp_path / "p"})
+    assert table.unit_layers.tolist() == [1, 4] and table["step s"].tolist() == ["0.324", "0.336"]
+    assert "attention" not in table  # one attention kernel: no column for it
+
+
 def test_a_section_shows_each_part_s_first_plot_before_any_part_s_second(tmp_path):
     from trainperf.suites.page import shown_plots
     for part, plots in {"llama": ["iteration_time", "speedup"], "llama-more": ["iteration_time", "speedup"],

@@ -426,7 +426,7 @@ def shard(
         from trainperf.workloads.sharded import scaling_table
 
         line_grid(scaling_table(ok), "GPUs", [("tokens/s per GPU", "tokens/s per GPU"),
-                                              ("efficiency", "tokens/s per GPU over one GPU's")],
+                                              ("efficiency", "over the model's best on one GPU")],
                   "choice", path, title="scaling: tokens/s per GPU against world size", logx=False,
                   logy=False)
         if not (quiet or as_json):
