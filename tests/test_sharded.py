@@ -84,6 +84,35 @@ def test_every_sharding_and_checkpointing_matches_one_process(tmp_path, world, c
         torch.testing.assert_close(params, ref_params, rtol=1e-4, atol=1e-4, msg=name)
 
 
+def _gradients_are_bf16_values(rank, world, cases, out_path):
+    """Per case: whether every gradient element this rank holds after one backward is a bf16 value."""
+    results = {}
+    for name, s in cases:
+        step = ShardedStep(s, rank, world, torch.device("cpu"))
+        step.model(step.x, step.y).backward()
+        grads = [p.grad for p in step.model.parameters()]
+        flat = torch.cat([(g.to_local() if hasattr(g, "to_local") else g).flatten() for g in grads])
+        results[name] = bool(torch.equal(flat, flat.bfloat16().float())) and flat.abs().sum().item() > 0
+    if rank == 0:
+        torch.save(results, out_path)
+
+
+def test_fsdp2_reduces_gradients_in_bf16_when_asked_and_in_fp32_otherwise(tmp_path):
+    specs = [(d, spec(shard="full", reduce_dtype=d)) for d in ("fp32", "bf16")]
+    out = tmp_path / "r.pt"
+    launch(_gradients_are_bf16_values, 2, "gloo", args=(specs, str(out)))
+    assert torch.load(out) == {"fp32": False, "bf16": True}
+
+
+def test_ddp_with_bf16_gradients_on_gloo_is_an_unsupported_row_naming_nccl(db, tmp_path):
+    res = runner.invoke(app, ["shard", "--world-size", "2", "--shard", "none", "--reduce-dtype", "bf16",
+                              "--iters", "1", "--warmup", "0", "--db", str(db), "--out", str(tmp_path),
+                              "--quiet"])
+    assert res.exit_code == 0, res.output
+    (rec,) = Store(db).records()
+    assert rec.status == "unsupported" and "NCCL" in rec.reason and "--reduce-dtype bf16" in rec.reason
+
+
 def test_explicit_prefetching_and_keeping_layers_gathered_train_as_one_process(tmp_path):
     specs = [("prefetch 2", spec(shard="full", checkpoint="none", world_size=2, prefetch=2)),
              ("no reshard", spec(shard="full", checkpoint="full", world_size=2, reshard_after_forward=False)),

@@ -316,8 +316,9 @@ SHARD_COLUMNS: list[report.Column] = [
     ("ckpt", report.spec("checkpoint")), ("reshard", report.spec("reshard_after_forward")),
     ("prefetch", report.spec("prefetch")), ("unit", report.spec("unit_layers")),
     ("batch x seq", lambda r: f"{r.spec['batch']}x{r.spec['seq']}"),
-    ("dtype", report.spec("dtype")), ("optimizer", report.spec("optimizer")),
-    ("loss", report.spec("loss")), ("compiled", report.spec("compile")), ("float8", report.spec("float8")),
+    ("dtype", report.spec("dtype")), ("grads", report.spec("reduce_dtype")),
+    ("optimizer", report.spec("optimizer")), ("loss", report.spec("loss")),
+    ("compiled", report.spec("compile")), ("float8", report.spec("float8")),
     ("step ms", report.metric("step_ms_median")), ("fwd ms", report.metric("forward_ms")),
     ("bwd ms", report.metric("backward_ms")), ("opt ms", report.metric("optimizer_ms")),
     ("exposed comm ms", report.metric("exposed_comm_ms")),
@@ -327,6 +328,17 @@ SHARD_COLUMNS: list[report.Column] = [
     ("recompute TFLOP", report.metric("recompute_tflop", 3)), ("peak GB", report.metric("peak_mem_gb")),
     ("status", report.status), ("notes", report.notes),
 ]
+
+
+def draw_scaling(ok: pd.DataFrame, path: Path) -> Path:
+    """Tokens/s per GPU and scaling efficiency against world size, one line per choice."""
+    from trainperf.core.plots import line_grid
+    from trainperf.workloads.sharded import scaling_table
+
+    line_grid(scaling_table(ok), "GPUs", [("tokens/s per GPU", "tokens/s per GPU"),
+                                          ("efficiency", "over the model's best on one GPU")],
+              "choice", path, title="scaling: tokens/s per GPU against world size", logx=False, logy=False)
+    return path
 
 
 @app.command(cls=RenamedFlags)
@@ -350,6 +362,7 @@ def shard(
     reshard_after_forward: str = option("--reshard-after-forward", "on", "Comma list ok."),
     prefetch: str = option("--prefetch", "0", "Comma list ok."),
     unit_layers: str = option("--unit-layers", "1", "Comma list ok."),
+    reduce_dtype: str = option("--reduce-dtype", "fp32", "Comma list ok."),
     compile: str = option("--compile", "off", "Here: off, on (each decoder layer); comma list ok."),
     attention: str = option("--attention", "sdpa", "Comma list ok."),
     loss: str = option("--loss", "torch", "Comma list ok."),
@@ -390,6 +403,7 @@ def shard(
                  reshard_after_forward=parse_list(reshard_after_forward, on_off, "--reshard-after-forward"),
                  prefetch=parse_list(prefetch, int, "--prefetch"),
                  unit_layers=parse_list(unit_layers, int, "--unit-layers"),
+                 reduce_dtype=parse_list(reduce_dtype, str, "--reduce-dtype", ("fp32", "bf16")),
                  compile=parse_list(compile, on_off, "--compile"),
                  attention=parse_list(attention, str, "--attention", NAMES),
                  loss=parse_list(loss, str, "--loss", LOSSES),
@@ -420,14 +434,6 @@ def shard(
             console.print(frame_table(made, title=title))
     ok = frame[frame.status == "ok"] if not frame.empty else frame
     if not ok.empty and ok.world_size.nunique() > 1 and plots_available(quiet or as_json):
-        from trainperf.core.plots import line_grid
-
-        path = out / "shard_scaling.png"
-        from trainperf.workloads.sharded import scaling_table
-
-        line_grid(scaling_table(ok), "GPUs", [("tokens/s per GPU", "tokens/s per GPU"),
-                                              ("efficiency", "over the model's best on one GPU")],
-                  "choice", path, title="scaling: tokens/s per GPU against world size", logx=False,
-                  logy=False)
+        path = draw_scaling(ok, out / "shard_scaling.png")
         if not (quiet or as_json):
             err_console.print(f"wrote {path}")

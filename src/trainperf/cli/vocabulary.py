@@ -94,7 +94,7 @@ GLOSSARY: dict[str, str] = {
     "--dist-backend": "torch.distributed backend: nccl, gloo (default: nccl with GPUs, else gloo).",
     "--variant": "Gradient-sync variants.",
     "--reduce-dtype": "The gradients' dtype on the wire: fp32 (their own), bf16 (half the bytes; cast for "
-                      "the all-reduce and back, as DDP's bf16 compression hook does).",
+                      "the reduction and back, as DDP's bf16 compression hook does).",
     "--bucket-mb": "Gradient bucket sizes in MB (bucketed and ddp variants).",
     "--shard": "How the model is split over the ranks: full (FSDP2), hybrid (HSDP: sharded within a "
                "host, replicated across hosts), none (plain data parallel).",

@@ -400,7 +400,8 @@ def shard_headline(parts: dict[str, Path]) -> pd.DataFrame:
     if df.empty:
         return df
     knobs = [c for c in ("optimizer", "prefetch", "reshard_after_forward") if c in df]
-    knobs += [c for c in ("unit_layers", "attention", "float8") if c in df and df[c].nunique() > 1]
+    varied = ("unit_layers", "reduce_dtype", "attention", "float8")  # shown where the cases differ in them
+    knobs += [c for c in varied if c in df and df[c].nunique() > 1]
     out = df[["model", "world_size", "shard", "checkpoint", "loss", "compile", *knobs]].copy()
     out["tokens"] = df["batch"].astype(str) + " x " + df["seq"].astype(str)
     step_s = df["step_ms_median"] / 1e3 if "step_ms_median" in df else pd.Series(float("nan"), df.index)

@@ -57,6 +57,16 @@ OPTIMIZERS = {"adamw": torch.optim.AdamW, "adamw-fused": partial(torch.optim.Ada
               "sgd": torch.optim.SGD}
 
 
+def send_gradients_in_bf16(model: nn.parallel.DistributedDataParallel) -> None:
+    """DDP all-reduces each bucket in bf16 and writes the mean back (PyTorch's compression hook)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    try:
+        model.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    except TypeError as exc:  # the hook wants NCCL (or XCCL)
+        raise Unsupported(f"ddp with --reduce-dtype bf16: {exc}") from None
+
+
 @dataclass(frozen=True)
 class DDPSpec:
     variant: str
@@ -142,12 +152,7 @@ class DataParallelStep:
             ids = [device.index] if device.type == "cuda" else None
             model = nn.parallel.DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=spec.bucket_mb)
             if compressed:
-                from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-                try:
-                    model.register_comm_hook(None, default_hooks.bf16_compress_hook)
-                except TypeError as exc:  # the hook wants NCCL (or XCCL)
-                    raise Unsupported(f"ddp with --reduce-dtype bf16: {exc}") from None
+                send_gradients_in_bf16(model)
             self.sync = GradSync(model)
         elif variant == "fsdp2":
             policy = {"mp_policy": fsdp2().MixedPrecisionPolicy(reduce_dtype=wire)} if compressed else {}

@@ -12,6 +12,8 @@ The choices a user tunes are the spec's fields:
               attention (its forward is a third of a long sequence's FLOPs, its output one width)
   dtype       bf16 (FSDP2 gathers and computes in bf16 and reduces gradients in fp32 over fp32
               master weights; DDP runs under autocast) | fp32
+  reduce_dtype  the gradients on the wire: fp32 | bf16 (half the bytes: FSDP2's reduce-scatter in
+              bf16, DDP's buckets through PyTorch's bf16 compression hook)
   optimizer   adamw | adamw-fused;  offload (FSDP2 keeps parameters and optimizer state on the
               CPU);  compile (each decoder layer compiled);  attention and loss by name
 `batch` is the global batch; each rank takes its slice. FLOPs: 6·N·tokens plus the attention
@@ -48,7 +50,7 @@ from trainperf.models.lm import LMConfig, TransformerLM, lm_loss
 from trainperf.models.peers import apply_float8, precompute_float8_scales
 from trainperf.models.presets import PRESETS, get_preset
 from trainperf.workloads.ddp import OPTIMIZERS as MAKE_OPTIMIZER
-from trainperf.workloads.ddp import release_memory, seeded_tokens
+from trainperf.workloads.ddp import REDUCE_DTYPES, release_memory, seeded_tokens, send_gradients_in_bf16
 from trainperf.workloads.precision import autocast
 from trainperf.workloads.step import LOSSES, Phase, no_phase
 
@@ -86,6 +88,7 @@ class ShardSpec:
     reshard_after_forward: bool = True  # distributed/fsdp.py
     prefetch: int = 0  # units gathered ahead explicitly (0: FSDP2's implicit prefetching)
     unit_layers: int = 1  # decoder layers a unit of FSDP2 gathers and reduces together
+    reduce_dtype: str = "fp32"  # the gradients' dtype on the wire (FSDP2's reduce-scatter, DDP's all-reduce)
     vocab: int | None = None  # None: the preset's own, else 10000
     warmup: int = 2
     iters: int = 5
@@ -134,6 +137,7 @@ def validate(spec: ShardSpec) -> None:
     check_choice("dtype", spec.dtype, ("fp32", "bf16"))
     check_choice("loss", spec.loss, LOSSES)
     check_choice("float8", spec.float8, FLOAT8)
+    check_choice("reduce_dtype", spec.reduce_dtype, REDUCE_DTYPES)
     check_choice("dist_backend", spec.dist_backend, ("nccl", "gloo"))
     given_vocab = ("vocab",) if spec.vocab is not None else ()
     check_positive(spec, "seq", "batch", "iters", "world_size", *given_vocab)
@@ -285,9 +289,13 @@ def hybrid_groups(world: int) -> tuple[int, int]:
 
 def shard_model(model: LMWithLoss, spec: ShardSpec, world: int, device: torch.device) -> nn.Module:
     """The model as the spec shards it: FSDP2 per decoder layer and at the root, or DDP."""
+    wire = REDUCE_DTYPES[spec.reduce_dtype]
     if spec.shard == "none":
         ids = [device.index] if device.type == "cuda" else None
-        return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        if wire != torch.float32:
+            send_gradients_in_bf16(ddp)
+        return ddp
     from torch.distributed.device_mesh import init_device_mesh
 
     fsdp = fsdp2()
@@ -296,8 +304,9 @@ def shard_model(model: LMWithLoss, spec: ShardSpec, world: int, device: torch.de
     else:
         mesh = init_device_mesh(device.type, (world,))
     kw: dict[str, Any] = {"mesh": mesh}
-    if spec.dtype == "bf16":
-        kw["mp_policy"] = fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    if spec.dtype == "bf16" or wire != torch.float32:
+        param_dtype = torch.bfloat16 if spec.dtype == "bf16" else None
+        kw["mp_policy"] = fsdp.MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=wire)
     if spec.offload:
         if device.type != "cuda":
             raise Unsupported("--offload on moves parameters from a GPU to the CPU: it needs a GPU")
