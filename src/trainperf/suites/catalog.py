@@ -652,7 +652,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "at 8 x 1024 tokens in all (strong scaling) and 4 x 1024 a GPU (weak); and xl at 8 x 2048 tokens "
           "on two GPUs per FSDP2 knob that decides how much communication the step hides (layers a unit, "
           "keeping layers gathered for the backward), each layer compiled, beside the same step on one "
-          "GPU, eager and compiled. FSDP2 runs one and four layers a unit.",
+          "GPU, eager and compiled. FSDP2 runs one and four layers a unit; weak scaling also with the "
+          "gradients reduced in bf16.",
           (Part("leaderboard", ("shard",),  # what keeping attention and 8 layers' activations buy
                 gpu={**_LEADERBOARD, "--checkpoint": "full,full+attn,all-but-8+attn", "--compile": "on",
                      "--attention": "fa4"},
@@ -679,6 +680,12 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "--checkpoint": "full", "--seq": "1024", "--batch-per-rank": "4", "--compile": "on",
                      "--unit-layers": "1,4", "--optimizer": "adamw-fused", "--warmup": "2", "--iters": "5"},
                 cpu={"--model": "tiny", "--world-size": "1,2", "--batch-per-rank": "2", **_TINY}),
+           Part("weak-bf16", ("shard",),  # the weak part with half the gradient bytes on the wire
+                gpu={"--model": "xl,2.7B", "--world-size": f"1,{GPUS}", "--shard": "full,none",
+                     "--checkpoint": "full", "--seq": "1024", "--batch-per-rank": "4", "--compile": "on",
+                     "--reduce-dtype": "bf16", "--optimizer": "adamw-fused", "--warmup": "2", "--iters": "5"},
+                cpu={"--model": "tiny", "--world-size": "1,2", "--batch-per-rank": "2", "--reduce-dtype": "bf16",
+                     **_TINY}),
            Part("sizes", ("shard",),
                 gpu={"--model": "xl,2.7B", "--world-size": f"1,2,{GPUS}", "--shard": "full,none",
                      "--checkpoint": "full", "--seq": "1024", "--batch": "8", "--compile": "on",
