@@ -173,6 +173,11 @@ def test_the_shard_headline_names_the_fsdp2_unit_where_cases_differ_in_it(tmp_pa
     table = shard_headline({"p": tmp_path / "p"})
     assert table.unit_layers.tolist() == [1, 4] and table["step s"].tolist() == ["0.324", "0.336"]
     assert "attention" not in table  # one attention kernel: no column for it
+    (tmp_path / "q").mkdir()  # a part measured with bf16 gradients beside one from before the setting
+    pd.DataFrame([dict(base, unit_layers=1, reduce_dtype="bf16", step_ms_median=300.0)]).to_csv(
+        tmp_path / "q" / "shard.csv", index=False)
+    both = shard_headline({"p": tmp_path / "p", "q": tmp_path / "q"})
+    assert both.reduce_dtype.tolist() == ["fp32", "fp32", "bf16"]
 
 
 def test_a_section_shows_each_part_s_first_plot_before_any_part_s_second(tmp_path):

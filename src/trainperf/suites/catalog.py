@@ -396,9 +396,13 @@ def _one(r) -> str:  # noqa: ANN001
 
 
 def shard_headline(parts: dict[str, Path]) -> pd.DataFrame:
+    from trainperf.core.legacy import ADDED_FIELDS
+
     df = pd.concat([_read(folder, "shard.csv") for folder in parts.values()], ignore_index=True)
     if df.empty:
         return df
+    for col, default in ADDED_FIELDS["shard"].items():  # a table from before a setting: its default
+        df[col] = df[col].fillna(default) if col in df else default
     knobs = [c for c in ("optimizer", "prefetch", "reshard_after_forward") if c in df]
     varied = ("unit_layers", "reduce_dtype", "attention", "float8")  # shown where the cases differ in them
     knobs += [c for c in varied if c in df and df[c].nunique() > 1]
