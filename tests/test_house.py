@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).parents[1]
 SRC = ROOT / "src"
-DATA = {".csv", ".json", ".txt", ".png", ".md", ".db", ".log"}
+DATA = {".csv", ".json", ".txt", ".png", ".md", ".db", ".log", ".gz"}  # .gz: a trace, compressed
 
 
 def module_name(path: Path) -> str:
