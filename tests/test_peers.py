@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from trainperf.cli import app
 from trainperf.core.record import Record
 from trainperf.core.store import Store
+from trainperf.models import peers
 from trainperf.workloads import parity
 from trainperf.workloads.llama_sdpa import RECIPES, LlamaStep, recipe_setup, setup_spec
 
@@ -268,8 +269,10 @@ def test_parity_cli_trains_each_recipe_from_the_same_start(db, tmp_path):
 def test_each_recipe_s_first_loss_and_gradients_match_stock(recipe):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    needs = {"liger": ("liger_kernel",), "liger-compile": ("liger_kernel",), "fp8": ("torchao",),
-             "fa4": ("flash_attn.cute",), "liger-fa4": ("liger_kernel", "flash_attn.cute")}
+    needs = {"liger": ("liger_kernel",), "liger-compile": ("liger_kernel",),
+             "fa4": ("flash_attn.cute",), "liger-fa4": ("liger_kernel", "flash_attn.cute"),
+             **{r: ("torchao",) for r, setup in RECIPES.items()
+                if setup.get("float8", "").startswith("torchao")}}
     for package in needs.get(recipe, ()):
         pytest.importorskip(package)
 
@@ -595,3 +598,16 @@ def test_the_fastest_step_s_energy_is_set_against_the_best_peer_s_where_both_wer
     row = _against_best(ok, "fast", ("liger",))
     assert row["1x8"] == "1.60x over liger (memory 1.25x; energy 0.75x)"
     assert row["2x4"] == "1.60x over liger (memory 1.25x)"  # the peer's energy unread: no ratio
+
+
+def test_torchao_s_float8_takes_the_decoder_products_each_choice_names():
+    from trainperf.models import hf_llama
+
+    model = hf_llama.build_model(hf_llama.load_config("tiny"), torch.float32, torch.device("cpu"))
+    taken = {products: {fqn.rsplit(".", 1)[-1] for fqn, m in model.named_modules()
+                        if peers.float8_takes(products)(m, fqn)}
+             for products in ("all", "mlp", "attention")}
+    assert taken["mlp"] == {"gate_proj", "up_proj", "down_proj"}
+    assert taken["attention"] == {"q_proj", "k_proj", "v_proj", "o_proj"}
+    assert taken["all"] == taken["mlp"] | taken["attention"]  # never the LM head
+    assert set(peers.TORCHAO_FLOAT8) <= set(peers.FLOAT8)

@@ -59,7 +59,7 @@ GLOSSARY: dict[str, str] = {
     "--fast": "trainperf's fastest step: its best swaps and compile mode, and FlashAttention 4, "
               "quack's fused MLP and quack's tuned GEMMs where they run.",
     "--recipe": "Named setups, each a row of the same run: stock, compile, liger, liger-compile, fast, fp8, "
-                "fp8-trainperf, fa4, liger-fa4.",
+                "fp8-mlp, fp8-attention, fp8-rowwise, fp8-trainperf, fa4, liger-fa4.",
     "--train-steps": "Optimizer steps of a loss-parity run (untimed).",
     "--stock-seeds": "Stock's runs from other weights and batch orders of the same task: the band of its own "
                      "noise that a recipe's loss is judged against.",
@@ -70,7 +70,9 @@ GLOSSARY: dict[str, str] = {
     "--lr": "Learning rate.",
     "--library": "Kernel library patched into the model: none, liger (Liger Kernel).",
     "--float8": ("Float8 training: off, torchao (every decoder Linear, scales from each tensor's "
-                 "amax), trainperf (the MLP, trainperf's kernels, scales from earlier iterations' amax)."),
+                 "amax; torchao-mlp, torchao-attention: the MLP's or the attention projections' alone; "
+                 "torchao-rowwise: a scale per row), trainperf (the MLP, trainperf's kernels, scales from "
+                 "earlier iterations' amax)."),
     "--graph": "How the timed iterations launch: off (kernel by kernel), step (the whole iteration "
                "captured once as a CUDA graph and replayed; with FA4 or CUDNN_FE and input embeddings).",
     "--op": "Collectives.",

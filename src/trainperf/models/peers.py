@@ -16,7 +16,13 @@ import torch
 from trainperf.core.errors import Unsupported
 
 LIBRARIES = ("none", "liger")
-FLOAT8 = ("off", "torchao", "trainperf")  # trainperf: its own float8 MLP (kernels/float8_mlp.py)
+FLOAT8 = ("off", "torchao", "torchao-mlp", "torchao-attention", "torchao-rowwise",
+          "trainperf")  # trainperf: its own float8 MLP (kernels/float8_mlp.py)
+# torchao's float8 choices: the decoder's products they take and how they scale. The narrower ones
+# tell which products or which scaling move a float8 run's loss off stock's band (docs/peers.md).
+TORCHAO_FLOAT8 = {"torchao": ("all", "tensorwise"), "torchao-mlp": ("mlp", "tensorwise"),
+                  "torchao-attention": ("attention", "tensorwise"), "torchao-rowwise": ("all", "rowwise")}
+_PRODUCTS = {"all": "", "mlp": ".mlp.", "attention": ".self_attn."}  # in a transformers Llama's module names
 INSTALL = {"liger": "pip install 'trainperf[liger]' (liger-kernel)",
            "torchao": "pip install 'trainperf[float8]' (torchao)"}
 _LIGER_PATCHED = ("apply_rotary_pos_emb", "LlamaRMSNorm", "LlamaMLP")
@@ -50,26 +56,38 @@ def apply_liger(model: torch.nn.Module) -> tuple[Callable[[], None], HiddenLoss]
     return undo, lambda hidden, weight, targets: flce(weight, hidden, targets)
 
 
-def apply_float8(model: torch.nn.Module, fsdp_all_gather: bool = False) -> None:
-    """torchao's float8 training (dynamic tensorwise scaling, scales rounded to powers of two) on
-    every Linear of the decoder layers whose dims float8 GEMMs take (multiples of 16); the LM head
-    stays bf16. A power-of-two scale multiplies exactly, so scaling adds no rounding of its own
-    (torchao's rowwise recipe rounds its scales so too); docs/peers.md has what it does to the
-    loss curve. `fsdp_all_gather`: FSDP2 gathers those weights in float8, half the bytes of bf16
-    (call before fully_shard, and `precompute_float8_scales` after each optimizer step)."""
+def float8_takes(products: str) -> Callable[[torch.nn.Module, str], bool]:
+    """torchao's module filter: the decoder's Linears among `products` (all, mlp, attention) whose
+    dims float8 GEMMs take (multiples of 16); never the LM head."""
+    mark = _PRODUCTS[products]
+
+    def takes(module: torch.nn.Module, fqn: str) -> bool:
+        return (isinstance(module, torch.nn.Linear) and "lm_head" not in fqn and mark in fqn
+                and module.in_features % 16 == 0 and module.out_features % 16 == 0)
+
+    return takes
+
+
+def apply_float8(model: torch.nn.Module, fsdp_all_gather: bool = False, products: str = "all",
+                 scaling: str = "tensorwise") -> None:
+    """torchao's float8 training on the decoder's Linears among `products` (float8_takes); the LM
+    head stays bf16. `tensorwise`: dynamic scaling from each tensor's amax, scales rounded to powers
+    of two, which multiply exactly, so scaling adds no rounding of its own; `rowwise`: torchao's
+    rowwise recipe (a scale per row, also powers of two). docs/peers.md has what each does to the
+    loss curve. `fsdp_all_gather` (tensorwise): FSDP2 gathers those weights in float8, half the
+    bytes of bf16 (call before fully_shard, and `precompute_float8_scales` after each optimizer step)."""
     _need("torchao", "torchao")
     device = next(model.parameters()).device
     if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 9):
         raise Unsupported("float8 torchao needs a GPU with float8 tensor cores (sm_89 or newer)")
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-    def takes(module: torch.nn.Module, fqn: str) -> bool:
-        return (isinstance(module, torch.nn.Linear) and "lm_head" not in fqn
-                and module.in_features % 16 == 0 and module.out_features % 16 == 0)
-
-    config = Float8LinearConfig(round_scales_to_power_of_2=True,
-                                enable_fsdp_float8_all_gather=fsdp_all_gather)
-    convert_to_float8_training(model, config=config, module_filter_fn=takes)
+    if scaling == "rowwise":
+        config = Float8LinearConfig.from_recipe_name("rowwise")
+    else:
+        config = Float8LinearConfig(round_scales_to_power_of_2=True,
+                                    enable_fsdp_float8_all_gather=fsdp_all_gather)
+    convert_to_float8_training(model, config=config, module_filter_fn=float8_takes(products))
 
 
 def precompute_float8_scales(model: torch.nn.Module) -> None:

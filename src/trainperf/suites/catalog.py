@@ -594,6 +594,15 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           draws_headline,
           "The largest deviation of each recipe's smoothed loss from stock's run of the same draw "
           "(8 x 1024 tokens), per draw; the verdicts against stock's band are in parity/parity_band.csv."),
+    Suite("float8-causes",
+          "torchao's float8 step (`fp8`) beside the same step with float8 on the MLP's products alone "
+          "(`fp8-mlp`), on the attention projections' alone (`fp8-attention`) and scaled per row "
+          "(`fp8-rowwise`): each run's loss judged against stock's band on the parity task's first "
+          "draw, where `fp8` left it: which products, which scaling move its loss.",
+          (_parity_part("stock,fp8,fp8-mlp,fp8-attention,fp8-rowwise", "stock,fast", "--draws", 1),),
+          draws_headline,
+          "The largest deviation of each recipe's smoothed loss from stock's run of the same draw "
+          "(8 x 1024 tokens); the verdicts against stock's band are in parity/parity_band.csv."),
     Suite("peers-explain",
           "Where each recipe's gain over the stock Llama-3.2-1B step comes from: one profiled iteration "
           "of stock, the whole-model compile, Liger Kernel, FlashAttention 4, trainperf's fastest step "

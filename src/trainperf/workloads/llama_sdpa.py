@@ -72,6 +72,10 @@ RECIPES: dict[str, dict[str, str]] = {
     "liger-compile": {"library": "liger", "compile": "on"},
     "fast": FAST,
     "fp8": {**FAST, "float8": "torchao", "compile": "layers-tuned"},
+    # fp8 with torchao's float8 on the MLP alone, on the attention projections alone, or scaled per
+    # row: which products, which scaling move its loss off stock's band (the float8-causes suite)
+    **{f"fp8-{kind}": {**FAST, "float8": f"torchao-{kind}", "compile": "layers-tuned"}
+       for kind in ("mlp", "attention", "rowwise")},
     # the same step with trainperf's own float8 MLP (delayed scaling) instead of torchao's float8:
     # faster; like torchao's, its loss departs from stock's in most draws of the parity task
     "fp8-trainperf": {**FAST, "float8": "trainperf"},
@@ -82,7 +86,7 @@ RECIPES: dict[str, dict[str, str]] = {
 # and with it their timed iterations replayed as a CUDA graph; those that take quack's fused MLP
 # where it runs (the float8 recipes' MLP GEMMs are float8 ones instead); and those that take quack's
 # tuned GEMMs where picks for the GPU are known (torchao's float8 has the projections' products).
-FA4_WHERE_IT_RUNS = ("fast", "fp8", "fp8-trainperf")
+FA4_WHERE_IT_RUNS = ("fast", "fp8", "fp8-mlp", "fp8-attention", "fp8-rowwise", "fp8-trainperf")
 QUACK_WHERE_IT_RUNS = ("fast",)
 TUNED_GEMMS_WHERE_KNOWN = ("fast", "fp8-trainperf")
 # Recipes that, on FlashAttention 4, pack each K/V head's query heads into one sequence
@@ -266,8 +270,9 @@ class LlamaStep:
         if spec.library == "liger":
             undo, self.hidden_loss = peers.apply_liger(self.model)
             self.undo.append(undo)
-        if spec.float8 == "torchao":
-            peers.apply_float8(self.model)
+        if spec.float8 in peers.TORCHAO_FLOAT8:
+            products, scaling = peers.TORCHAO_FLOAT8[spec.float8]
+            peers.apply_float8(self.model, products=products, scaling=scaling)
         if spec.float8 == "trainperf":
             hf_llama.float8_mlps(self.model)
         if spec.compile != "off":
