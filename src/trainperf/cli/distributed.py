@@ -417,10 +417,12 @@ def shard(
         return opts["batch"] if batch_per_rank is None else batch_per_rank * world
 
     # FSDP2's units mean nothing to DDP: its cases are measured once, at one layer a unit
+    for a in axes:
+        if a["shard"] == "none":
+            a["unit_layers"] = 1
     specs = list(dict.fromkeys(
         ShardSpec(seq=opts["seq"], batch=global_batch(a["world_size"]), vocab=vocab, dist_backend=backend,
-                  warmup=warmup, iters=iters, **{**a, **({"unit_layers": 1} if a["shard"] == "none" else {})})
-        for a in axes))
+                  warmup=warmup, iters=iters, **a) for a in axes))
     records = _validate_run_show("shard", specs, validate, SHARD_COLUMNS, backend, out, db, rerun, quiet,
                                  as_json, timeout, precheck=cannot_fit)
     from trainperf.workloads.contributions import contributions

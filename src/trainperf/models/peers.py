@@ -68,20 +68,21 @@ def float8_takes(products: str) -> Callable[[torch.nn.Module, str], bool]:
     return takes
 
 
-def apply_float8(model: torch.nn.Module, fsdp_all_gather: bool = False, products: str = "all",
-                 scaling: str = "tensorwise") -> None:
-    """torchao's float8 training on the decoder's Linears among `products` (float8_takes); the LM
-    head stays bf16. `tensorwise`: dynamic scaling from each tensor's amax, scales rounded to powers
-    of two, which multiply exactly, so scaling adds no rounding of its own; `rowwise`: torchao's
-    rowwise recipe (a scale per row, also powers of two). docs/peers.md has what each does to the
-    loss curve. `fsdp_all_gather` (tensorwise): FSDP2 gathers those weights in float8, half the
-    bytes of bf16 (call before fully_shard, and `precompute_float8_scales` after each optimizer step)."""
+def apply_float8(model: torch.nn.Module, choice: str = "torchao", fsdp_all_gather: bool = False) -> None:
+    """torchao's float8 training as `choice` (TORCHAO_FLOAT8) names it, on the decoder's Linears
+    among its products (float8_takes); the LM head stays bf16. `tensorwise`: dynamic scaling from
+    each tensor's amax, scales rounded to powers of two, which multiply exactly, so scaling adds no
+    rounding of its own; `rowwise`: torchao's rowwise recipe (a scale per row, also powers of two).
+    docs/peers.md has what each does to the loss curve. `fsdp_all_gather` (tensorwise): FSDP2
+    gathers those weights in float8, half the bytes of bf16 (call before fully_shard, and
+    `precompute_float8_scales` after each optimizer step)."""
     _need("torchao", "torchao")
     device = next(model.parameters()).device
     if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 9):
         raise Unsupported("float8 torchao needs a GPU with float8 tensor cores (sm_89 or newer)")
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
+    products, scaling = TORCHAO_FLOAT8[choice]
     if scaling == "rowwise":
         config = Float8LinearConfig.from_recipe_name("rowwise")
     else:

@@ -395,14 +395,20 @@ def _one(r) -> str:  # noqa: ANN001
     return f"{r.mean_s:.3g}" if r.status == "ok" else r.status
 
 
-def shard_headline(parts: dict[str, Path]) -> pd.DataFrame:
+def _at_defaults(frame: pd.DataFrame, workload: str) -> None:
+    """Fill in place the settings a table's older rows predate with the value they were measured at."""
     from trainperf.core.legacy import ADDED_FIELDS
 
+    for key, value in ADDED_FIELDS[workload].items():
+        if key in frame:
+            frame[key] = frame[key].fillna(value)
+
+
+def shard_headline(parts: dict[str, Path]) -> pd.DataFrame:
     df = pd.concat([_read(folder, "shard.csv") for folder in parts.values()], ignore_index=True)
     if df.empty:
         return df
-    for col, default in ADDED_FIELDS["shard"].items():  # a table from before a setting: its default
-        df[col] = df[col].fillna(default) if col in df else default
+    _at_defaults(df, "shard")
     knobs = [c for c in ("optimizer", "prefetch", "reshard_after_forward") if c in df]
     varied = ("unit_layers", "reduce_dtype", "attention", "float8")  # shown where the cases differ in them
     knobs += [c for c in varied if c in df and df[c].nunique() > 1]
@@ -433,17 +439,14 @@ def ddp_headline(parts: dict[str, Path]) -> pd.DataFrame:
     batch, world size) over the parts: its step over the rounds (median ± the 95% interval), the
     trace's medians, and its lead over naive sync where one is established; a setup two parts
     share is one row."""
-    from trainperf.core.legacy import ADDED_FIELDS
     from trainperf.workloads.ddp_rounds import SETUP
 
     records = pd.concat([_read(folder, "ddp.csv") for folder in parts.values()], ignore_index=True)
     if records.empty:
         return records
     rounds = pd.concat([_read(folder, "ddp_rounds.csv") for folder in parts.values()], ignore_index=True)
-    for frame in (records, rounds):  # a table from before a setting existed was measured at its default
-        for key, value in ADDED_FIELDS["ddp"].items():
-            if key in frame:
-                frame[key] = frame[key].fillna(value)
+    for frame in (records, rounds):
+        _at_defaults(frame, "ddp")
     setup = [k for k in SETUP if k in records and k in rounds]  # older tables lack later settings
     records = records.drop_duplicates(subset=[*setup, "round"] if "round" in records else None)
     ok = records[records.status == "ok"]

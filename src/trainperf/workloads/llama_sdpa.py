@@ -271,8 +271,7 @@ class LlamaStep:
             undo, self.hidden_loss = peers.apply_liger(self.model)
             self.undo.append(undo)
         if spec.float8 in peers.TORCHAO_FLOAT8:
-            products, scaling = peers.TORCHAO_FLOAT8[spec.float8]
-            peers.apply_float8(self.model, products=products, scaling=scaling)
+            peers.apply_float8(self.model, spec.float8)
         if spec.float8 == "trainperf":
             hf_llama.float8_mlps(self.model)
         if spec.compile != "off":
