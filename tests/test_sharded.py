@@ -113,6 +113,15 @@ def test_ddp_with_bf16_gradients_on_gloo_is_an_unsupported_row_naming_nccl(db, t
     assert rec.status == "unsupported" and "NCCL" in rec.reason and "--reduce-dtype bf16" in rec.reason
 
 
+def test_a_cuda_graph_on_gloo_is_an_unsupported_row_naming_cuda_beside_the_eager_step(db, tmp_path):
+    res = runner.invoke(app, ["shard", "--world-size", "2", "--cuda-graph", "off,on", "--iters", "1",
+                              "--warmup", "0", "--db", str(db), "--out", str(tmp_path), "--quiet"])
+    assert res.exit_code == 0, res.output
+    recs = {r.spec["cuda_graph"]: r for r in Store(db).records()}
+    assert recs[False].status == "ok"
+    assert recs[True].status == "unsupported" and "CUDA" in recs[True].reason
+
+
 def test_explicit_prefetching_and_keeping_layers_gathered_train_as_one_process(tmp_path):
     specs = [("prefetch 2", spec(shard="full", checkpoint="none", world_size=2, prefetch=2)),
              ("no reshard", spec(shard="full", checkpoint="full", world_size=2, reshard_after_forward=False)),
@@ -269,6 +278,7 @@ def test_recomputed_flops_are_counted_apart_from_the_model_flops():
     (dict(float8="trainperf"), "float8"),  # trainperf's float8 MLP is the Llama step's alone
     (dict(prefetch=-1), "number of units"),
     (dict(unit_layers=0), "positive number of decoder layers"),
+    (dict(cuda_graph=True, offload=True), "choose one"),
 ])
 def test_bad_specs_are_refused_with_their_reason(kw, message):
     with pytest.raises(SpecError, match=message):

@@ -1,5 +1,6 @@
-"""torchao's float8 inside a step sharded by FSDP2 on two GPUs: the decoder's Linears gathered in
-float8, training on as the bf16 step does."""
+"""The sharded step on two GPUs: replayed as a CUDA graph it trains as it does launched eagerly
+(FSDP2 and DDP); torchao's float8 inside FSDP2, the decoder's Linears gathered in float8, trains
+on as the bf16 step does."""
 
 from __future__ import annotations
 
@@ -8,14 +9,46 @@ from importlib.util import find_spec
 import pytest
 import torch
 
+from trainperf.distributed.launch import launch
 from trainperf.distributed.supervisor import Supervisor
-from trainperf.workloads.sharded import ShardSpec, measure_sharded
+from trainperf.workloads.sharded import ShardedStep, ShardSpec, measure_sharded
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.device_count() < 2 or find_spec("torchao") is None
-    or torch.cuda.get_device_capability() < (8, 9), reason="needs two float8 GPUs and torchao")]
+two_gpus = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                              reason="needs two GPUs")
+pytestmark = [pytest.mark.gpu, two_gpus]
+STEPS = 4
 
 
+def _losses(rank, world, cases, out_path):
+    import torch.distributed as dist
+
+    results = {}
+    for name, s in cases:
+        step = ShardedStep(s, rank, world, torch.device("cuda", rank))
+        losses = []
+        for _ in range(STEPS):
+            loss = step().clone()
+            dist.all_reduce(loss)
+            losses.append(loss.item() / world)
+        results[name] = losses
+        del step
+    if rank == 0:
+        torch.save(results, out_path)
+
+
+@pytest.mark.parametrize("shard", ["full", "none"])
+def test_a_step_replayed_as_a_cuda_graph_trains_as_the_eager_step(tmp_path, shard):
+    base = dict(model="small", world_size=2, shard=shard, checkpoint="full", seq=512, batch=4,
+                optimizer="adamw-fused", compile=True, reshard_after_forward=False, lr=1e-3)
+    cases = [(g, ShardSpec(**base, cuda_graph=g)) for g in (False, True)]
+    launch(_losses, 2, "nccl", args=(cases, str(tmp_path / "r.pt")))
+    got = torch.load(tmp_path / "r.pt")
+    assert got[False][-1] < got[False][0]  # it trains
+    assert got[True] == pytest.approx(got[False], rel=2e-3)
+
+
+@pytest.mark.skipif(find_spec("torchao") is None or not torch.cuda.is_available()
+                    or torch.cuda.get_device_capability() < (8, 9), reason="needs float8 GPUs and torchao")
 def test_float8_gathered_by_fsdp2_trains_beside_the_bf16_step(tmp_path):
     from trainperf.core.store import Store
 

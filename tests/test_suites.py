@@ -49,12 +49,12 @@ def test_every_suite_runs_in_its_tiny_form(ran, name):
             continue
         assert "ok" in set(table.status), part
         # on the CPU only an optional extra's cases may be left unsupported (the cuDNN frontend's, or
-        # one naming its install command or the GPU it needs), and say why
+        # one naming its install command or the GPU it needs, or a CUDA graph's), and say why
         left = table[table.status != "ok"]
         assert (left.status == "unsupported").all(), part
         why = left.reason.astype(str)
         assert (why.str.contains("cudnn") | why.str.contains("pip install 'trainperf[", regex=False)
-                | why.str.contains("float8 tensor cores")).all(), part
+                | why.str.contains("float8 tensor cores") | why.str.contains("CUDA GPUs")).all(), part
     report = (folder / "report.md").read_text()
     assert "| " in report and f"trainperf suite run {name}" in report  # a headline table
 
@@ -242,8 +242,8 @@ def test_an_unknown_part_is_one_line_naming_the_suite_s_parts(tmp_path):
     res = runner.invoke(app, ["suite", "run", "shard", "--part", "sizes,nope", "--results", str(tmp_path)])
     assert res.exit_code == 2
     assert res.output.strip().splitlines() == [
-        "error: --part 'sizes,nope': suite shard has the parts leaderboard, float8, overlap, one-gpu, weak, "
-        "weak-bf16, sizes"]
+        "error: --part 'sizes,nope': suite shard has the parts leaderboard, float8, overlap, graphed, "
+        "one-gpu, weak, weak-bf16, weak-graphed, sizes"]
 
 
 def test_a_folder_keeps_the_caption_its_suite_had_when_it_ran(ran, tmp_path):

@@ -318,7 +318,8 @@ SHARD_COLUMNS: list[report.Column] = [
     ("batch x seq", lambda r: f"{r.spec['batch']}x{r.spec['seq']}"),
     ("dtype", report.spec("dtype")), ("grads", report.spec("reduce_dtype")),
     ("optimizer", report.spec("optimizer")), ("loss", report.spec("loss")),
-    ("compiled", report.spec("compile")), ("float8", report.spec("float8")),
+    ("compiled", report.spec("compile")), ("graphed", report.spec("cuda_graph")),
+    ("float8", report.spec("float8")),
     ("step ms", report.metric("step_ms_median")), ("fwd ms", report.metric("forward_ms")),
     ("bwd ms", report.metric("backward_ms")), ("opt ms", report.metric("optimizer_ms")),
     ("exposed comm ms", report.metric("exposed_comm_ms")),
@@ -364,6 +365,7 @@ def shard(
     unit_layers: str = option("--unit-layers", "1", "Comma list ok."),
     reduce_dtype: str = option("--reduce-dtype", "fp32", "Comma list ok."),
     compile: str = option("--compile", "off", "Here: off, on (each decoder layer); comma list ok."),
+    cuda_graph: str = option("--cuda-graph", "off", "Comma list ok."),
     attention: str = option("--attention", "sdpa", "Comma list ok."),
     loss: str = option("--loss", "torch", "Comma list ok."),
     float8: str = option("--float8", "off", "Here off or torchao (gathered in float8 where sharded); comma "
@@ -405,6 +407,7 @@ def shard(
                  unit_layers=parse_list(unit_layers, int, "--unit-layers"),
                  reduce_dtype=parse_list(reduce_dtype, str, "--reduce-dtype", ("fp32", "bf16")),
                  compile=parse_list(compile, on_off, "--compile"),
+                 cuda_graph=parse_list(cuda_graph, on_off, "--cuda-graph"),
                  attention=parse_list(attention, str, "--attention", NAMES),
                  loss=parse_list(loss, str, "--loss", LOSSES),
                  float8=parse_list(float8, str, "--float8", FLOAT8))

@@ -27,6 +27,8 @@ GLOSSARY: dict[str, str] = {
               "optimizer step).",
     "--compile": "torch.compile: off, on (the whole model), layers (each decoder layer on its own), "
                  "layers-tuned (layers, with Inductor's coordinate-descent tuning).",
+    "--cuda-graph": "on: the step's forward and backward captured once as a CUDA graph and replayed, "
+                    "with no host launch work (FSDP2's hooks included); off: launched eagerly.",
     "--attention": "Attention implementation(s) by name.",
     "--kernel": "Fused kernel(s) and their references by name, <part>-<impl>: norm-triton, loss-torch, ...",
     "--tokens": "Tokens per call: the rows of the kernel's input.",

@@ -28,8 +28,8 @@ INSTALL_HINT = "pip install"  # in the reason of an unsupported row for a packag
 # not, since the package may be installed now (the row costs little to make again).
 _SETTLED = (f"(status IN ('ok', 'oom') OR (status = 'unsupported' AND "
             f"COALESCE(reason, '') NOT LIKE '%{INSTALL_HINT}%'))")
-SCHEMA_VERSION = 5  # 1: the one vocabulary; 2: llama's library, float8; 3: comm's timing; 4: shard's
-# unit_layers; 5: shard's reduce_dtype (core/legacy.py)
+SCHEMA_VERSION = 6  # 1: the one vocabulary; 2: llama's library, float8; 3: comm's timing; 4: shard's
+# unit_layers; 5: shard's reduce_dtype; 6: shard's cuda_graph (core/legacy.py)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (

@@ -410,7 +410,7 @@ def shard_headline(parts: dict[str, Path]) -> pd.DataFrame:
         return df
     _at_defaults(df, "shard")
     knobs = [c for c in ("optimizer", "prefetch", "reshard_after_forward") if c in df]
-    varied = ("unit_layers", "reduce_dtype", "attention", "float8")  # shown where the cases differ in them
+    varied = ("unit_layers", "reduce_dtype", "cuda_graph", "attention", "float8")  # shown where cases differ
     knobs += [c for c in varied if c in df and df[c].nunique() > 1]
     out = df[["model", "world_size", "shard", "checkpoint", "loss", "compile", *knobs]].copy()
     out["tokens"] = df["batch"].astype(str) + " x " + df["seq"].astype(str)
@@ -669,7 +669,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "on two GPUs per FSDP2 knob that decides how much communication the step hides (layers a unit, "
           "keeping layers gathered for the backward), each layer compiled, beside the same step on one "
           "GPU, eager and compiled. FSDP2 runs one and four layers a unit; weak scaling also with the "
-          "gradients reduced in bf16.",
+          "gradients reduced in bf16, and with each step's forward and backward replayed as a CUDA graph "
+          "(with hybrid sharding too), as the xl step at 8 x 2048 is.",
           (Part("leaderboard", ("shard",),  # what keeping attention and 8 layers' activations buy
                 gpu={**_LEADERBOARD, "--checkpoint": "full,full+attn,all-but-8+attn", "--compile": "on",
                      "--attention": "fa4"},
@@ -687,6 +688,11 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "--unit-layers": "1,2,4", "--reshard-after-forward": "on,off"},
                 cpu={"--model": "tiny", "--world-size": "2", "--prefetch": "0,1",
                      "--reshard-after-forward": "on,off", "--warmup": "1", "--iters": "2"}, min_gpus=2),
+           Part("graphed", ("shard",),  # the overlap part's best case with no host in the step: its
+                # forward and backward replayed as one CUDA graph, beside DDP and one GPU the same way
+                gpu={**_XL_LONG, "--world-size": "1,2", "--shard": "full,none", "--optimizer": "adamw-fused",
+                     "--compile": "on", "--reshard-after-forward": "off", "--cuda-graph": "on"},
+                cpu={"--model": "tiny", "--world-size": "2", "--cuda-graph": "off,on", **_TINY}),
            Part("one-gpu", ("shard",),
                 gpu={**_XL_LONG, "--world-size": "1", "--shard": "none", "--optimizer": "adamw-fused",
                      "--compile": "off,on"},
@@ -702,6 +708,13 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "--reduce-dtype": "bf16", "--optimizer": "adamw-fused", "--warmup": "2", "--iters": "5"},
                 cpu={"--model": "tiny", "--world-size": "1,2", "--batch-per-rank": "2",
                      "--reduce-dtype": "bf16", **_TINY}),
+           Part("weak-graphed", ("shard",),  # the weak part replayed as CUDA graphs, with hybrid sharding
+                gpu={"--model": "xl,2.7B", "--world-size": f"1,{GPUS}", "--shard": "full,hybrid,none",
+                     "--checkpoint": "full", "--seq": "1024", "--batch-per-rank": "4", "--compile": "on",
+                     "--reshard-after-forward": "off", "--cuda-graph": "on", "--optimizer": "adamw-fused",
+                     "--warmup": "2", "--iters": "5"},
+                cpu={"--model": "tiny", "--world-size": "2", "--batch-per-rank": "2",
+                     "--cuda-graph": "off,on", **_TINY}),
            Part("sizes", ("shard",),
                 gpu={"--model": "xl,2.7B", "--world-size": f"1,2,{GPUS}", "--shard": "full,none",
                      "--checkpoint": "full", "--seq": "1024", "--batch": "8", "--compile": "on",

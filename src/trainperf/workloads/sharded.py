@@ -16,6 +16,9 @@ The choices a user tunes are the spec's fields:
               bf16, DDP's buckets through PyTorch's bf16 compression hook)
   optimizer   adamw | adamw-fused;  offload (FSDP2 keeps parameters and optimizer state on the
               CPU);  compile (each decoder layer compiled);  attention and loss by name
+  cuda_graph  the forward and backward captured once as a CUDA graph and replayed (GPUs only):
+              the host's launch work, FSDP2's hooks included, leaves the step, so each rank's
+              collectives start when its GPU gets there, not when its host does
 `batch` is the global batch; each rank takes its slice. FLOPs: 6·N·tokens plus the attention
 term (core/flops.py) for the model; what checkpointing recomputes is counted apart and not in MFU.
 On GPUs one more step runs under the profiler: `comm_ms` is the time NCCL kernels run and
@@ -53,6 +56,7 @@ from trainperf.workloads.ddp import OPTIMIZERS as MAKE_OPTIMIZER
 from trainperf.workloads.ddp import REDUCE_DTYPES, release_memory, seeded_tokens, send_gradients_in_bf16
 from trainperf.workloads.precision import autocast
 from trainperf.workloads.step import LOSSES, Phase, no_phase
+from trainperf.workloads.step_graph import SIDE_STREAM_WARMUP, GraphedIteration
 
 SHARDS = ("full", "hybrid", "none")
 OPTIMIZERS = ("adamw", "adamw-fused")
@@ -60,6 +64,7 @@ FLOAT8 = ("off", "torchao")
 CHECKPOINT_HELP = ("none, full, every-K (K a positive integer), all-but-N (N fewer than the layers), ops; "
                    "full, every-K and all-but-N with +attn (attention's output kept)")
 KEEP_ATTENTION = "+attn"
+DDP_GRAPH_WARMUP = 11
 # What a command left out of --model, --seq, --batch, --dtype means, per torch.distributed backend:
 # the CS336 leaderboard's step on GPUs, a tiny one on CPU processes.
 # On GPUs AdamW's fused kernel: its foreach form over FSDP2's sharded parameters costs several times
@@ -89,6 +94,7 @@ class ShardSpec:
     prefetch: int = 0  # units gathered ahead explicitly (0: FSDP2's implicit prefetching)
     unit_layers: int = 1  # decoder layers a unit of FSDP2 gathers and reduces together
     reduce_dtype: str = "fp32"  # the gradients' dtype on the wire (FSDP2's reduce-scatter, DDP's all-reduce)
+    cuda_graph: bool = False  # forward and backward replayed as one CUDA graph
     vocab: int | None = None  # None: the preset's own, else 10000
     warmup: int = 2
     iters: int = 5
@@ -96,7 +102,8 @@ class ShardSpec:
 
     def label(self) -> str:
         extras = "".join(f" {x}" for x, on in (("offload", self.offload), ("compiled", self.compile),
-                                                ("float8", self.float8 != "off")) if on)
+                                                ("float8", self.float8 != "off"),
+                                                ("graphed", self.cuda_graph)) if on)
         return (f"{self.model} n={self.world_size} shard={self.shard} ckpt={self.checkpoint} "
                 f"{self.batch}x{self.seq} {self.dtype} {self.optimizer}{extras}")
 
@@ -149,6 +156,9 @@ def validate(spec: ShardSpec) -> None:
                         f"--world-size {spec.world_size}")
     if spec.shard == "none" and spec.offload:
         raise SpecError("--offload on needs a sharded model (--shard full or hybrid)")
+    if spec.cuda_graph and spec.offload:
+        raise SpecError("--cuda-graph on replays the GPU's work alone; --offload on moves parameters "
+                        "through the host every step: choose one")
     if spec.prefetch < 0:
         raise SpecError(f"--prefetch must be 0 (FSDP2's own) or a number of units, got {spec.prefetch}")
     if spec.unit_layers < 1:
@@ -339,20 +349,42 @@ class ShardedStep:
         per = spec.batch // world
         rows = global_batch_tokens(spec)[rank * per:(rank + 1) * per].to(device)
         self.x, self.y = rows[:, :-1], rows[:, 1:]
+        if spec.cuda_graph and device.type != "cuda":
+            raise Unsupported("--cuda-graph on captures the step's GPU work: it needs CUDA GPUs (NCCL)")
+        self.graphed: GraphedIteration | None = None
 
-    def __call__(self, phase: Phase = no_phase) -> torch.Tensor:
+    def forward_backward(self, phase: Phase = no_phase) -> torch.Tensor:
         # DDP trains fp32 weights under autocast; FSDP2's policy casts for itself
         amp = self.spec.dtype if self.spec.shard == "none" else "fp32"
         with phase("forward"), autocast(self.device, amp):
             loss = self.model(self.x, self.y)
         with phase("backward"):
             loss.backward()
+        return loss.detach()
+
+    def __call__(self, phase: Phase = no_phase) -> torch.Tensor:
+        if not self.spec.cuda_graph:
+            loss = self.forward_backward(phase)
+        else:  # replayed: the gradients accumulate in place, into tensors the optimizer zeroes
+            if self.graphed is None:  # the capture's eager iterations leave gradients, not steps
+                self.graphed = GraphedIteration(self.forward_backward, warmup=graph_warmup(self.spec),
+                                                thread_local=True)
+                self.opt.zero_grad(set_to_none=False)
+            with phase("forward_backward"):
+                loss = self.graphed()
         with phase("optimizer"):
             self.opt.step()
-            self.opt.zero_grad(set_to_none=True)
+            self.opt.zero_grad(set_to_none=not self.spec.cuda_graph)
             if self.float8_sharded:
                 precompute_float8_scales(self.model)
         return loss
+
+
+def graph_warmup(spec: ShardSpec) -> int:
+    """Eager iterations before the capture. DDP's reducer rebuilds its buckets after the first and
+    times iterations with host reads at the tenth, which a capture cannot hold: past both, PyTorch's
+    CUDA-graph notes say. FSDP2 initialises itself in the first."""
+    return DDP_GRAPH_WARMUP if spec.shard == "none" else SIDE_STREAM_WARMUP
 
 
 def global_batch_tokens(spec: ShardSpec) -> torch.Tensor:

@@ -21,17 +21,24 @@ SIDE_STREAM_WARMUP = 2  # iterations on the capture's side stream first (cuBLAS 
 
 class GraphedIteration:
     """`iteration()` captured once; calling this replays it and returns the captured output (a
-    tensor the replays overwrite). Capturing runs the iteration `SIDE_STREAM_WARMUP + 1` times."""
+    tensor the replays overwrite). Capturing runs the iteration `warmup + 1` times.
 
-    def __init__(self, iteration: Callable[[], torch.Tensor]) -> None:
+    Across processes (NCCL collectives in the iteration) the capture is thread-local: NCCL's
+    watchdog thread queries its events while this thread captures, which a global capture refuses.
+    The capture runs on the warm-up's stream, so the autograd state those iterations made lazily
+    (AccumulateGrad nodes) belongs to the stream the graph records."""
+
+    def __init__(self, iteration: Callable[[], torch.Tensor], warmup: int = SIDE_STREAM_WARMUP,
+                 thread_local: bool = False) -> None:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for _ in range(SIDE_STREAM_WARMUP):
+            for _ in range(warmup):
                 iteration()
         torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        mode = "thread_local" if thread_local else "global"
+        with torch.cuda.graph(self.graph, stream=side, capture_error_mode=mode):
             self.output = iteration()
 
     def __call__(self) -> torch.Tensor:
