@@ -416,6 +416,20 @@ def test_exposed_communication_with_no_computation_queued_is_the_host_s():
     assert "exposed_host" not in communication_overlap(kernels)  # no launches, no split
 
 
+def test_only_the_kernels_the_step_launched_count_not_the_barrier_that_aligned_the_ranks():
+    import pandas as pd
+
+    from trainperf.profiling.overlap import launched_in_steps
+
+    kernels = pd.DataFrame({"correlation": [1, 2, 3], "name": ["ncclDevKernel_AllReduce", "gemm",
+                                                              "ncclDevKernel_AllGather"],
+                            "start": [1.0, 20.0, 21.0], "end": [2.0, 25.0, 30.0]})
+    launches = pd.DataFrame({"correlation": [1, 2, 3], "start": [0.5, 10.5, 11.0], "thread": 0})
+    ranges = pd.DataFrame({"name": ["barrier", "step"], "start": [0.0, 10.0], "end": [1.0, 12.0],
+                           "thread": 0})
+    assert launched_in_steps(kernels, launches, ranges).correlation.tolist() == [2, 3]
+
+
 def test_a_rank_that_waited_for_its_peer_is_told_apart_from_the_one_the_step_waited_for():
     from trainperf.profiling.overlap import across_ranks
 

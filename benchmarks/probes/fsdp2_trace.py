@@ -1,9 +1,10 @@
 """Where does FSDP2's exposed communication at xl come from? xl at 8 x 2048 tokens over the ranks
-of a torchrun launch, every layer checkpointed, fused AdamW, per setup NAME:COMPILE:RESHARD (each
-0 or 1): the median of 6 steps after 3 warm-up ones, the GPU and host time of each phase, and one
-profiled step's NCCL, exposed and host-late time per rank (profiling/overlap.py). The profiled
+of a torchrun launch, every layer checkpointed, fused AdamW, per setup NAME:COMPILE:RESHARD[:GRAPH]
+(each 0 or 1; GRAPH: forward and backward replayed as a CUDA graph): the median of 6 steps after 3
+warm-up ones, the GPU and host time of each phase, and one profiled step's NCCL, exposed and
+host-late time per rank (profiling/overlap.py), the ranks starting it together. The profiled
 step's chrome trace is kept, gzipped, for the setups named in KEEP.
-usage: CONFIGS=eager-off:0:0,comp-off:1:0 KEEP=comp-off OUTDIR=DIR PYTHONPATH=src \\
+usage: CONFIGS=eager-off:0:0,comp-off:1:0,graph-off:1:0:1 KEEP=comp-off OUTDIR=DIR PYTHONPATH=src \\
        python3 -m torch.distributed.run --nproc-per-node 2 benchmarks/probes/fsdp2_trace.py
 """
 
@@ -21,7 +22,7 @@ import torch.distributed as dist
 
 from trainperf.core.stats import summarize
 from trainperf.core.timing import PhaseTimer
-from trainperf.profiling.overlap import communication_overlap
+from trainperf.profiling.overlap import communication_overlap, launched_in_steps, ranks_aligned
 from trainperf.profiling.torch_prof import profile_steps
 from trainperf.workloads.sharded import ShardedStep, ShardSpec
 
@@ -30,10 +31,11 @@ def median(values: list[float]) -> float:
     return round(summarize(values)["median"], 1)
 
 
-def probe(name: str, compiled: bool, reshard: bool, rank: int, world: int, device: torch.device,
-          out: Path, keep: set[str]) -> None:
+def probe(name: str, compiled: bool, reshard: bool, graphed: bool, rank: int, world: int,
+          device: torch.device, out: Path, keep: set[str]) -> None:
     spec = ShardSpec(model="xl", world_size=world, shard="full", checkpoint="full", seq=2048, batch=8,
-                     optimizer="adamw-fused", compile=compiled, reshard_after_forward=reshard)
+                     optimizer="adamw-fused", compile=compiled, reshard_after_forward=reshard,
+                     cuda_graph=graphed)
     step = ShardedStep(spec, rank, world, device)
     for _ in range(3):
         step()
@@ -49,10 +51,9 @@ def probe(name: str, compiled: bool, reshard: bool, rank: int, world: int, devic
     gpu = {k: median(v) for k, v in timer.samples().items()}
     host = {k: median(v) for k, v in timer.host_samples().items()}
     trace_path = out / f"{name}-rank{rank}.json"
-    torch.cuda.synchronize()
-    dist.barrier()
-    trace = profile_steps(step, device, trace_path=trace_path)
-    found = communication_overlap(trace.kernels, trace.launches)
+    trace = profile_steps(step, device, trace_path=trace_path, before=lambda: ranks_aligned(device))
+    found = communication_overlap(launched_in_steps(trace.kernels, trace.launches, trace.ranges),
+                                  trace.launches)
     print(f"[{name} rank{rank}] step {median(walls)} ms; gpu {gpu}; host {host}; "
           f"comm {found['comm'] / 1e3:.1f} exposed {found['exposed'] / 1e3:.1f} "
           f"host-late {found['exposed_host'] / 1e3:.1f} hidden {found['hidden_share']:.2f}; "
@@ -76,8 +77,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     keep = set(os.environ.get("KEEP", "").split(","))
     for setup in os.environ.get("CONFIGS", "eager-off:0:0,comp-off:1:0,comp-on:1:1").split(","):
-        name, compiled, reshard = setup.split(":")
-        probe(name, compiled == "1", reshard == "1", rank, world, device, out, keep)
+        name, compiled, reshard, *graphed = setup.split(":")
+        probe(name, compiled == "1", reshard == "1", graphed == ["1"], rank, world, device, out, keep)
     dist.destroy_process_group()
 
 

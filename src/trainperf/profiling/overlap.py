@@ -95,13 +95,39 @@ def across_ranks(traced: list[dict[str, float]]) -> dict[str, float]:
     return found
 
 
+def launched_in_steps(kernels: pd.DataFrame, launches: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
+    """The kernels whose launch falls inside a `step` range of the host."""
+    steps = ranges[ranges.name == "step"]
+    inside = launches.start.map(lambda t: bool(((steps.start <= t) & (t <= steps.end)).any()))
+    return kernels[kernels.correlation.isin(launches.correlation[inside])]
+
+
+def ranks_aligned(device) -> None:  # noqa: ANN001 - a device
+    """Every rank idle and past a barrier: the profiler's start-up takes each rank its own time, and
+    a rank that started its step earlier would wait in the first collective, which is no cost of
+    the step's."""
+    import torch.distributed as dist
+
+    from trainperf.core.timing import synchronize
+
+    synchronize(device)
+    dist.barrier()
+    synchronize(device)
+
+
 def step_communication_ms(step, device) -> dict[str, float]:  # noqa: ANN001 - a callable, a device
-    """One more call of `step` under the profiler: the milliseconds NCCL kernels run (`comm`), the
-    part of them that no computation kernel overlaps (`exposed`), of that the part with no
-    computation queued (`exposed_host`), and hidden_share."""
+    """One more call of `step` under the profiler, the ranks starting it together: the milliseconds
+    NCCL kernels run (`comm`), the part of them that no computation kernel overlaps (`exposed`), of
+    that the part with no computation queued (`exposed_host`), and hidden_share."""
+    from functools import partial
+
+    import torch.distributed as dist
+
     from trainperf.profiling.torch_prof import profile_steps
 
-    trace = profile_steps(step, device)
-    found = communication_overlap(trace.kernels, trace.launches)
+    together = partial(ranks_aligned, device) if dist.is_initialized() else None
+    trace = profile_steps(step, device, before=together)
+    kernels = launched_in_steps(trace.kernels, trace.launches, trace.ranges)
+    found = communication_overlap(kernels, trace.launches)
     return {"comm": found["comm"] / 1e3, "exposed": found["exposed"] / 1e3,
             "exposed_host": found["exposed_host"] / 1e3, "hidden_share": found["hidden_share"]}

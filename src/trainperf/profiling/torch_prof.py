@@ -24,10 +24,12 @@ LAUNCH_CATEGORIES = {"cuda_runtime", "cuda_driver"}
 
 
 def profile_steps(step: Callable[[], object], device: torch.device, steps: int = 1,
-                  trace_path: Path | None = None) -> Trace:
-    """Run `steps` calls of `step` (each inside a `step` range) under the profiler."""
+                  trace_path: Path | None = None, before: Callable[[], object] | None = None) -> Trace:
+    """Run `steps` calls of `step` (each inside a `step` range) under the profiler, after `before`."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
+        if before is not None:
+            before()
         for _ in range(steps):
             with phase_range("step"):
                 step()

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -341,7 +342,12 @@ class ShardedStep:
         if spec.compile:
             lm.compile_layers()
         self.matmul_params = lm.matmul_params()
-        self.model = shard_model(LMWithLoss(lm, spec.loss), spec, world, device)
+        if spec.cuda_graph and device.type != "cuda":
+            raise Unsupported("--cuda-graph on captures the step's GPU work: it needs CUDA GPUs (NCCL)")
+        # the graph's stream: DDP takes hold of the parameters' autograd nodes as it wraps them
+        self.stream = torch.cuda.Stream(device) if spec.cuda_graph else None
+        with torch.cuda.stream(self.stream) if self.stream else nullcontext():
+            self.model = shard_model(LMWithLoss(lm, spec.loss), spec, world, device)
         try:
             self.opt = MAKE_OPTIMIZER[spec.optimizer](self.model.parameters(), lr=spec.lr)
         except (RuntimeError, ValueError) as exc:
@@ -349,8 +355,6 @@ class ShardedStep:
         per = spec.batch // world
         rows = global_batch_tokens(spec)[rank * per:(rank + 1) * per].to(device)
         self.x, self.y = rows[:, :-1], rows[:, 1:]
-        if spec.cuda_graph and device.type != "cuda":
-            raise Unsupported("--cuda-graph on captures the step's GPU work: it needs CUDA GPUs (NCCL)")
         self.graphed: GraphedIteration | None = None
 
     def forward_backward(self, phase: Phase = no_phase) -> torch.Tensor:
@@ -368,7 +372,7 @@ class ShardedStep:
         else:  # replayed: the gradients accumulate in place, into tensors the optimizer zeroes
             if self.graphed is None:  # the capture's eager iterations leave gradients, not steps
                 self.graphed = GraphedIteration(self.forward_backward, warmup=graph_warmup(self.spec),
-                                                thread_local=True)
+                                                thread_local=True, stream=self.stream)
                 self.opt.zero_grad(set_to_none=False)
             with phase("forward_backward"):
                 loss = self.graphed()

@@ -25,12 +25,14 @@ class GraphedIteration:
 
     Across processes (NCCL collectives in the iteration) the capture is thread-local: NCCL's
     watchdog thread queries its events while this thread captures, which a global capture refuses.
-    The capture runs on the warm-up's stream, so the autograd state those iterations made lazily
-    (AccumulateGrad nodes) belongs to the stream the graph records."""
+    The capture runs on the warm-up's stream (`stream`, or a new one), so the autograd state those
+    iterations made lazily (AccumulateGrad nodes) belongs to the stream the graph records; state
+    made before them (DDP's hold on every parameter's AccumulateGrad node) must be made on
+    `stream` too."""
 
     def __init__(self, iteration: Callable[[], torch.Tensor], warmup: int = SIDE_STREAM_WARMUP,
-                 thread_local: bool = False) -> None:
-        side = torch.cuda.Stream()
+                 thread_local: bool = False, stream: torch.cuda.Stream | None = None) -> None:
+        side = stream or torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(warmup):
