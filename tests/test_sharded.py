@@ -345,6 +345,8 @@ def test_scaling_efficiency_is_against_the_model_s_best_on_one_gpu():
     units = scaling_table(pd.concat([ok.iloc[:2].assign(unit_layers=1), four]))
     assert units.efficiency.tolist() == [1.0, 0.9, 0.5, 0.25]  # the slower choice on one GPU starts below 1
     assert units.choice.tolist()[2:] == ["xl full ckpt=full unit=4"] * 2
+    graphed = scaling_table(ok.iloc[:2].assign(cuda_graph=[False, True]))
+    assert graphed.choice.tolist() == ["xl full ckpt=full", "xl full ckpt=full graphed"]
 
 
 def test_ddp_is_measured_once_whatever_fsdp2_units_the_sweep_names(db, tmp_path):

@@ -468,14 +468,16 @@ def measure_sharded(spec: ShardSpec, rank: int, world: int, device: torch.device
 
 
 def scaling_table(ok: pd.DataFrame) -> pd.DataFrame:
-    """Per record: its choice (sharding, checkpointing, layers an FSDP2 unit), tokens/s per GPU, and
-    its efficiency: that over the model's best tokens/s on one GPU, whichever choice gave it (none
-    without a one-GPU record). FSDP2 on one GPU pays its hooks and gains nothing, so against its
+    """Per record: its choice (sharding, checkpointing, layers an FSDP2 unit, CUDA graph), tokens/s
+    per GPU, and its efficiency: that over the model's best tokens/s on one GPU, whichever choice
+    gave it (none without a one-GPU record). FSDP2 on one GPU pays its hooks and gains nothing, so against its
     own one-GPU step a sharded choice would seem to scale past 1. With a fixed global batch this is
     strong scaling, with --batch-per-rank weak scaling."""
     units = ok.get("unit_layers", pd.Series(1, index=ok.index)).fillna(1).astype(int)
+    graphed = ok.get("cuda_graph", pd.Series(False, index=ok.index)).fillna(False).astype(bool)
     ok = ok.assign(**{"tokens/s per GPU": ok.tokens_per_s / ok.world_size, "GPUs": ok.world_size},
                    choice=ok.model + " " + ok["shard"] + " ckpt=" + ok.checkpoint
-                   + units.map(lambda k: f" unit={k}" if k > 1 else ""))
+                   + units.map(lambda k: f" unit={k}" if k > 1 else "")
+                   + graphed.map(lambda g: " graphed" if g else ""))
     alone = ok[ok.world_size == 1].groupby("model")["tokens/s per GPU"].max()
     return ok.assign(efficiency=ok["tokens/s per GPU"] / ok.model.map(alone))
