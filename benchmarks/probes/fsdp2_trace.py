@@ -22,8 +22,7 @@ import torch.distributed as dist
 
 from trainperf.core.stats import summarize
 from trainperf.core.timing import PhaseTimer
-from trainperf.profiling.overlap import communication_overlap, launched_in_steps, ranks_aligned
-from trainperf.profiling.torch_prof import profile_steps
+from trainperf.profiling.overlap import step_communication_ms
 from trainperf.workloads.sharded import ShardedStep, ShardSpec
 
 
@@ -51,18 +50,16 @@ def probe(name: str, compiled: bool, reshard: bool, graphed: bool, rank: int, wo
     gpu = {k: median(v) for k, v in timer.samples().items()}
     host = {k: median(v) for k, v in timer.host_samples().items()}
     trace_path = out / f"{name}-rank{rank}.json"
-    trace = profile_steps(step, device, trace_path=trace_path, before=lambda: ranks_aligned(device))
-    found = communication_overlap(launched_in_steps(trace.kernels, trace.launches, trace.ranges),
-                                  trace.launches)
+    found = step_communication_ms(step, device, trace_path=trace_path)
     print(f"[{name} rank{rank}] step {median(walls)} ms; gpu {gpu}; host {host}; "
-          f"comm {found['comm'] / 1e3:.1f} exposed {found['exposed'] / 1e3:.1f} "
-          f"host-late {found['exposed_host'] / 1e3:.1f} hidden {found['hidden_share']:.2f}; "
+          f"comm {found['comm']:.1f} exposed {found['exposed']:.1f} "
+          f"host-late {found['exposed_host']:.1f} hidden {found['hidden_share']:.2f}; "
           f"peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB", flush=True)
     if name in keep:
         with open(trace_path, "rb") as raw, gzip.open(f"{trace_path}.gz", "wb") as packed:
             shutil.copyfileobj(raw, packed)
     trace_path.unlink()
-    del step, trace
+    del step
     gc.collect()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()

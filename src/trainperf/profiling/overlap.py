@@ -102,7 +102,7 @@ def launched_in_steps(kernels: pd.DataFrame, launches: pd.DataFrame, ranges: pd.
     return kernels[kernels.correlation.isin(launches.correlation[inside])]
 
 
-def ranks_aligned(device) -> None:  # noqa: ANN001 - a device
+def _ranks_aligned(device) -> None:  # noqa: ANN001 - a device
     """Every rank idle and past a barrier: the profiler's start-up takes each rank its own time, and
     a rank that started its step earlier would wait in the first collective, which is no cost of
     the step's."""
@@ -115,18 +115,19 @@ def ranks_aligned(device) -> None:  # noqa: ANN001 - a device
     synchronize(device)
 
 
-def step_communication_ms(step, device) -> dict[str, float]:  # noqa: ANN001 - a callable, a device
+def step_communication_ms(step, device, trace_path=None) -> dict[str, float]:  # noqa: ANN001
     """One more call of `step` under the profiler, the ranks starting it together: the milliseconds
     NCCL kernels run (`comm`), the part of them that no computation kernel overlaps (`exposed`), of
-    that the part with no computation queued (`exposed_host`), and hidden_share."""
+    that the part with no computation queued (`exposed_host`), and hidden_share. `trace_path`
+    keeps the step's chrome trace there."""
     from functools import partial
 
     import torch.distributed as dist
 
     from trainperf.profiling.torch_prof import profile_steps
 
-    together = partial(ranks_aligned, device) if dist.is_initialized() else None
-    trace = profile_steps(step, device, before=together)
+    together = partial(_ranks_aligned, device) if dist.is_initialized() else None
+    trace = profile_steps(step, device, trace_path=trace_path, before=together)
     kernels = launched_in_steps(trace.kernels, trace.launches, trace.ranges)
     found = communication_overlap(kernels, trace.launches)
     return {"comm": found["comm"] / 1e3, "exposed": found["exposed"] / 1e3,

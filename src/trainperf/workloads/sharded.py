@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import os
 import re
-from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -346,7 +345,7 @@ class ShardedStep:
             raise Unsupported("--cuda-graph on captures the step's GPU work: it needs CUDA GPUs (NCCL)")
         # the graph's stream: DDP takes hold of the parameters' autograd nodes as it wraps them
         self.stream = torch.cuda.Stream(device) if spec.cuda_graph else None
-        with torch.cuda.stream(self.stream) if self.stream else nullcontext():
+        with torch.cuda.stream(self.stream):  # None: the current stream
             self.model = shard_model(LMWithLoss(lm, spec.loss), spec, world, device)
         try:
             self.opt = MAKE_OPTIMIZER[spec.optimizer](self.model.parameters(), lr=spec.lr)
