@@ -17,7 +17,9 @@ the forward ones only, as torchao's default). A tensor's first cast calibrates: 
 comes from its current amax. A value beyond its history's amax saturates at the float8 maximum.
 The step with this MLP is faster than with torchao's float8. Like torchao's float8, its loss
 departs from stock's in three of the four draws of the `parity` suite: float8 input gradients move
-the task's fast fall (docs/peers.md). It is the recipe `fp8-trainperf`; `fp8` stays torchao's.
+the task's fast fall (docs/peers.md). It is `--float8 trainperf` and the recipe
+`fp8-trainperf-mlp`; `--float8 trainperf-all` (the recipe `fp8-trainperf`) puts the attention
+projections' products on float8 GEMMs too (kernels/float8_linear.py); `fp8` stays torchao's.
 """
 
 from __future__ import annotations
@@ -150,15 +152,16 @@ def _next_scale_kernel(HIST, NOW, SCALE, INV, FMAX: tl.constexpr, LEN: tl.conste
 
 
 class ScaleState:
-    """The amax histories of a module's six tensors and the scales taken from them."""
+    """The amax histories of a module's tensors (`roles` of them: six for the MLP) and the scales
+    taken from them."""
 
-    def __init__(self, device: torch.device) -> None:
-        self.hist = torch.zeros(ROLES, HISTORY, device=device)
-        self.now = torch.zeros(ROLES, device=device)  # amax of each tensor's latest cast
-        self.scale = torch.ones(ROLES, device=device)
+    def __init__(self, device: torch.device, roles: int = ROLES) -> None:
+        self.hist = torch.zeros(roles, HISTORY, device=device)
+        self.now = torch.zeros(roles, device=device)  # amax of each tensor's latest cast
+        self.scale = torch.ones(roles, device=device)
         # cuBLAS reads a float8 GEMM's scales from 16-byte aligned addresses: a row each
-        self.inv = torch.ones(ROLES, 4, device=device)
-        self.calibrated = [False] * ROLES
+        self.inv = torch.ones(roles, 4, device=device)
+        self.calibrated = [False] * roles
 
     def next(self, role: int, dtype: torch.dtype, current: torch.Tensor | None = None) -> None:
         """The scale of `role`'s next cast. Uncalibrated, it comes from `current`'s amax."""
@@ -203,8 +206,21 @@ def _grid(m: int, n: int) -> tuple[int, int]:
     return triton.cdiv(m, TILE[0]), triton.cdiv(n, TILE[1])
 
 
-def _mm(a: torch.Tensor, b_t: torch.Tensor, state: ScaleState, ra: int, rb: int,
-        fast: bool = False) -> torch.Tensor:
+def check_dims(*dims: int) -> None:
+    """ValueError unless a float8 GEMM takes these feature dims (multiples of 16)."""
+    if any(dim % 16 for dim in dims):
+        raise ValueError(f"float8 GEMMs take dims that are multiples of 16, not {dims}")
+
+
+def check_tokens(x: torch.Tensor) -> None:
+    """ValueError unless x [..., features] has a token count a float8 GEMM takes."""
+    if x.numel() // x.shape[-1] % 16:
+        raise ValueError(f"float8 GEMMs take a token count that is a multiple of 16, not "
+                         f"{x.numel() // x.shape[-1]}")
+
+
+def scaled_mm(a: torch.Tensor, b_t: torch.Tensor, state: ScaleState, ra: int, rb: int,
+              fast: bool = False) -> torch.Tensor:
     """a [M, K] · b_tᵀ (b_t [N, K], both float8 and K-contiguous), dequantized to bf16."""
     return torch._scaled_mm(a, b_t.t(), scale_a=state.inv[ra, 0], scale_b=state.inv[rb, 0],
                             out_dtype=torch.bfloat16, use_fast_accum=fast)
@@ -219,12 +235,12 @@ class _Float8MLP(torch.autograd.Function):
         x8, x8t = cast_transposed(x, state, X, E4M3)
         w_gu8, w_gu8t = cast_transposed(w_gu, state, W_GU, E4M3)
         w_d8, w_d8t = cast_transposed(w_d, state, W_D, E4M3)
-        gu = _mm(x8, w_gu8, state, X, W_GU, fast=True)
+        gu = scaled_mm(x8, w_gu8, state, X, W_GU, fast=True)
         state.next(H, E4M3, swiglu_reference(gu) if not state.calibrated[H] else None)
         h8, h8t = _with_transpose(t, f, E4M3, x.device)
         _swiglu_kernel[_grid(t, f)](gu, h8, h8t, state.scale[H:], state.now[H:], t, f,
                                     FMAX=float8_max(E4M3), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
-        y = _mm(h8, w_d8, state, H, W_D, fast=True)
+        y = scaled_mm(h8, w_d8, state, H, W_D, fast=True)
         ctx.save_for_backward(x8t, gu, h8t, w_gu8t, w_d8t)
         ctx.state, ctx.shape = state, shape
         return y.reshape(*shape[:-1], y.shape[-1]).to(x.dtype)
@@ -236,15 +252,15 @@ class _Float8MLP(torch.autograd.Function):
         dy = dy.reshape(-1, dy.shape[-1]).contiguous()
         t, f = dy.shape[0], h8t.shape[0]
         dy8, dy8t = cast_transposed(dy, state, DY, E5M2)
-        dh = _mm(dy8, w_d8t, state, DY, W_D)
-        grad_w_d = _mm(dy8t, h8t, state, DY, H)
+        dh = scaled_mm(dy8, w_d8t, state, DY, W_D)
+        grad_w_d = scaled_mm(dy8t, h8t, state, DY, H)
         state.next(DGU, E5M2, swiglu_grad_reference(dh, gu) if not state.calibrated[DGU] else None)
         dgu8, dgu8t = _with_transpose(t, 2 * f, E5M2, dy.device)
         _swiglu_bwd_kernel[_grid(t, f)](dh, gu, dgu8, dgu8t, state.scale[DGU:], state.now[DGU:],
                                         t, f, FMAX=float8_max(E5M2), BM=TILE[0], BN=TILE[1],
                                         num_warps=WARPS)
-        dx = _mm(dgu8, w_gu8t, state, DGU, W_GU)
-        grad_w_gu = _mm(dgu8t, x8t, state, DGU, X)
+        dx = scaled_mm(dgu8, w_gu8t, state, DGU, W_GU)
+        grad_w_gu = scaled_mm(dgu8t, x8t, state, DGU, X)
         return dx.reshape(ctx.shape), grad_w_gu, grad_w_d, None
 
 
@@ -253,15 +269,11 @@ class Float8SwiGLUMLP(FusedSwiGLUMLP):
 
     def __init__(self, mlp: torch.nn.Module) -> None:
         super().__init__(mlp)
-        dims = (self.gate_up.in_features, self.down_proj.in_features)
-        if any(dim % 16 for dim in dims):
-            raise ValueError(f"float8 GEMMs take dims that are multiples of 16, not {dims}")
+        check_dims(self.gate_up.in_features, self.down_proj.in_features)
         self.state = ScaleState(self.gate_up.weight.device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() // x.shape[-1] % 16:
-            raise ValueError(f"float8 GEMMs take a token count that is a multiple of 16, not "
-                             f"{x.numel() // x.shape[-1]}")
+        check_tokens(x)
         return _float8_mlp(x, self.gate_up.weight, self.down_proj.weight, self.state)
 
 

@@ -344,9 +344,11 @@ def _layer_forward_residual_in_mlp(self, hidden_states: torch.Tensor, **kwargs: 
     return self.mlp(self.post_attention_layernorm(hidden_states), residual=hidden_states)
 
 
-def float8_mlps(model: torch.nn.Module) -> None:
+def float8_layers(model: torch.nn.Module, attention: bool = True) -> None:
     """Replace every Llama MLP of `model` by trainperf's float8 MLP (kernels/float8_mlp.py) on the
-    same weights; unsupported without Triton or off a GPU with float8 tensor cores (sm_89+)."""
+    same weights and, with `attention`, have every attention layer's projections multiply on
+    float8 GEMMs (float8_attention); unsupported without Triton or off a GPU with float8 tensor
+    cores (sm_89+)."""
     from trainperf.kernels import require_triton
 
     device = next(model.parameters()).device
@@ -357,6 +359,59 @@ def float8_mlps(model: torch.nn.Module) -> None:
 
     for name, module in _mlps(model):
         _replace(model, name, Float8SwiGLUMLP(module))
+    if attention:
+        float8_attention(model)
+
+
+def float8_attention(model: torch.nn.Module) -> None:
+    """Have every attention layer of `model` compute q, k and v as one float8 product on their
+    stacked weights, and o as another (kernels/float8_linear.py). The weights stay the
+    projections' own; each product keeps its scales on the layer."""
+    from trainperf.kernels.float8_linear import linear_state
+    from trainperf.kernels.float8_mlp import check_dims
+
+    for attn in model.modules():
+        if not all(hasattr(attn, a) for a in PROJECTIONS):
+            continue
+        projections = [getattr(attn, a) for a in PROJECTIONS]
+        if any(proj.bias is not None for proj in projections):
+            raise Unsupported("--float8 trainperf-all takes attention projections without biases")
+        check_dims(*(d for proj in projections for d in proj.weight.shape))
+        attn.float8_qkv, attn.float8_o = linear_state(attn.q_proj.weight), linear_state(attn.o_proj.weight)
+        attn.forward = types.MethodType(_attention_forward_float8, attn)
+
+
+_CACHES = ("cache", "past_key_values", "past_key_value")  # a KV cache, by transformers' names
+
+
+def _attention_forward_float8(self, hidden_states: torch.Tensor,  # noqa: ANN001
+                              position_embeddings: tuple[torch.Tensor, torch.Tensor],
+                              attention_mask: torch.Tensor | None = None,
+                              **kwargs: object) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """transformers' Llama attention, but for its projections: q, k and v one float8 product on
+    their stacked weights, o another."""
+    from transformers.models.llama import modeling_llama
+
+    from trainperf.kernels.float8_linear import float8_linear
+    from trainperf.kernels.float8_mlp import check_tokens
+
+    if any(kwargs.pop(name, None) is not None for name in _CACHES):
+        raise Unsupported("--float8 trainperf-all trains; it takes no KV cache")
+    check_tokens(hidden_states)
+    input_shape = hidden_states.shape[:-1]
+    hidden_shape = (*input_shape, -1, self.head_dim)
+    qkv_weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+    qkv = float8_linear(hidden_states, qkv_weight, self.float8_qkv)
+    sizes = [p.out_features for p in (self.q_proj, self.k_proj, self.v_proj)]
+    query, key, value = (t.view(hidden_shape).transpose(1, 2) for t in qkv.split(sizes, dim=-1))
+    query, key = modeling_llama.apply_rotary_pos_emb(query, key, *position_embeddings)
+    attention = modeling_llama.ALL_ATTENTION_FUNCTIONS.get_interface(
+        self.config._attn_implementation, modeling_llama.eager_attention_forward)
+    out, weights = attention(self, query, key, value, attention_mask,
+                             dropout=0.0 if not self.training else self.attention_dropout,
+                             scaling=self.scaling, **kwargs)
+    out = out.reshape(*input_shape, -1).contiguous()
+    return float8_linear(out, self.o_proj.weight, self.float8_o), weights
 
 
 def _mlps(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:

@@ -76,19 +76,22 @@ RECIPES: dict[str, dict[str, str]] = {
     # row: which products, which scaling move its loss off stock's band (the float8-causes suite)
     **{f"fp8-{kind}": {**FAST, "float8": f"torchao-{kind}", "compile": "layers-tuned"}
        for kind in ("mlp", "attention", "rowwise")},
-    # the same step with trainperf's own float8 MLP (delayed scaling) instead of torchao's float8:
-    # faster; like torchao's, its loss departs from stock's in most draws of the parity task
-    "fp8-trainperf": {**FAST, "float8": "trainperf"},
+    # the same step with trainperf's own float8 (delayed scaling) instead of torchao's: on every
+    # decoder Linear (the MLP and the attention projections), or on the MLP alone
+    "fp8-trainperf": {**FAST, "float8": "trainperf-all"},
+    "fp8-trainperf-mlp": {**FAST, "float8": "trainperf"},
     "fa4": {"sdpa_backend": "FA4"},  # the stock model with FlashAttention 4 as its attention
     "liger-fa4": {"library": "liger", "sdpa_backend": "FA4"},
 }
 # Recipes of trainperf's own that take FlashAttention 4 where it runs, the backend asked for elsewhere,
 # and with it their timed iterations replayed as a CUDA graph; those that take quack's fused MLP
 # where it runs (the float8 recipes' MLP GEMMs are float8 ones instead); and those that take quack's
-# tuned GEMMs where picks for the GPU are known (torchao's float8 has the projections' products).
-FA4_WHERE_IT_RUNS = ("fast", "fp8", "fp8-mlp", "fp8-attention", "fp8-rowwise", "fp8-trainperf")
+# tuned GEMMs where picks for the GPU are known (torchao's float8 has the projections' products;
+# under fp8-trainperf, whose projections are float8 ones, they take the LM head's alone).
+FA4_WHERE_IT_RUNS = ("fast", "fp8", "fp8-mlp", "fp8-attention", "fp8-rowwise", "fp8-trainperf",
+                     "fp8-trainperf-mlp")
 QUACK_WHERE_IT_RUNS = ("fast",)
-TUNED_GEMMS_WHERE_KNOWN = ("fast", "fp8-trainperf")
+TUNED_GEMMS_WHERE_KNOWN = ("fast", "fp8-trainperf", "fp8-trainperf-mlp")
 # Recipes that, on FlashAttention 4, pack each K/V head's query heads into one sequence
 # (--kv-heads packed) at sequences up to PACKED_UP_TO_SEQ: FA4's backward then keeps dK and dV of
 # the four query heads in one program, 1.2x faster at 768 and 1024 tokens a sequence on an H100,
@@ -219,8 +222,8 @@ def validate(spec: LlamaSpec) -> None:
     check_choice("graph", spec.graph, GRAPH_MODES)
     if spec.graph != "off":
         _check_capturable(spec)
-    if spec.float8 == "trainperf" and spec.swiglu != "torch":
-        raise SpecError("--float8 trainperf computes SwiGLU in its own float8 MLP; leave --swiglu at torch")
+    if spec.float8 in peers.TRAINPERF_FLOAT8 and spec.swiglu != "torch":
+        raise SpecError(f"--float8 {spec.float8} computes SwiGLU in its own float8 MLP; leave --swiglu at torch")
     if spec.library != "none" and spec.loss != "torch":
         raise SpecError(f"--library {spec.library} brings its own loss; leave --loss at torch")
     try:
@@ -272,8 +275,8 @@ class LlamaStep:
             self.undo.append(undo)
         if spec.float8 in peers.TORCHAO_FLOAT8:
             peers.apply_float8(self.model, spec.float8)
-        if spec.float8 == "trainperf":
-            hf_llama.float8_mlps(self.model)
+        if spec.float8 in peers.TRAINPERF_FLOAT8:
+            hf_llama.float8_layers(self.model, attention=spec.float8 == "trainperf-all")
         if spec.compile != "off":
             torch._dynamo.reset()  # each case compiles afresh: no graphs or dynamic shapes of earlier cases
         # Compiled whole, the model and PyTorch's cross-entropy are one graph, as they are where

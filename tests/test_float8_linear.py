@@ -1,0 +1,81 @@
+"""The float8 attention projections of `--float8 trainperf` (kernels/float8_linear.py): one
+float8 Linear against float64, and a decoder layer whose projections are float8 against the same
+layer in float64. On the CPU the casts run in Triton's interpreter, whose float8 rounding loses a
+little more (tests/test_float8_mlp.py); the bounds there are looser."""
+
+import pytest
+import torch
+from conftest import rel_err
+
+from trainperf.core.errors import Unsupported
+from trainperf.kernels.float8_linear import float8_linear, linear_state
+from trainperf.models import hf_llama
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# e4m3 holds 3 bits of mantissa, e5m2 (gradients) 2: a few percent per product
+BOUNDS = (0.08, 0.12) if DEVICE == "cuda" else (0.25, 0.3)  # (output, gradients)
+
+
+def test_a_float8_linear_follows_float64():
+    torch.manual_seed(0)
+    x = torch.randn(4, 32, 96, device=DEVICE, dtype=torch.float64)
+    w = torch.randn(80, 96, device=DEVICE, dtype=torch.float64) / 10
+    dy = torch.randn(4, 32, 80, device=DEVICE, dtype=torch.float64)
+    x64, w64 = x.clone().requires_grad_(), w.clone().requires_grad_()
+    (x64 @ w64.t()).backward(dy)
+    state = linear_state(w)
+    for _ in range(3):  # calibrating, then with the scales of earlier iterations
+        xb, wb = x.bfloat16().requires_grad_(), w.bfloat16().requires_grad_()
+        y = float8_linear(xb, wb, state)
+        y.backward(dy.bfloat16())
+        assert y.shape == (4, 32, 80) and y.dtype == xb.grad.dtype == wb.grad.dtype == torch.bfloat16
+        assert rel_err(y, x @ w.t()) < BOUNDS[0]
+        assert rel_err(xb.grad, x64.grad) < BOUNDS[1] and rel_err(wb.grad, w64.grad) < BOUNDS[1]
+    assert all(state.calibrated)
+
+
+def _layer(dtype: torch.dtype) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = hf_llama.build_model(hf_llama.load_config("tiny", layers=1), dtype, torch.device(DEVICE))
+    hf_llama.set_attention(model, hf_llama.attention_name("MATH", expand_kv=False))
+    return model
+
+
+def test_a_layer_with_float8_projections_follows_float64():
+    ref, fp8 = _layer(torch.float64), _layer(torch.bfloat16)
+    hf_llama.float8_layers(fp8, attention=True)
+    attn = fp8.model.layers[0].self_attn
+    assert attn.q_proj.weight is fp8.get_parameter("model.layers.0.self_attn.q_proj.weight")
+    ids = torch.randint(0, ref.config.vocab_size, (2, 32), device=DEVICE)
+    ref(input_ids=ids, labels=ids).loss.backward()
+    for _ in range(2):
+        fp8.zero_grad()
+        loss = fp8(input_ids=ids, labels=ids).loss
+        loss.backward()
+        assert abs(loss.item() - ref(input_ids=ids, labels=ids).loss.item()) < 0.02
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            got = getattr(attn, name).weight.grad
+            want = getattr(ref.model.layers[0].self_attn, name).weight.grad
+            assert rel_err(got, want) < BOUNDS[1], name
+    assert all(attn.float8_qkv.calibrated) and all(attn.float8_o.calibrated)
+
+
+def test_trainperf_mlp_leaves_the_projections_in_bf16():
+    model = _layer(torch.bfloat16)
+    hf_llama.float8_layers(model, attention=False)
+    attn = model.model.layers[0].self_attn
+    assert not hasattr(attn, "float8_qkv") and type(model.model.layers[0].mlp).__name__ == "Float8SwiGLUMLP"
+
+
+def test_float8_projections_refuse_biases_and_a_kv_cache():
+    model = _layer(torch.bfloat16)
+    attn = model.model.layers[0].self_attn
+    attn.q_proj.bias = torch.nn.Parameter(torch.zeros(attn.q_proj.out_features, device=DEVICE))
+    with pytest.raises(Unsupported, match="without biases"):
+        hf_llama.float8_attention(model)
+    attn.q_proj.bias = None
+    hf_llama.float8_attention(model)
+    x = torch.randn(1, 16, model.config.hidden_size, device=DEVICE).bfloat16()
+    cos_sin = model.model.rotary_emb(x, torch.arange(16, device=DEVICE)[None])
+    with pytest.raises(Unsupported, match="no KV cache"):
+        attn(x, position_embeddings=cos_sin, cache=object())
