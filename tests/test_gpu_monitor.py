@@ -36,6 +36,9 @@ class FakeNvml(types.SimpleNamespace):
     def nvmlDeviceGetHandleByIndex(self, index: int) -> str:  # noqa: N802
         return f"gpu{index}"
 
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:  # noqa: N802
+        return f"gpu{NVML_INDEX_OF[uuid]}"
+
     def nvmlDeviceGetClockInfo(self, handle: str, kind: int) -> int:  # noqa: N802
         if kind == self.NVML_CLOCK_MEM:
             return 2619
@@ -73,11 +76,33 @@ class FakeNvml(types.SimpleNamespace):
         return 0x4 | 0x1 if self.capped[-1] else 0x1  # power cap (and idle) / idle only
 
 
+# A machine of four GPUs, of which the process sees the third alone (CUDA_VISIBLE_DEVICES=2):
+# torch's cuda:0 is NVML's GPU 2.
+NVML_INDEX_OF = {f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd": i for i in range(4)}
+VISIBLE = ["00000002-aaaa-bbbb-cccc-dddddddddddd"]  # torch's cuda:N is VISIBLE[N] (no prefix)
+
+
+@pytest.fixture(autouse=True)
+def one_visible_gpu(request, monkeypatch):
+    """torch's view of the fake machine, for every test but those on a real GPU."""
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.setattr(torch.cuda, "get_device_properties",
+                            lambda index: types.SimpleNamespace(uuid=VISIBLE[index]))
+
+
 @pytest.fixture
 def fake_nvml(monkeypatch):
     fake = FakeNvml()
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     return fake
+
+
+def test_the_monitor_reads_the_gpu_torch_uses_where_only_some_are_visible(fake_nvml):
+    handles = []
+    fake_nvml.nvmlDeviceGetPowerUsage = lambda handle: handles.append(handle) or 700_000
+    with GpuMonitor(torch.device("cuda", 0)):
+        pass
+    assert handles and set(handles) == {"gpu2"}  # NVML's index 0 is another process's GPU
 
 
 def test_the_window_is_summarised_by_medians_and_the_power_capped_share(fake_nvml):

@@ -38,14 +38,16 @@ def git_commit() -> str:
         return "unknown"
 
 
-def _nvml_state(index: int) -> dict[str, Any]:
+def _nvml_state(device: torch.device) -> dict[str, Any]:
     """Driver, clocks and power from NVML; empty when NVML is unavailable."""
     try:
         import pynvml
 
+        from trainperf.core.gpu_monitor import nvml_handle
+
         pynvml.nvmlInit()
         try:
-            h = pynvml.nvmlDeviceGetHandleByIndex(index)
+            h = nvml_handle(pynvml, device)
             return {
                 "driver": pynvml.nvmlSystemGetDriverVersion(),
                 "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
@@ -83,7 +85,7 @@ def capture(device: torch.device) -> dict[str, Any]:
                    # which GPU it was: rows of one suite resumed on another machine must not be
                    # set against each other unsaid
                    gpu_uuid=str(getattr(props, "uuid", "")) or None)
-        env.update(_nvml_state(device.index or 0))
+        env.update(_nvml_state(device))
     else:
         env["gpu_name"] = None
     return env

@@ -46,6 +46,17 @@ def nvml_module():  # noqa: ANN202 - the pynvml module, or None where it is miss
     return pynvml
 
 
+def nvml_handle(nvml: Any, device: torch.device) -> Any:
+    """NVML's handle of torch's CUDA `device`, found by the GPU's UUID: NVML counts every GPU of
+    the machine, torch only those CUDA_VISIBLE_DEVICES shows, so their indexes differ wherever a
+    process is given one GPU of several."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    uuid = str(getattr(torch.cuda.get_device_properties(index), "uuid", "") or "")
+    if not uuid:  # a torch without the UUID: the indexes agree while every GPU is visible
+        return nvml.nvmlDeviceGetHandleByIndex(index)
+    return nvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+
+
 class GpuMonitor:
     """Samples SM and memory clocks, power draw and the power-cap flag of `device` while open
     (`with GpuMonitor(device) as gpu: ...`, or start()/stop()); metrics() summarises them. Off
@@ -74,8 +85,7 @@ class GpuMonitor:
             return
         try:
             self._nvml.nvmlInit()
-            index = self.device.index if self.device.index is not None else torch.cuda.current_device()
-            self._handle = self._nvml.nvmlDeviceGetHandleByIndex(index)
+            self._handle = nvml_handle(self._nvml, self.device)
         except Exception:  # noqa: BLE001 - NVML refusing (no driver, no permission) is not an error here
             self._nvml = None
             return
