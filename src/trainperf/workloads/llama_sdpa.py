@@ -223,7 +223,8 @@ def validate(spec: LlamaSpec) -> None:
     if spec.graph != "off":
         _check_capturable(spec)
     if spec.float8 in peers.TRAINPERF_FLOAT8 and spec.swiglu != "torch":
-        raise SpecError(f"--float8 {spec.float8} computes SwiGLU in its own float8 MLP; leave --swiglu at torch")
+        raise SpecError(f"--float8 {spec.float8} computes SwiGLU in its own float8 MLP; leave --swiglu "
+                        "at torch")
     if spec.library != "none" and spec.loss != "torch":
         raise SpecError(f"--library {spec.library} brings its own loss; leave --loss at torch")
     try:
