@@ -440,8 +440,9 @@ def test_the_fastest_step_takes_fa4_and_quack_only_where_they_run(monkeypatch):
     assert recipe_setup("fast", "cuda") == {**graphed, "swiglu": "quack"}  # no tuned GEMMs known here
     monkeypatch.setattr(quack_gemm, "tuned_here", lambda device: True)
     assert recipe_setup("fast", "cuda") == {**graphed, "swiglu": "quack", "gemm": "quack"}
-    assert recipe_setup("fp8-trainperf", "cuda") == {**graphed, "float8": "trainperf-all", "gemm": "quack"}
-    assert recipe_setup("fp8-trainperf-mlp", "cuda") == {**graphed, "float8": "trainperf", "gemm": "quack"}
+    assert recipe_setup("fp8-trainperf", "cuda") == {**graphed, "float8": "trainperf", "gemm": "quack"}
+    assert recipe_setup("fp8-trainperf-all", "cuda") == {**graphed, "float8": "trainperf-all",
+                                                         "gemm": "quack"}
     assert "gemm" not in recipe_setup("fp8", "cuda")  # torchao's float8 has the projections
     monkeypatch.setattr(quack_gemm, "tuned_here", lambda device: False)
     assert "swiglu" not in recipe_setup("fp8", "cuda")  # its MLP GEMMs are float8 ones
@@ -572,14 +573,14 @@ def test_the_float8_headline_sets_trainperf_s_float8_against_torchao_s_and_bf16(
                          "peak_mem_gb": [21.0, 23.1, 19.0, 23.0], "status": ["ok"] * 4})
     rows.to_csv(tmp_path / "llama" / "training_timing.csv", index=False)
     table = float8_headline({"llama": tmp_path / "llama"}).set_index("recipe")
-    assert table.loc["fp8-trainperf", "1x8"] == "0.28 (23.1 GB)"
+    assert table.loc["fp8-trainperf-all", "1x8"] == "0.28 (23.1 GB)"
     assert table.loc["fp8", "1x8"] == "0.3 (19.0 GB)"
-    assert table.loc["fp8-trainperf vs the best of fp8", "1x8"] == "1.07x over fp8 (memory 1.22x)"
-    assert table.loc["fp8-trainperf vs the best of fast", "1x8"] == "1.14x over fast (memory 1.10x)"
-    # what the projections' float8 products bring, against the MLP's alone (the older records' step)
-    assert table.loc["fp8-trainperf-mlp", "1x8"] == "0.29 (23.0 GB)"
-    assert table.loc["fp8-trainperf vs the best of fp8-trainperf-mlp", "1x8"] == \
-        "1.04x over fp8-trainperf-mlp (memory 1.00x)"
+    assert table.loc["fp8-trainperf-all vs the best of fp8", "1x8"] == "1.07x over fp8 (memory 1.22x)"
+    assert table.loc["fp8-trainperf-all vs the best of fast", "1x8"] == "1.14x over fast (memory 1.10x)"
+    # what the projections' float8 products bring, against trainperf's float8 MLP alone
+    assert table.loc["fp8-trainperf", "1x8"] == "0.29 (23.0 GB)"
+    assert table.loc["fp8-trainperf-all vs the best of fp8-trainperf", "1x8"] == \
+        "1.04x over fp8-trainperf (memory 1.00x)"
     # a run whose every case failed (an error row records no swaps) has no row to compare
     nothing = {"mean_s": float("nan"), "peak_mem_gb": float("nan"), "swaps": None, "status": "error"}
     rows.assign(**nothing).to_csv(tmp_path / "llama" / "training_timing.csv", index=False)

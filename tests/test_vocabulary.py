@@ -4,6 +4,7 @@ work with a note, and stores written with the old spec keys read and resume in t
 
 import inspect
 import json
+import re
 import sqlite3
 from dataclasses import asdict
 from pathlib import Path
@@ -173,3 +174,13 @@ def test_a_store_of_old_records_reads_and_resumes_in_the_new_names(db, tmp_path)
     records = Store(db).records()
     assert len(records) == 1 and records[0].metrics["step_ms_median"] == 123.0  # resumed, not measured again
     assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_the_glossary_names_every_recipe_and_float8_choice():
+    from trainperf.models.peers import FLOAT8
+    from trainperf.workloads.llama_sdpa import RECIPES
+
+    def named(flag: str) -> set[str]:
+        return set(re.findall(r"[a-z0-9][a-z0-9-]*[a-z0-9]", GLOSSARY[flag]))
+    assert set(RECIPES) <= named("--recipe")
+    assert set(FLOAT8) <= named("--float8")

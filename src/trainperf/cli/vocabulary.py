@@ -61,7 +61,7 @@ GLOSSARY: dict[str, str] = {
     "--fast": "trainperf's fastest step: its best swaps and compile mode, and FlashAttention 4, "
               "quack's fused MLP and quack's tuned GEMMs where they run.",
     "--recipe": "Named setups, each a row of the same run: stock, compile, liger, liger-compile, fast, fp8, "
-                "fp8-mlp, fp8-attention, fp8-rowwise, fp8-trainperf, fa4, liger-fa4.",
+                "fp8-mlp, fp8-attention, fp8-rowwise, fp8-trainperf, fp8-trainperf-all, fa4, liger-fa4.",
     "--train-steps": "Optimizer steps of a loss-parity run (untimed).",
     "--stock-seeds": "Stock's runs from other weights and batch orders of the same task: the band of its own "
                      "noise that a recipe's loss is judged against.",

@@ -76,10 +76,10 @@ RECIPES: dict[str, dict[str, str]] = {
     # row: which products, which scaling move its loss off stock's band (the float8-causes suite)
     **{f"fp8-{kind}": {**FAST, "float8": f"torchao-{kind}", "compile": "layers-tuned"}
        for kind in ("mlp", "attention", "rowwise")},
-    # the same step with trainperf's own float8 (delayed scaling) instead of torchao's: on every
-    # decoder Linear (the MLP and the attention projections), or on the MLP alone
-    "fp8-trainperf": {**FAST, "float8": "trainperf-all"},
-    "fp8-trainperf-mlp": {**FAST, "float8": "trainperf"},
+    # the same step with trainperf's own float8 (delayed scaling) instead of torchao's: on the MLP,
+    # or on every decoder Linear (the MLP and the attention projections)
+    "fp8-trainperf": {**FAST, "float8": "trainperf"},
+    "fp8-trainperf-all": {**FAST, "float8": "trainperf-all"},
     "fa4": {"sdpa_backend": "FA4"},  # the stock model with FlashAttention 4 as its attention
     "liger-fa4": {"library": "liger", "sdpa_backend": "FA4"},
 }
@@ -87,11 +87,11 @@ RECIPES: dict[str, dict[str, str]] = {
 # and with it their timed iterations replayed as a CUDA graph; those that take quack's fused MLP
 # where it runs (the float8 recipes' MLP GEMMs are float8 ones instead); and those that take quack's
 # tuned GEMMs where picks for the GPU are known (torchao's float8 has the projections' products;
-# under fp8-trainperf, whose projections are float8 ones, they take the LM head's alone).
+# under fp8-trainperf-all, whose projections are float8 ones, they take the LM head's alone).
 FA4_WHERE_IT_RUNS = ("fast", "fp8", "fp8-mlp", "fp8-attention", "fp8-rowwise", "fp8-trainperf",
-                     "fp8-trainperf-mlp")
+                     "fp8-trainperf-all")
 QUACK_WHERE_IT_RUNS = ("fast",)
-TUNED_GEMMS_WHERE_KNOWN = ("fast", "fp8-trainperf", "fp8-trainperf-mlp")
+TUNED_GEMMS_WHERE_KNOWN = ("fast", "fp8-trainperf", "fp8-trainperf-all")
 # Recipes that, on FlashAttention 4, pack each K/V head's query heads into one sequence
 # (--kv-heads packed) at sequences up to PACKED_UP_TO_SEQ: FA4's backward then keeps dK and dV of
 # the four query heads in one program, 1.2x faster at 768 and 1024 tokens a sequence on an H100,
