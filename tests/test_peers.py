@@ -581,6 +581,12 @@ def test_the_float8_headline_sets_trainperf_s_float8_against_torchao_s_and_bf16(
     assert table.loc["fp8-trainperf", "1x8"] == "0.29 (23.0 GB)"
     assert table.loc["fp8-trainperf-all vs the best of fp8-trainperf", "1x8"] == \
         "1.04x over fp8-trainperf (memory 1.00x)"
+    assert table.loc["fp8-trainperf vs the best of fp8", "1x8"] == "1.03x over fp8 (memory 1.21x)"
+    # a run without the step on every float8 Linear compares the MLP's alone, and nothing more
+    rows.iloc[[0, 2, 3]].to_csv(tmp_path / "llama" / "training_timing.csv", index=False)
+    table = float8_headline({"llama": tmp_path / "llama"}).set_index("recipe")
+    assert sorted(i for i in table.index if " vs " in i) == ["fp8-trainperf vs the best of fast",
+                                                            "fp8-trainperf vs the best of fp8"]
     # a run whose every case failed (an error row records no swaps) has no row to compare
     nothing = {"mean_s": float("nan"), "peak_mem_gb": float("nan"), "swaps": None, "status": "error"}
     rows.assign(**nothing).to_csv(tmp_path / "llama" / "training_timing.csv", index=False)

@@ -109,17 +109,19 @@ def peers_headline(parts: dict[str, Path]) -> pd.DataFrame:
 
 
 def float8_headline(parts: dict[str, Path]) -> pd.DataFrame:
-    """peers_headline's table for the float8 recipes: the step with trainperf's float8 on every
-    decoder Linear against the same step with torchao's float8 (`fp8`), against the bf16 fastest
-    step, and against trainperf's float8 on the MLP alone (what the projections' float8 brings)."""
+    """peers_headline's table for the float8 recipes: the steps with trainperf's float8 (on every
+    decoder Linear, on the MLP alone) against the same step with torchao's float8 (`fp8`) and
+    against the bf16 fastest step, and the one against the other (what the projections' float8
+    brings)."""
     return recipes_headline(parts, [("fp8-trainperf-all", ("fp8",)), ("fp8-trainperf-all", ("fast",)),
-                                    ("fp8-trainperf-all", ("fp8-trainperf",))])
+                                    ("fp8-trainperf-all", ("fp8-trainperf",)),
+                                    ("fp8-trainperf", ("fp8",)), ("fp8-trainperf", ("fast",))])
 
 
 def recipes_headline(parts: dict[str, Path], against: list[tuple[str, tuple[str, ...]]]) -> pd.DataFrame:
     """One row per recipe of the `llama` parts: seconds per iteration (peak GB, J) at each shape,
     then its loss parity (the `parity` part); and a row for each (recipe, others) of `against`:
-    its speed-up over the best of the others at each shape."""
+    its speed-up over the best of the others at each shape, where the recipe ran."""
     from trainperf.workloads.llama_sdpa import recipe_names
 
     table = pd.concat([_read(parts[p], "training_timing.csv") for p in ("llama", "llama-more") if p in parts],
@@ -134,6 +136,8 @@ def recipes_headline(parts: dict[str, Path], against: list[tuple[str, tuple[str,
     out = table.pivot_table(index="recipe", columns="case", values="cell", aggfunc="first", sort=False)
     ok = table[table.status == "ok"]
     for recipe, others in against if not out.empty else ():  # rows only where some case ran
+        if recipe not in set(ok.recipe):
+            continue
         out.loc[f"{recipe} vs the best of {', '.join(others)}"] = _against_best(ok, recipe, others)
     losses = _parity_losses(parts["parity"])[0] if "parity" in parts else pd.DataFrame()
     if not losses.empty:
