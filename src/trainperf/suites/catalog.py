@@ -135,9 +135,8 @@ def recipes_headline(parts: dict[str, Path], against: list[tuple[str, tuple[str,
                                                                               strict=True)]
     out = table.pivot_table(index="recipe", columns="case", values="cell", aggfunc="first", sort=False)
     ok = table[table.status == "ok"]
-    for recipe, others in against if not out.empty else ():  # rows only where some case ran
-        if recipe not in set(ok.recipe):
-            continue
+    ran = set(ok.recipe)
+    for recipe, others in (pair for pair in against if pair[0] in ran):  # rows only where it ran
         out.loc[f"{recipe} vs the best of {', '.join(others)}"] = _against_best(ok, recipe, others)
     losses = _parity_losses(parts["parity"])[0] if "parity" in parts else pd.DataFrame()
     if not losses.empty:
