@@ -79,3 +79,27 @@ def test_float8_projections_refuse_biases_and_a_kv_cache():
     cos_sin = model.model.rotary_emb(x, torch.arange(16, device=DEVICE)[None])
     with pytest.raises(Unsupported, match="no KV cache"):
         attn(x, position_embeddings=cos_sin, cache=object())
+
+
+def test_a_gpt_block_with_float8_products_follows_float64():
+    from trainperf.models.lm import Block, LMConfig, float8_blocks
+
+    cfg = LMConfig(vocab_size=64, context_length=32, d_model=64, d_ff=256, n_layers=1, n_heads=4,
+                   attention="naive")
+    torch.manual_seed(0)
+    ref = Block(cfg).to(DEVICE, torch.float64)
+    fp8 = Block(cfg).to(DEVICE, torch.bfloat16)
+    fp8.load_state_dict(ref.state_dict())
+    float8_blocks(fp8)
+    x = torch.randn(2, 32, 64, device=DEVICE, dtype=torch.float64)
+    dy = torch.randn_like(x)
+    ref(x).backward(dy)
+    for _ in range(2):
+        fp8.zero_grad()
+        y = fp8(x.bfloat16())
+        y.backward(dy.bfloat16())
+        assert rel_err(y - x, ref(x) - x) < BOUNDS[0]  # the block's update to its input
+        for name, p in fp8.named_parameters():
+            if p.ndim == 2:  # every matrix product's weight
+                assert rel_err(p.grad, ref.get_parameter(name).grad) < BOUNDS[1], name
+    assert all(fp8.mlp.float8.calibrated) and all(s.calibrated[0] for s in fp8.attn.float8)

@@ -12,6 +12,7 @@ from trainperf.cli import app
 from trainperf.core.errors import SpecError
 from trainperf.core.store import Store
 from trainperf.distributed.launch import launch
+from trainperf.models.lm import TransformerLM
 from trainperf.workloads.sharded import (
     LMWithLoss,
     ShardedStep,
@@ -34,8 +35,6 @@ def spec(**kw):
 
 def single_process(s: ShardSpec) -> tuple[list[float], torch.Tensor]:
     """Losses and final parameters of AdamW on the whole global batch in one process."""
-    from trainperf.models.lm import TransformerLM
-
     torch.manual_seed(0)
     model = LMWithLoss(TransformerLM(s.model_config()), s.loss)
     opt = torch.optim.AdamW(model.parameters(), lr=s.lr)
@@ -102,6 +101,39 @@ def test_fsdp2_reduces_gradients_in_bf16_when_asked_and_in_fp32_otherwise(tmp_pa
     out = tmp_path / "r.pt"
     launch(_gradients_are_bf16_values, 2, "gloo", args=(specs, str(out)))
     assert torch.load(out) == {"fp32": False, "bf16": True}
+
+
+def _decoder_gradients(rank, world, cases, out_path):
+    """Per case: the whole gradient of the decoder's matrix weights after one backward."""
+    results = {}
+    for name, s in cases:
+        step = ShardedStep(s, rank, world, torch.device("cpu"))
+        step.model(step.x, step.y).backward()
+        results[name] = _matrix_gradients(step.model)
+    if rank == 0:
+        torch.save(results, out_path)
+
+
+def _matrix_gradients(model: torch.nn.Module) -> torch.Tensor:
+    grads = [p.grad for name, p in model.named_parameters() if "layers." in name and p.ndim == 2]
+    return torch.cat([(g.full_tensor() if hasattr(g, "full_tensor") else g).flatten() for g in grads])
+
+
+def test_trainperf_s_float8_shards_and_checkpoints_within_float8_of_fp32(tmp_path):
+    from conftest import rel_err
+
+    specs = [(ck, spec(shard="full", checkpoint=ck, float8="trainperf")) for ck in ("none", "full+attn")]
+    out = tmp_path / "r.pt"
+    launch(_decoder_gradients, 2, "gloo", args=(specs, str(out)))
+    ref = specs[0][1]
+    torch.manual_seed(0)
+    model = LMWithLoss(TransformerLM(ref.model_config()), ref.loss)
+    rows = global_batch_tokens(ref)
+    model(rows[:, :-1], rows[:, 1:]).backward()
+    want = _matrix_gradients(model)
+    for name, got in torch.load(out).items():
+        # float8 products (e4m3, e5m2 gradients; the interpreter rounds a little more), not fp32's
+        assert 1e-3 < rel_err(got, want) < 0.3, name
 
 
 def test_ddp_with_bf16_gradients_on_gloo_is_an_unsupported_row_naming_nccl(db, tmp_path):
@@ -275,7 +307,7 @@ def test_recomputed_flops_are_counted_apart_from_the_model_flops():
     (dict(checkpoint="full+attention"), r"with \+attn"),
     (dict(shard="zero3"), "shard"),
     (dict(shard="none", offload=True), "sharded model"),
-    (dict(float8="trainperf"), "float8"),  # trainperf's float8 MLP is the Llama step's alone
+    (dict(float8="trainperf-all"), "float8"),  # the Llama step's name: here every product is float8
     (dict(prefetch=-1), "number of units"),
     (dict(unit_layers=0), "positive number of decoder layers"),
     (dict(cuda_graph=True, offload=True), "choose one"),

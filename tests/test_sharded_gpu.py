@@ -1,6 +1,6 @@
 """The sharded step on two GPUs: replayed as a CUDA graph it trains as it does launched eagerly
 (FSDP2 and DDP); torchao's float8 inside FSDP2, the decoder's Linears gathered in float8, trains
-on as the bf16 step does."""
+on as the bf16 step does, and trainperf's float8 follows the bf16 step's losses."""
 
 from __future__ import annotations
 
@@ -60,3 +60,15 @@ def test_float8_gathered_by_fsdp2_trains_beside_the_bf16_step(tmp_path):
     assert all(r.status == "ok" for r in recs.values()), [r.reason for r in recs.values()]
     assert recs["torchao"].metrics["step_ms_median"] > 0
     assert recs["torchao"].metrics["peak_mem_gb"] > 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9),
+                    reason="needs float8 GPUs")
+def test_trainperf_s_float8_under_fsdp2_trains_as_the_bf16_step(tmp_path):
+    base = dict(model="small", world_size=2, shard="full", checkpoint="full+attn", seq=512, batch=4,
+                optimizer="adamw-fused", compile=True, lr=1e-3)
+    cases = [(f, ShardSpec(**base, float8=f)) for f in ("off", "trainperf")]
+    launch(_losses, 2, "nccl", args=(cases, str(tmp_path / "r.pt")))
+    got = torch.load(tmp_path / "r.pt")
+    assert got["trainperf"][-1] < got["trainperf"][0]  # it trains
+    assert got["trainperf"] == pytest.approx(got["off"], rel=2e-2)

@@ -368,8 +368,8 @@ def shard(
     cuda_graph: str = option("--cuda-graph", "off", "Comma list ok."),
     attention: str = option("--attention", "sdpa", "Comma list ok."),
     loss: str = option("--loss", "torch", "Comma list ok."),
-    float8: str = option("--float8", "off", "Here off or torchao (gathered in float8 where sharded); comma "
-                                           "list ok."),
+    float8: str = option("--float8", "off", "Here off, torchao (gathered in float8 where sharded) or "
+                                           "trainperf (every decoder product); comma list ok."),
     vocab: int = option("--vocab", None, "Default: the preset's own (cs336-8b), else 10000."),
     dist_backend: str = option("--dist-backend", None),
     warmup: int = option("--warmup", 2), iters: int = option("--iters", 5),

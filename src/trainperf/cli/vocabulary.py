@@ -74,7 +74,8 @@ GLOSSARY: dict[str, str] = {
     "--float8": ("Float8 training: off, torchao (every decoder Linear, scales from each tensor's "
                  "amax; torchao-mlp, torchao-attention: the MLP's or the attention projections' alone; "
                  "torchao-rowwise: a scale per row), trainperf (the MLP, trainperf's kernels, scales from "
-                 "earlier iterations' amax; trainperf-all: the MLP and the attention projections)."),
+                 "earlier iterations' amax; trainperf-all: the MLP and the attention projections; `shard`'s "
+                 "trainperf: every decoder product)."),
     "--graph": "How the timed iterations launch: off (kernel by kernel), step (the whole iteration "
                "captured once as a CUDA graph and replayed; with FA4 or CUDNN_FE and input embeddings).",
     "--op": "Collectives.",

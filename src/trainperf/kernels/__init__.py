@@ -47,3 +47,11 @@ def require_triton(device: torch.device, what: str) -> None:
         raise Unsupported(f"{what} needs Triton: {INSTALL_TRITON}")
     if not triton_runs(device):
         raise Unsupported(f"{what} needs a CUDA GPU (or TRITON_INTERPRET=1 on the CPU)")
+
+
+def require_float8_gemms(device: torch.device, what: str) -> None:
+    """Unsupported unless trainperf's float8 kernels run here: Triton (require_triton) and, on a
+    GPU, float8 tensor cores (sm_89 or newer)."""
+    require_triton(device, what)
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
+        raise Unsupported(f"{what} needs a GPU with float8 tensor cores (sm_89 or newer)")

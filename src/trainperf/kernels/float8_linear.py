@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from trainperf.kernels.float8_mlp import E4M3, E5M2, ScaleState, cast_transposed, scaled_mm
+from trainperf.kernels.float8_mlp import E4M3, E5M2, ScaleState, cast_transposed, check_tokens, scaled_mm
 
 # The tensors with a scale each, by their row in a Linear's scale state.
 IN, WEIGHT, GRAD = range(3)
@@ -48,6 +48,7 @@ class _Float8Linear(torch.autograd.Function):
 @torch._dynamo.disable  # Triton launches and _scaled_mm calls outside the compiled layers' graphs
 def float8_linear(x: torch.Tensor, weight: torch.Tensor, state: ScaleState) -> torch.Tensor:
     """x · weightᵀ on float8 GEMMs, scaled from `state` (a ScaleState of ROLES roles)."""
+    check_tokens(x)
     return _Float8Linear.apply(x, weight, state)
 
 

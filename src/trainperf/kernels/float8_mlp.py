@@ -272,11 +272,12 @@ class Float8SwiGLUMLP(FusedSwiGLUMLP):
         self.state = ScaleState(self.gate_up.weight.device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_tokens(x)
-        return _float8_mlp(x, self.gate_up.weight, self.down_proj.weight, self.state)
+        return float8_mlp(x, self.gate_up.weight, self.down_proj.weight, self.state)
 
 
 @torch._dynamo.disable  # Triton launches and _scaled_mm calls outside the compiled layers' graphs
-def _float8_mlp(x: torch.Tensor, w_gu: torch.Tensor, w_d: torch.Tensor,
-                state: ScaleState) -> torch.Tensor:
+def float8_mlp(x: torch.Tensor, w_gu: torch.Tensor, w_d: torch.Tensor, state: ScaleState) -> torch.Tensor:
+    """down(silu(g)·u) with [g | u] = x·w_guᵀ (w_gu: gate's and up's weights stacked), every
+    product on float8 GEMMs scaled from `state` (a ScaleState of ROLES roles)."""
+    check_tokens(x)
     return _Float8MLP.apply(x, w_gu, w_d, state)

@@ -349,12 +349,9 @@ def float8_layers(model: torch.nn.Module, attention: bool = True) -> None:
     same weights and, with `attention`, have every attention layer's projections multiply on
     float8 GEMMs (float8_attention); unsupported without Triton or off a GPU with float8 tensor
     cores (sm_89+)."""
-    from trainperf.kernels import require_triton
+    from trainperf.kernels import require_float8_gemms
 
-    device = next(model.parameters()).device
-    require_triton(device, "--float8 trainperf")
-    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
-        raise Unsupported("--float8 trainperf needs a GPU with float8 tensor cores (sm_89 or newer)")
+    require_float8_gemms(next(model.parameters()).device, "--float8 trainperf")
     from trainperf.kernels.float8_mlp import Float8SwiGLUMLP
 
     for name, module in _mlps(model):
@@ -393,11 +390,9 @@ def _attention_forward_float8(self, hidden_states: torch.Tensor,  # noqa: ANN001
     from transformers.models.llama import modeling_llama
 
     from trainperf.kernels.float8_linear import float8_linear
-    from trainperf.kernels.float8_mlp import check_tokens
 
     if any(kwargs.pop(name, None) is not None for name in _CACHES):
         raise Unsupported("--float8 trainperf-all trains; it takes no KV cache")
-    check_tokens(hidden_states)
     input_shape = hidden_states.shape[:-1]
     hidden_shape = (*input_shape, -1, self.head_dim)
     qkv_weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])

@@ -7,6 +7,7 @@ and attention and normalisation are chosen by name from their registries.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +17,9 @@ from trainperf.attention.registry import NAMES as ATTENTION_NAMES
 from trainperf.attention.registry import get_attention
 from trainperf.kernels.rope_reference import rope_reference
 from trainperf.models.norms import NORMS, make_norm
+
+if TYPE_CHECKING:  # the float8 kernels import Triton, an optional extra
+    from trainperf.kernels.float8_mlp import ScaleState
 
 IMPLS = ("torch", "triton")  # implementations of RoPE and of the SwiGLU activation
 
@@ -111,14 +115,16 @@ class SelfAttention(nn.Module):
         self.rope = Rope(cfg.head_dim, cfg.context_length, cfg.rope_theta, cfg.rope)
         self.sdpa = AttentionOp(cfg.attention)
         self.o_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.float8 = None  # the scale states of qkv and o on float8 GEMMs (float8_blocks)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
-        qkv = self.qkv_proj(self.prenorm(x)).view(b, t, 3, self.n_heads, d // self.n_heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [b, heads, t, head_dim]
-        q, k = self.rope(q, k)
+        float8 = self.float8 or (None, None)
+        qkv = _product(self.qkv_proj, self.prenorm(x), float8[0])
+        q, k, v = qkv.view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4).unbind(0)
+        q, k = self.rope(q, k)  # each [b, heads, t, head_dim]
         y = self.sdpa(q, k, v)
-        return self.o_proj(y.transpose(1, 2).reshape(b, t, d))
+        return _product(self.o_proj, y.transpose(1, 2).reshape(b, t, d), float8[1])
 
 
 class FeedForward(nn.Module):
@@ -131,9 +137,15 @@ class FeedForward(nn.Module):
         self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
         self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
         self.swiglu = cfg.swiglu
+        self.float8 = None  # the scale state of the whole SwiGLU on float8 GEMMs (float8_blocks)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.prenorm(x)
+        if self.float8 is not None:
+            from trainperf.kernels.float8_mlp import float8_mlp
+
+            gate_up = torch.cat([self.gate_proj.weight, self.up_proj.weight])
+            return float8_mlp(h, gate_up, self.down_proj.weight, self.float8)
         gate, up = self.gate_proj(h), self.up_proj(h)
         if self.swiglu == "triton":
             from trainperf.kernels import require_triton
@@ -142,6 +154,37 @@ class FeedForward(nn.Module):
             from trainperf.kernels.swiglu import swiglu_triton
             return self.down_proj(swiglu_triton(gate, up))
         return self.down_proj(F.silu(gate) * up)
+
+
+def _product(linear: nn.Linear, x: torch.Tensor, float8: ScaleState | None) -> torch.Tensor:
+    """linear(x), on float8 GEMMs where `float8` is the Linear's scale state."""
+    if float8 is None:
+        return linear(x)
+    from trainperf.kernels.float8_linear import float8_linear
+
+    return float8_linear(x, linear.weight, float8)
+
+
+def float8_blocks(model: nn.Module) -> None:
+    """Put every decoder block's matrix products on trainperf's float8 GEMMs with delayed scaling
+    (`shard --float8 trainperf`; kernels/float8_linear.py and float8_mlp.py say how): q, k and v as
+    one product (`qkv_proj` stacks them), o another, and the SwiGLU MLP with gate and up stacked,
+    as the Llama step's `--float8 trainperf-all` has them. The weights stay the Linears' own, so
+    sharding and the optimizer see the same parameters; the LM head stays in bf16."""
+    from trainperf.kernels import require_float8_gemms
+
+    device = next(model.parameters()).device
+    require_float8_gemms(device, "--float8 trainperf")
+    from trainperf.kernels.float8_linear import linear_state
+    from trainperf.kernels.float8_mlp import ScaleState, check_dims
+
+    for m in model.modules():
+        if isinstance(m, SelfAttention):
+            check_dims(*m.qkv_proj.weight.shape, *m.o_proj.weight.shape)
+            m.float8 = (linear_state(m.qkv_proj.weight), linear_state(m.o_proj.weight))
+        elif isinstance(m, FeedForward):
+            check_dims(*m.down_proj.weight.shape)
+            m.float8 = ScaleState(device)
 
 
 class Block(nn.Module):

@@ -49,7 +49,7 @@ from trainperf.core.timing import PhaseTimer
 from trainperf.distributed.fsdp import fsdp2, shard_decoder
 from trainperf.distributed.timing import per_rank_times, slowest
 from trainperf.kernels.chunked_loss import chunked_lm_loss
-from trainperf.models.lm import LMConfig, TransformerLM, lm_loss
+from trainperf.models.lm import LMConfig, TransformerLM, float8_blocks, lm_loss
 from trainperf.models.peers import apply_float8, precompute_float8_scales
 from trainperf.models.presets import PRESETS, get_preset
 from trainperf.workloads.ddp import OPTIMIZERS as MAKE_OPTIMIZER
@@ -60,7 +60,7 @@ from trainperf.workloads.step_graph import SIDE_STREAM_WARMUP, GraphedIteration
 
 SHARDS = ("full", "hybrid", "none")
 OPTIMIZERS = ("adamw", "adamw-fused")
-FLOAT8 = ("off", "torchao")
+FLOAT8 = ("off", "torchao", "trainperf")
 CHECKPOINT_HELP = ("none, full, every-K (K a positive integer), all-but-N (N fewer than the layers), ops; "
                    "full, every-K and all-but-N with +attn (attention's output kept)")
 KEEP_ATTENTION = "+attn"
@@ -88,7 +88,8 @@ class ShardSpec:
     compile: bool = False
     attention: str = "sdpa"
     loss: str = "torch"
-    float8: str = "off"  # torchao: the decoder's Linears in float8, gathered in float8 when sharded
+    float8: str = "off"  # torchao: the decoder's Linears in float8, gathered in float8 when sharded;
+    # trainperf: its products on trainperf's float8 GEMMs with delayed scaling (models/lm.py float8_blocks)
     dist_backend: str = "nccl"
     reshard_after_forward: bool = True  # distributed/fsdp.py
     prefetch: int = 0  # units gathered ahead explicitly (0: FSDP2's implicit prefetching)
@@ -102,7 +103,7 @@ class ShardSpec:
 
     def label(self) -> str:
         extras = "".join(f" {x}" for x, on in (("offload", self.offload), ("compiled", self.compile),
-                                                ("float8", self.float8 != "off"),
+                                                (f"float8={self.float8}", self.float8 != "off"),
                                                 ("graphed", self.cuda_graph)) if on)
         return (f"{self.model} n={self.world_size} shard={self.shard} ckpt={self.checkpoint} "
                 f"{self.batch}x{self.seq} {self.dtype} {self.optimizer}{extras}")
@@ -337,6 +338,8 @@ class ShardedStep:
         self.float8_sharded = spec.float8 == "torchao" and spec.shard != "none"
         if spec.float8 == "torchao":
             apply_float8(lm, fsdp_all_gather=self.float8_sharded)
+        elif spec.float8 == "trainperf":
+            float8_blocks(lm)
         self.checkpointed = apply_checkpointing(lm, spec.checkpoint)
         if spec.compile:
             lm.compile_layers()
