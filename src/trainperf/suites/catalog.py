@@ -669,7 +669,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "the machine with FSDP2: the CS336 leaderboard's 8B model at 2 x 32,768 tokens, compiled, per "
           "checkpointing policy (every layer; every layer keeping its attention's output; all but 8 layers, "
           "keeping it) and attention kernel (cuDNN's through SDPA, FlashAttention 4), and with torchao's "
-          "float8; the GPT LM's xl and "
+          "float8 and trainperf's; the GPT LM's xl and "
           "2.7B (every layer checkpointed, each compiled) on one, two and all GPUs, sharded or replicated, "
           "at 8 x 1024 tokens in all (strong scaling) and 4 x 1024 a GPU (weak); and xl at 8 x 2048 tokens "
           "on two GPUs per FSDP2 knob that decides how much communication the step hides (layers a unit, "
@@ -683,10 +683,11 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                 cpu={"--model": "tiny", "--world-size": "2", "--checkpoint": "full,ops", "--loss": "chunked",
                      "--warmup": "1", "--iters": "2"}, min_gpus=2),
            Part("float8", ("shard",),  # the leaderboard's fastest kind of case: cuDNN's attention or
-                # FlashAttention 4, its Linears in bf16 or float8
+                # FlashAttention 4, its products in bf16, torchao's float8 or trainperf's
                 gpu={**_LEADERBOARD, "--checkpoint": "all-but-8+attn", "--compile": "on",
-                     "--attention": "sdpa-cudnn,fa4", "--float8": "off,torchao"},
-                cpu={"--model": "tiny", "--world-size": "2", "--float8": "off,torchao", **_TINY}, min_gpus=2),
+                     "--attention": "sdpa-cudnn,fa4", "--float8": "off,torchao,trainperf"},
+                cpu={"--model": "tiny", "--world-size": "2", "--float8": "off,torchao,trainperf", **_TINY},
+                min_gpus=2),
            Part("overlap", ("shard",),  # what hides FSDP2's collectives: fewer units, so the host runs ahead
                 # and issues each gather early; keeping layers gathered for the backward (eager, the host
                 # sets the pace: the docs have those rows)
