@@ -688,6 +688,12 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "--attention": "sdpa-cudnn,fa4", "--float8": "off,torchao,trainperf"},
                 cpu={"--model": "tiny", "--world-size": "2", "--float8": "off,torchao,trainperf", **_TINY},
                 min_gpus=2),
+           Part("leaderboard-graphed", ("shard",),  # the fastest FA4 steps, launched eagerly and
+                # replayed as CUDA graphs (no host work left in the step)
+                gpu={**_LEADERBOARD, "--checkpoint": "all-but-8+attn", "--compile": "on",
+                     "--attention": "fa4", "--float8": "off,trainperf", "--cuda-graph": "off,on"},
+                cpu={"--model": "tiny", "--world-size": "2", "--float8": "off,trainperf",
+                     "--cuda-graph": "off,on", **_TINY}, min_gpus=2),
            Part("overlap", ("shard",),  # what hides FSDP2's collectives: fewer units, so the host runs ahead
                 # and issues each gather early; keeping layers gathered for the backward (eager, the host
                 # sets the pace: the docs have those rows)

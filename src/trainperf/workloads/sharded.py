@@ -416,34 +416,41 @@ def flop_counts(spec: ShardSpec, matmul_params: int, checkpointed_layers: int) -
 def _time_steps(step: ShardedStep, spec: ShardSpec, device: torch.device) -> tuple[list, dict, float | None,
                                                                                    dict | None, dict]:
     """Every rank's step times, this rank's median phase times (the GPU's, and on GPUs the host's
-    time to launch each phase as `<phase>_host`), its peak memory (GB), its traced communication
-    (on GPUs) and its GPU's clocks and power while timing."""
+    time to launch each phase as `<phase>_host`), its memory (on GPUs: the peak in GB, and how
+    often the caching allocator freed its cache and retried while timing, each time waiting for the
+    GPU), its traced communication (on GPUs) and its GPU's clocks and power while timing."""
     for _ in range(spec.warmup):
         step()
     timer = PhaseTimer(device)
+    retries = _alloc_retries(device)
     with GpuMonitor(device) as monitor:
         per_rank = per_rank_times(lambda: step(timer.phase), device, spec.iters)
+    retries = _alloc_retries(device) - retries
     phases = {name: summarize(ms)["median"] for name, ms in timer.samples().items()}
     if device.type == "cuda":  # launch-bound where a phase's host time comes close to its GPU time
         phases.update({f"{name}_host": summarize(ms)["median"] for name, ms in timer.host_samples().items()})
-    peak_gb = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+    memory = (torch.cuda.max_memory_allocated(device) / 2**30, retries) if device.type == "cuda" else None
     traced = None
     if device.type == "cuda":  # one more step, profiled: how much communication the compute hides
         from trainperf.profiling.overlap import step_communication_ms
 
         traced = step_communication_ms(step, device)
-    return per_rank, phases, peak_gb, traced, monitor.metrics()
+    return per_rank, phases, memory, traced, monitor.metrics()
+
+
+def _alloc_retries(device: torch.device) -> int:
+    return torch.cuda.memory_stats(device).get("num_alloc_retries", 0) if device.type == "cuda" else 0
 
 
 def measure_sharded(spec: ShardSpec, rank: int, world: int, device: torch.device) -> dict[str, Any]:
     release_memory(device)
     step = ShardedStep(spec, rank, world, device)
-    per_rank, phases, peak_gb, traced, gpu_state = _time_steps(step, spec, device)
+    per_rank, phases, memory, traced, gpu_state = _time_steps(step, spec, device)
     model_flops, redo = flop_counts(spec, step.matmul_params, step.checkpointed)
     del step
     release_memory(device)
     everyone: list[Any] = [None] * world
-    dist.all_gather_object(everyone, (phases, peak_gb, traced))
+    dist.all_gather_object(everyone, (phases, memory, traced))
     s = summarize(slowest(per_rank))
     skew = [max(col) - min(col) for col in zip(*per_rank, strict=True)]  # ranks apart, per step
     tflops = model_flops / (s["median"] / 1e3) / 1e12
@@ -463,9 +470,11 @@ def measure_sharded(spec: ShardSpec, rank: int, world: int, device: torch.device
         comm = across_ranks([p[2] for p in everyone])
         metrics.update(comm_ms=comm.pop("nccl_ms"), **comm)
     metrics.update(gpu_state)  # this rank's (rank 0's in the record)
-    if peak_gb is not None:
-        metrics["peak_mem_gb"] = max(p[1] for p in everyone)
-        metrics["peak_mem_gb_per_rank"] = ",".join(f"{p[1]:.2f}" for p in everyone)
+    if memory is not None:
+        peaks = [p[1][0] for p in everyone]
+        metrics["peak_mem_gb"] = max(peaks)
+        metrics["peak_mem_gb_per_rank"] = ",".join(f"{gb:.2f}" for gb in peaks)
+        metrics["alloc_retries"] = max(p[1][1] for p in everyone)
     return metrics
 
 
