@@ -72,3 +72,19 @@ def test_presets_match_the_brief():
     assert PRESETS["xl"].d_model % PRESETS["xl"].n_heads == 0
     with pytest.raises(ValueError, match="valid choices: tiny"):
         get_preset("huge")
+
+
+def test_each_model_compiles_its_layers_afresh():
+    """A sweep's cases share the layers' code objects: a later case compiled against an earlier
+    one's guards gets dynamic shapes, or runs eagerly past the recompile limit."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    from trainperf.models.lm import Block
+
+    cfg = LMConfig(vocab_size=64, context_length=64, d_model=64, d_ff=256, n_layers=2, n_heads=4)
+    first = TransformerLM(cfg)
+    first.compile_layers()
+    first(torch.randint(0, 64, (2, 16)))
+    assert _debug_get_cache_entry_list(Block.forward.__code__)  # the first model's compiled layers
+    TransformerLM(cfg).compile_layers()
+    assert not _debug_get_cache_entry_list(Block.forward.__code__)

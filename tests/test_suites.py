@@ -242,8 +242,8 @@ def test_an_unknown_part_is_one_line_naming_the_suite_s_parts(tmp_path):
     res = runner.invoke(app, ["suite", "run", "shard", "--part", "sizes,nope", "--results", str(tmp_path)])
     assert res.exit_code == 2
     assert res.output.strip().splitlines() == [
-        "error: --part 'sizes,nope': suite shard has the parts leaderboard, float8, leaderboard-graphed, overlap, "
-        "graphed, one-gpu, weak, weak-bf16, weak-graphed, sizes"]
+        "error: --part 'sizes,nope': suite shard has the parts leaderboard, float8, leaderboard-graphed, "
+        "overlap, graphed, one-gpu, weak, weak-bf16, weak-graphed, sizes"]
 
 
 def test_a_folder_keeps_the_caption_its_suite_had_when_it_ran(ran, tmp_path):

@@ -233,7 +233,11 @@ class TransformerLM(nn.Module):
 
     def compile_layers(self) -> None:
         """Compile each decoder layer on its own: its backward stays an autograd node of its own, so
-        gradient hooks and FSDP2 still see each layer's gradients arrive as its backward ends."""
+        gradient hooks and FSDP2 still see each layer's gradients arrive as its backward ends.
+        Dynamo's caches are emptied first: every model of a process shares the layers' code objects,
+        so a sweep's later cases would otherwise recompile against the earlier cases' guards, with
+        shapes made dynamic or, past the recompile limit, run eagerly."""
+        torch._dynamo.reset()
         for layer in self.layers:
             layer.compile()
 
