@@ -72,20 +72,20 @@ def test_the_results_page_renders_the_latest_gpu_folder_of_each_suite(ran, tmp_p
     root, _ = ran
     results = tmp_path / "results"
     source = next((root / "results" / "attention-targets").iterdir())
-    for name in ("h100-2026-01-01", "h100-2026-02-01"):
+    for name in ("h100-2026-01-01", "h100-2026-02-01", "h100-2026-02-01b"):  # b: a later run that day
         folder = results / "attention-targets" / name
         shutil.copytree(source, folder)
         env = json.loads((folder / "env.json").read_text())
         (folder / "env.json").write_text(json.dumps({**env, "gpu_name": "NVIDIA H100 80GB HBM3"}))
     shutil.copytree(source, results / "attention-targets" / "cpu-2026-03-01")
-    assert [f.name for f in latest_folders(results)] == ["cpu-2026-03-01", "h100-2026-02-01"]
+    assert [f.name for f in latest_folders(results)] == ["cpu-2026-03-01", "h100-2026-02-01b"]
     page = tmp_path / "README.md"
     page.write_text("# My intro\n\nkept as written\n" + MARKER + "\nold generated text\n")
     text = results_page(results, page)
     assert text.startswith("# My intro\n\nkept as written\n") and "old generated text" not in text
     assert "## attention-targets on NVIDIA H100 80GB HBM3" in text
-    assert "(results/attention-targets/h100-2026-02-01)" in text  # the numbers link to their folder
-    assert "h100-2026-01-01" not in text and "cpu-2026-03-01" not in text
+    assert "(results/attention-targets/h100-2026-02-01b)" in text  # the numbers link to their folder
+    assert "h100-2026-01-01" not in text and "h100-2026-02-01)" not in text and "cpu-2026-03-01" not in text
     assert "| naive |" in text and "Not yet run on a GPU: `seed-llama`" in text
 
 

@@ -158,11 +158,12 @@ def write_report(folder: Path) -> None:
 
 
 def latest_folders(results: Path) -> list[Path]:
-    """The newest folder per (suite, machine kind): `<gpu>-<YYYY-MM-DD>` names sort by date."""
+    """The newest folder per (suite, machine kind): `<gpu>-<YYYY-MM-DD>` names sort by date, and a
+    letter after the date (`-2026-11-28b`) names a later run of that day."""
     latest: dict[tuple[str, str], Path] = {}
     for folder in sorted(results.glob("*/*/suite.json")):
         folder = folder.parent
-        key = (folder.parent.name, re.sub(r"-\d{4}-\d{2}-\d{2}$", "", folder.name))
+        key = (folder.parent.name, re.sub(r"-\d{4}-\d{2}-\d{2}[a-z]?$", "", folder.name))
         if key not in latest or folder.name > latest[key].name:
             latest[key] = folder
     order = {name: i for i, name in enumerate(SUITES)}
