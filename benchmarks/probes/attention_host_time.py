@@ -1,7 +1,7 @@
 """Is an attention kernel's launch on the host as long as its run on the GPU? Forward and forward +
-backward of each named attention at one shape: GPU time per call (CUDA events around the calls,
-synchronised once) and host time per call (wall clock without synchronising: the CPU's share).
-Where host ≥ GPU, a step built of such calls runs at the host's pace unless replayed as a graph.
+backward of each named attention at one shape: GPU time per call (its kernels' summed time, from
+the profiler) and host time per call (wall clock without synchronising: the CPU's share). Where
+host ≥ GPU, a step built of such calls runs at the host's pace unless replayed as a graph.
 Usage: PYTHONPATH=src python3 benchmarks/probes/attention_host_time.py [B H N D [names]]
 (default: the cs336-8b step's attention on one rank, 1 32 32768 128, fa4 and sdpa-cudnn)
 """
@@ -9,26 +9,11 @@ Usage: PYTHONPATH=src python3 benchmarks/probes/attention_host_time.py [B H N D 
 from __future__ import annotations
 
 import sys
-import time
 
 import torch
 
 from trainperf.attention.registry import get_attention
-
-
-def per_call_ms(fn, calls: int = 5) -> tuple[float, float]:  # noqa: ANN001
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t0 = time.perf_counter()
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    host = (time.perf_counter() - t0) * 1e3 / calls
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / calls, host
+from trainperf.core.timing import kernel_and_host_ms
 
 
 def main() -> None:
@@ -39,8 +24,10 @@ def main() -> None:
     dout = torch.randn_like(q)
     for name in names:
         attn = get_attention(name, q.device)
-        fwd = per_call_ms(lambda: attn(q, k, v, causal=True))  # noqa: B023
-        both = per_call_ms(lambda: attn(q, k, v, causal=True).backward(dout))  # noqa: B023
+        for _ in range(3):  # compiles and first calls
+            attn(q, k, v, causal=True).backward(dout)
+        fwd = kernel_and_host_ms(lambda: attn(q, k, v, causal=True), q.device)  # noqa: B023
+        both = kernel_and_host_ms(lambda: attn(q, k, v, causal=True).backward(dout), q.device)  # noqa: B023
         print(f"{name} B{b} H{h} N{n} d{d}: forward {fwd[0]:.2f} ms GPU, {fwd[1]:.2f} ms host; "
               f"forward + backward {both[0]:.2f} ms GPU, {both[1]:.2f} ms host", flush=True)
 
