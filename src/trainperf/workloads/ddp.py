@@ -149,6 +149,9 @@ class DataParallelStep:
         wire = REDUCE_DTYPES[spec.reduce_dtype]
         compressed = wire != torch.float32
         if variant == "ddp":
+            # Dynamo would split each compiled layer again at DDP's bucket boundaries (and refuses
+            # buckets under 1 MiB): every variant gets the same per-layer graphs instead
+            torch._dynamo.config.optimize_ddp = False
             ids = [device.index] if device.type == "cuda" else None
             model = nn.parallel.DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=spec.bucket_mb)
             if compressed:
