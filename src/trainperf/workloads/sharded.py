@@ -413,7 +413,7 @@ def flop_counts(spec: ShardSpec, matmul_params: int, checkpointed_layers: int) -
     return model, redo
 
 
-def _time_steps(step: ShardedStep, spec: ShardSpec, device: torch.device) -> tuple[list, dict, float | None,
+def _time_steps(step: ShardedStep, spec: ShardSpec, device: torch.device) -> tuple[list, dict, dict | None,
                                                                                    dict | None, dict]:
     """Every rank's step times, this rank's median phase times (the GPU's, and on GPUs the host's
     time to launch each phase as `<phase>_host`), its memory (on GPUs: the peak in GB, and how
@@ -429,7 +429,8 @@ def _time_steps(step: ShardedStep, spec: ShardSpec, device: torch.device) -> tup
     phases = {name: summarize(ms)["median"] for name, ms in timer.samples().items()}
     if device.type == "cuda":  # launch-bound where a phase's host time comes close to its GPU time
         phases.update({f"{name}_host": summarize(ms)["median"] for name, ms in timer.host_samples().items()})
-    memory = (torch.cuda.max_memory_allocated(device) / 2**30, retries) if device.type == "cuda" else None
+    memory = ({"peak_gb": torch.cuda.max_memory_allocated(device) / 2**30, "alloc_retries": retries}
+              if device.type == "cuda" else None)
     traced = None
     if device.type == "cuda":  # one more step, profiled: how much communication the compute hides
         from trainperf.profiling.overlap import step_communication_ms
@@ -471,10 +472,10 @@ def measure_sharded(spec: ShardSpec, rank: int, world: int, device: torch.device
         metrics.update(comm_ms=comm.pop("nccl_ms"), **comm)
     metrics.update(gpu_state)  # this rank's (rank 0's in the record)
     if memory is not None:
-        peaks = [p[1][0] for p in everyone]
+        peaks = [p[1]["peak_gb"] for p in everyone]
         metrics["peak_mem_gb"] = max(peaks)
         metrics["peak_mem_gb_per_rank"] = ",".join(f"{gb:.2f}" for gb in peaks)
-        metrics["alloc_retries"] = max(p[1][1] for p in everyone)
+        metrics["alloc_retries"] = max(p[1]["alloc_retries"] for p in everyone)
     return metrics
 
 
