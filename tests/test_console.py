@@ -68,15 +68,16 @@ def test_verbose_shows_the_silenced_warnings_and_still_notes_the_case(monkeypatc
     assert rec.metrics["notes"] == "Flash attention has been runtime disabled."
 
 
-def test_a_compiled_recipe_and_a_gloo_ddp_case_print_no_library_line(tmp_path):
+def test_a_compiled_recipe_gloo_ranks_and_a_compiled_sharded_profile_print_no_library_line(tmp_path):
     env = {**os.environ, "PYTHONPATH": SRC}
     env.pop(VERBOSE_ENV, None)
     runs = [["llama", "--recipe", "compile", "--batch-seq", "1x16", "--iters", "1", "--warmup", "1"],
-            ["ddp", "--world-size", "2", "--variant", "naive", "--iters", "2", "--warmup", "1"]]
+            ["ddp", "--world-size", "2", "--variant", "naive", "--iters", "2", "--warmup", "1"],
+            ["profile", "shard", "--compile", "on", "--checkpoint", "all-but-1+attn"]]  # ranks of launch
     for args in runs:
+        stored = [] if args[0] == "profile" else ["--db", str(tmp_path / "r.db")]
         proc = subprocess.run([sys.executable, "-m", "trainperf", *args, "--out", str(tmp_path / "out"),
-                               "--db", str(tmp_path / "r.db")], env=env, capture_output=True, text=True,
-                              timeout=600, cwd=tmp_path)
+                               *stored], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr[-2000:]
         noise = [line for line in proc.stderr.splitlines() if LIBRARY_LINE.search(line)]
         assert noise == [], (args, noise)

@@ -409,6 +409,19 @@ def test_one_rank_of_a_sharded_step_is_profiled_and_its_memory_shown(tmp_path):
     assert (tmp_path / "memory_shard_tiny_n2_full_none_rank0_timeline.png").exists()
 
 
+def test_a_sharded_profile_takes_the_step_s_choices_and_names_them_in_its_files(tmp_path):
+    res = runner.invoke(app, ["profile", "shard", "--float8", "trainperf", "--reshard-after-forward", "off",
+                              "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    profile = tmp_path / "profile_shard_tiny_n2_full_none_float8-trainperf_gathered_rank0.json"
+    saved = json.loads(profile.read_text())
+    assert saved["meta"]["spec"]["float8"] == "trainperf"
+    assert saved["meta"]["spec"]["reshard_after_forward"] is False
+    assert {"_Float8MLP", "_Float8Linear"} <= {k["kernel"] for k in saved["kernels"]}  # its products
+    res = runner.invoke(app, ["profile", "shard", "--float8", "fp4"])
+    assert res.exit_code == 2 and "--float8" in res.output
+
+
 def test_the_profiled_rank_must_be_one_of_the_run():
     res = runner.invoke(app, ["profile", "shard", "--rank", "2", "--world-size", "2"])
     assert res.exit_code == 2 and "--rank must be between 0 and" in res.output

@@ -284,11 +284,33 @@ ShardBatchOpt = option("--batch", None, "Here the global batch (default 2 with n
 ShardDtypeOpt = option("--dtype", None, "Here bf16 or fp32 (default bf16 with nccl, fp32 with gloo).")
 RankOpt = option("--rank", 0)
 DistBackendOpt = option("--dist-backend", None)
+ShardOptimizerOpt = option("--optimizer", None, "Here adamw or adamw-fused; default adamw-fused with nccl, "
+                                                "adamw with gloo.")
+ShardCompileOpt = option("--compile", "off", "Here: off, on (each decoder layer).")
+ShardAttentionOpt = option("--attention", "sdpa")
+ShardFloat8Opt = option("--float8", "off", "Here off, torchao or trainperf (as in trainperf shard).")
+ShardReshardOpt = option("--reshard-after-forward", "on")
+
+
+def _shard_choices(optimizer: str | None, compile: str, attention: str, float8: str,
+                   reshard_after_forward: str) -> dict[str, Any]:
+    """The sharded step's choices beyond its shape, parsed as `trainperf shard` parses them, so that
+    its fastest case can be profiled as it was timed."""
+    from trainperf.attention.registry import NAMES
+    from trainperf.workloads.sharded import FLOAT8, OPTIMIZERS
+
+    chosen = {"compile": parse_one(compile, on_off, "--compile"),
+              "attention": parse_one(attention, str, "--attention", NAMES),
+              "float8": parse_one(float8, str, "--float8", FLOAT8),
+              "reshard_after_forward": parse_one(reshard_after_forward, on_off, "--reshard-after-forward")}
+    if optimizer is not None:
+        chosen["optimizer"] = parse_one(optimizer, str, "--optimizer", OPTIMIZERS)
+    return chosen
 
 
 def _sharded_run(kind: str, model: str | None, world_size: int, shard: str, checkpoint: str, seq: int | None,
                  batch: int | None, dtype: str | None, loss: str, rank: int, iters: int,
-                 dist_backend: str | None, out: Path) -> str:
+                 dist_backend: str | None, out: Path, choices: dict[str, Any]) -> str:
     """Launch the ranks of one sharded step, rank `rank` profiled; the files' name."""
     from trainperf.cli.distributed import dist_backend_or_default
     from trainperf.distributed.launch import LaunchError, launch, world_size_problem
@@ -299,7 +321,7 @@ def _sharded_run(kind: str, model: str | None, world_size: int, shard: str, chec
     opts = with_defaults(DEFAULTS.get(backend, DEFAULTS["gloo"]), model=model, seq=seq, batch=batch,
                          dtype=dtype)
     spec = ShardSpec(world_size=world_size, shard=shard, checkpoint=checkpoint, loss=loss,
-                     dist_backend=backend, iters=iters, **opts)
+                     dist_backend=backend, iters=iters, **{**opts, **choices})
     validate(spec)
     if not 0 <= rank < world_size:
         raise SpecError(f"--rank must be between 0 and --world-size - 1 ({world_size - 1}), got {rank}")
@@ -307,7 +329,11 @@ def _sharded_run(kind: str, model: str | None, world_size: int, shard: str, chec
     if problem:
         raise SpecError(problem)
     check_out_dir(out)
-    name = f"shard_{spec.model}_n{world_size}_{shard}_{checkpoint}_rank{rank}"
+    extras = "".join(f"_{part}" for part, on in (
+        (spec.attention, spec.attention != "sdpa"), (f"float8-{spec.float8}", spec.float8 != "off"),
+        ("compiled", spec.compile), ("gathered", not spec.reshard_after_forward),
+        (spec.optimizer, spec.optimizer != "adamw")) if on)
+    name = f"shard_{spec.model}_n{world_size}_{shard}_{checkpoint}{extras}_rank{rank}"
     device = torch.device("cuda" if backend == "nccl" else "cpu")
     try:
         meta = {"spec": spec.__dict__, "env": envmod.capture(device)}
@@ -322,7 +348,9 @@ def _sharded_run(kind: str, model: str | None, world_size: int, shard: str, chec
 def profile_shard(
     model: str = ShardModelOpt, world_size: int = ShardWorldOpt, shard: str = ShardModeOpt,
     checkpoint: str = ShardCkptOpt, seq: int = ShardSeqOpt, batch: int = ShardBatchOpt,
-    dtype: str = ShardDtypeOpt, loss: str = LossOpt, rank: int = RankOpt, iters: int = ProfItersOpt,
+    dtype: str = ShardDtypeOpt, loss: str = LossOpt, optimizer: str = ShardOptimizerOpt,
+    compile: str = ShardCompileOpt, attention: str = ShardAttentionOpt, float8: str = ShardFloat8Opt,
+    reshard_after_forward: str = ShardReshardOpt, rank: int = RankOpt, iters: int = ProfItersOpt,
     dist_backend: str = DistBackendOpt, out: Path = ProfOut,
 ) -> None:
     """Breakdown of one rank's sharded training step (FSDP2 or DDP) by module range."""
@@ -331,7 +359,8 @@ def profile_shard(
     if iters < 1:
         raise SpecError(f"--iters must be positive, got {iters}")
     name = _sharded_run("profile", model, world_size, shard, checkpoint, seq, batch, dtype, loss, rank, iters,
-                        dist_backend, out)
+                        dist_backend, out,
+                        _shard_choices(optimizer, compile, attention, float8, reshard_after_forward))
     bd, meta = load_breakdown(out / f"profile_{name}.json")
     _show_breakdown(bd, title=f"trainperf profile {name}", cpu=meta["spec"]["dist_backend"] == "gloo")
 
@@ -482,14 +511,17 @@ def memory_llama(
 def memory_shard(
     model: str = ShardModelOpt, world_size: int = ShardWorldOpt, shard: str = ShardModeOpt,
     checkpoint: str = ShardCkptOpt, seq: int = ShardSeqOpt, batch: int = ShardBatchOpt,
-    dtype: str = ShardDtypeOpt, loss: str = LossOpt, rank: int = RankOpt,
+    dtype: str = ShardDtypeOpt, loss: str = LossOpt, optimizer: str = ShardOptimizerOpt,
+    compile: str = ShardCompileOpt, attention: str = ShardAttentionOpt, float8: str = ShardFloat8Opt,
+    reshard_after_forward: str = ShardReshardOpt, rank: int = RankOpt,
     dist_backend: str = DistBackendOpt, out: Path = ProfOut,
 ) -> None:
     """Memory profile of one rank's sharded training step: peaks per phase, allocations, timeline."""
     import pandas as pd
 
     name = _sharded_run("memory", model, world_size, shard, checkpoint, seq, batch, dtype, loss, rank, 1,
-                        dist_backend, out)
+                        dist_backend, out,
+                        _shard_choices(optimizer, compile, attention, float8, reshard_after_forward))
     _show_memory(name, pd.read_csv(out / f"memory_{name}_phases.csv"),
                  pd.read_csv(out / f"memory_{name}_largest.csv"), files=[out / f"memory_{name}_timeline.png"])
 

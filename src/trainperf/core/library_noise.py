@@ -43,7 +43,10 @@ INTERNAL_WARNINGS = (
 # (logger, message) of log lines about a library's internals; a logger's filter sees only the
 # records of that logger itself, so the name is the one that logs (liger-kernel's registry of
 # per-vendor backends warns about each vendor's it cannot import, Ascend's on NVIDIA GPUs).
-INTERNAL_LOGS = (("liger_kernel.backends.registry", r"Backend impl .* could not be imported"),)
+INTERNAL_LOGS = (("liger_kernel.backends.registry", r"Backend impl .* could not be imported"),
+                 # Dynamo's reminder, at a compile of any selective checkpoint, that its region must not
+                 # modify tensors in place (trainperf's policies' gradients are tested against eager)
+                 ("torch._higher_order_ops.wrap", r"context_fn is passed to torch\.utils\.checkpoint"))
 # (logger, message) of log lines about the case: torch.compile could not read which inputs a Triton
 # kernel of the case writes (Liger's, under compile) and takes all of them as written, which may
 # cost the compiled step copies; logged with the parser's whole traceback at every trace.

@@ -75,6 +75,9 @@ def init_rank(rank: int, world_size: int, backend: str, port: int, timeout_s: fl
 
 def _entry(local_rank: int, world_size: int, backend: str, port: int, timeout_s: float,
            worker: Callable[..., Any], args: tuple, error_dir: str) -> None:
+    from trainperf.core.library_noise import quiet_libraries
+
+    quiet_libraries()  # a spawned rank starts without the CLI's filters
     try:
         init_rank(local_rank, world_size, backend, port, timeout_s)
         worker(local_rank, world_size, *args)
