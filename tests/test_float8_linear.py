@@ -103,3 +103,46 @@ def test_a_gpt_block_with_float8_products_follows_float64():
             if p.ndim == 2:  # every matrix product's weight
                 assert rel_err(p.grad, ref.get_parameter(name).grad) < BOUNDS[1], name
     assert all(fp8.mlp.float8.calibrated) and all(s.calibrated[0] for s in fp8.attn.float8)
+
+
+@pytest.mark.parametrize("checkpoint", ["full", "full+attn"])
+def test_checkpointed_float8_layers_compile_whole_and_train_as_eager_ones(checkpoint):
+    """The float8 casts are operators torch.compile traces: a checkpointed layer keeps no graph
+    break (which would run it eagerly), and its losses, gradients and scales are the eager ones'
+    (in float32 between the products: in bf16 compiled and eager round differently, and float8's
+    coarse steps make that a few percent of a gradient)."""
+    from torch._dynamo.utils import counters
+
+    from trainperf.models.lm import LMConfig, TransformerLM, float8_blocks
+    from trainperf.workloads.sharded import apply_checkpointing
+
+    cfg = LMConfig(vocab_size=64, context_length=32, d_model=64, d_ff=256, n_layers=2, n_heads=4)
+    models = []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        with torch.device(DEVICE):
+            lm = TransformerLM(cfg)
+        lm.bind_attention(torch.device(DEVICE))
+        float8_blocks(lm)
+        apply_checkpointing(lm, checkpoint)
+        if compiled:
+            counters.clear()
+            lm.compile_layers()
+        models.append(lm)
+    tokens = torch.randint(0, 64, (2, 32), device=DEVICE)
+    for _ in range(3):  # calibrating, then on the scales of earlier steps
+        losses = []
+        for lm in models:
+            lm.zero_grad()
+            loss = lm(tokens).float().logsumexp(-1).mean()
+            loss.backward()
+            losses.append(loss)
+        torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=0)
+        for (name, p), q in zip(models[0].named_parameters(), models[1].parameters(), strict=True):
+            assert rel_err(q.grad, p.grad) < 1e-4, name
+    assert not counters["graph_break"] and counters["stats"]["unique_graphs"] == 1
+    states = [[s for m in lm.modules() if getattr(m, "float8", None) is not None
+               for s in (m.float8 if isinstance(m.float8, tuple) else (m.float8,))] for lm in models]
+    for eager, compiled in zip(*states, strict=True):
+        assert bool(compiled.calibrated.all())
+        torch.testing.assert_close(compiled.hist, eager.hist)

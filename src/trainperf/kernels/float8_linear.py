@@ -45,7 +45,6 @@ class _Float8Linear(torch.autograd.Function):
         return dx.reshape(ctx.shape).to(x_dtype), grad_weight.to(w_dtype), None
 
 
-@torch._dynamo.disable  # Triton launches and _scaled_mm calls outside the compiled layers' graphs
 def float8_linear(x: torch.Tensor, weight: torch.Tensor, state: ScaleState) -> torch.Tensor:
     """x · weightᵀ on float8 GEMMs, scaled from `state` (a ScaleState of ROLES roles)."""
     check_tokens(x)

@@ -160,27 +160,88 @@ class ScaleState:
         self.scale = torch.ones(roles, device=device)
         # cuBLAS reads a float8 GEMM's scales from 16-byte aligned addresses: a row each
         self.inv = torch.ones(roles, 4, device=device)
-        self.calibrated = [False] * roles
+        # whether each tensor has had its first cast; on the CPU, so that reading it waits for nothing
+        self.calibrated = torch.zeros(roles, dtype=torch.bool)
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        """What the float8 operators take and update, in their order (STATE)."""
+        return self.hist, self.now, self.scale, self.inv, self.calibrated
 
     def next(self, role: int, dtype: torch.dtype, current: torch.Tensor | None = None) -> None:
         """The scale of `role`'s next cast. Uncalibrated, it comes from `current`'s amax."""
-        if not self.calibrated[role]:
-            self.now[role] = current.abs().amax().float()
-            self.calibrated[role] = True
-        _next_scale_kernel[(1,)](self.hist[role], self.now[role:], self.scale[role:],
-                                 self.inv[role], FMAX=float8_max(dtype) / 2**MARGIN, LEN=HISTORY,
-                                 num_warps=1)
+        _next_scale(*self.tensors(), role, dtype, lambda: current)
+
+
+def _next_scale(hist: torch.Tensor, now: torch.Tensor, scale: torch.Tensor, inv: torch.Tensor,
+                calibrated: torch.Tensor, role: int, dtype: torch.dtype, current) -> None:  # noqa: ANN001
+    """ScaleState.next over the state's tensors; `current()` gives the tensor whose amax calibrates."""
+    if not calibrated[role]:
+        now[role] = current().abs().amax().float()
+        calibrated[role] = True
+    _next_scale_kernel[(1,)](hist[role], now[role:], scale[role:], inv[role],
+                             FMAX=float8_max(dtype) / 2**MARGIN, LEN=HISTORY, num_warps=1)
+
+
+# The casts are operators of their own (torch.library), so that torch.compile traces a layer's
+# float8 products whole: their Triton launches and the state they update stay opaque to it, and a
+# layer that activation checkpointing wraps still compiles (a graph break there runs it eagerly).
+STATE = ("hist", "now", "scale", "inv", "calibrated")
+
+
+@torch.library.custom_op("trainperf::float8_cast_transposed", mutates_args=STATE)
+def _cast_op(x: torch.Tensor, hist: torch.Tensor, now: torch.Tensor, scale: torch.Tensor, inv: torch.Tensor,
+             calibrated: torch.Tensor, role: int, e5m2: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    dtype = E5M2 if e5m2 else E4M3
+    _next_scale(hist, now, scale, inv, calibrated, role, dtype, lambda: x)
+    m, n = x.shape
+    y, yt = _with_transpose(m, n, dtype, x.device)
+    _cast_kernel[_grid(m, n)](x, y, yt, scale[role:], now[role:], m, n,
+                              FMAX=float8_max(dtype), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
+    return y, yt
+
+
+@_cast_op.register_fake
+def _(x, hist, now, scale, inv, calibrated, role, e5m2):  # noqa: ANN001, ANN202
+    return _with_transpose(*x.shape, E5M2 if e5m2 else E4M3, x.device)
+
+
+@torch.library.custom_op("trainperf::float8_swiglu", mutates_args=STATE)
+def _swiglu_op(gu: torch.Tensor, hist: torch.Tensor, now: torch.Tensor, scale: torch.Tensor,
+               inv: torch.Tensor, calibrated: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    t, f = gu.shape[0], gu.shape[1] // 2
+    _next_scale(hist, now, scale, inv, calibrated, H, E4M3, lambda: swiglu_reference(gu))
+    h8, h8t = _with_transpose(t, f, E4M3, gu.device)
+    _swiglu_kernel[_grid(t, f)](gu, h8, h8t, scale[H:], now[H:], t, f,
+                                FMAX=float8_max(E4M3), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
+    return h8, h8t
+
+
+@_swiglu_op.register_fake
+def _(gu, hist, now, scale, inv, calibrated):  # noqa: ANN001, ANN202
+    return _with_transpose(gu.shape[0], gu.shape[1] // 2, E4M3, gu.device)
+
+
+@torch.library.custom_op("trainperf::float8_swiglu_backward", mutates_args=STATE)
+def _swiglu_bwd_op(dh: torch.Tensor, gu: torch.Tensor, hist: torch.Tensor, now: torch.Tensor,
+                   scale: torch.Tensor, inv: torch.Tensor, calibrated: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    t, f = dh.shape
+    _next_scale(hist, now, scale, inv, calibrated, DGU, E5M2, lambda: swiglu_grad_reference(dh, gu))
+    dgu8, dgu8t = _with_transpose(t, 2 * f, E5M2, dh.device)
+    _swiglu_bwd_kernel[_grid(t, f)](dh, gu, dgu8, dgu8t, scale[DGU:], now[DGU:], t, f,
+                                    FMAX=float8_max(E5M2), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
+    return dgu8, dgu8t
+
+
+@_swiglu_bwd_op.register_fake
+def _(dh, gu, hist, now, scale, inv, calibrated):  # noqa: ANN001, ANN202
+    return _with_transpose(dh.shape[0], 2 * dh.shape[1], E5M2, dh.device)
 
 
 def cast_transposed(x: torch.Tensor, state: ScaleState, role: int,
                     dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, N] as float8 at `role`'s scale, and its transpose [N, M], in one pass."""
-    state.next(role, dtype, x)
-    m, n = x.shape
-    y, yt = _with_transpose(m, n, dtype, x.device)
-    _cast_kernel[_grid(m, n)](x, y, yt, state.scale[role:], state.now[role:], m, n,
-                              FMAX=float8_max(dtype), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
-    return y, yt
+    return _cast_op(x, *state.tensors(), role, dtype == E5M2)
 
 
 def swiglu_reference(gu: torch.Tensor) -> torch.Tensor:
@@ -230,15 +291,11 @@ class _Float8MLP(torch.autograd.Function):
     def forward(ctx, x, w_gu, w_d, state):  # noqa: ANN001, ANN205
         shape = x.shape
         x = x.reshape(-1, shape[-1]).contiguous()
-        t, f = x.shape[0], w_d.shape[1]
         x8, x8t = cast_transposed(x, state, X, E4M3)
         w_gu8, w_gu8t = cast_transposed(w_gu, state, W_GU, E4M3)
         w_d8, w_d8t = cast_transposed(w_d, state, W_D, E4M3)
         gu = scaled_mm(x8, w_gu8, state, X, W_GU, fast=True)
-        state.next(H, E4M3, swiglu_reference(gu) if not state.calibrated[H] else None)
-        h8, h8t = _with_transpose(t, f, E4M3, x.device)
-        _swiglu_kernel[_grid(t, f)](gu, h8, h8t, state.scale[H:], state.now[H:], t, f,
-                                    FMAX=float8_max(E4M3), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
+        h8, h8t = _swiglu_op(gu, *state.tensors())
         y = scaled_mm(h8, w_d8, state, H, W_D, fast=True)
         ctx.save_for_backward(x8t, gu, h8t, w_gu8t, w_d8t)
         ctx.state, ctx.shape = state, shape
@@ -249,15 +306,10 @@ class _Float8MLP(torch.autograd.Function):
         x8t, gu, h8t, w_gu8t, w_d8t = ctx.saved_tensors
         state = ctx.state
         dy = dy.reshape(-1, dy.shape[-1]).contiguous()
-        t, f = dy.shape[0], h8t.shape[0]
         dy8, dy8t = cast_transposed(dy, state, DY, E5M2)
         dh = scaled_mm(dy8, w_d8t, state, DY, W_D)
         grad_w_d = scaled_mm(dy8t, h8t, state, DY, H)
-        state.next(DGU, E5M2, swiglu_grad_reference(dh, gu) if not state.calibrated[DGU] else None)
-        dgu8, dgu8t = _with_transpose(t, 2 * f, E5M2, dy.device)
-        _swiglu_bwd_kernel[_grid(t, f)](dh, gu, dgu8, dgu8t, state.scale[DGU:], state.now[DGU:],
-                                        t, f, FMAX=float8_max(E5M2), BM=TILE[0], BN=TILE[1],
-                                        num_warps=WARPS)
+        dgu8, dgu8t = _swiglu_bwd_op(dh, gu, *state.tensors())
         dx = scaled_mm(dgu8, w_gu8t, state, DGU, W_GU)
         grad_w_gu = scaled_mm(dgu8t, x8t, state, DGU, X)
         return dx.reshape(ctx.shape), grad_w_gu, grad_w_d, None
@@ -275,7 +327,6 @@ class Float8SwiGLUMLP(FusedSwiGLUMLP):
         return float8_mlp(x, self.gate_up.weight, self.down_proj.weight, self.state)
 
 
-@torch._dynamo.disable  # Triton launches and _scaled_mm calls outside the compiled layers' graphs
 def float8_mlp(x: torch.Tensor, w_gu: torch.Tensor, w_d: torch.Tensor, state: ScaleState) -> torch.Tensor:
     """down(silu(g)·u) with [g | u] = x·w_guᵀ (w_gu: gate's and up's weights stacked), every
     product on float8 GEMMs scaled from `state` (a ScaleState of ROLES roles)."""
