@@ -279,11 +279,24 @@ def check_tokens(x: torch.Tensor) -> None:
                          f"{x.numel() // x.shape[-1]}")
 
 
+# The product is an operator of its own too: Inductor's lowering of _scaled_mm (torch 2.11)
+# cannot take scales that are elements of the state's tensors, which the casts update.
+@torch.library.custom_op("trainperf::float8_mm", mutates_args=())
+def _mm_op(a: torch.Tensor, b_t: torch.Tensor, inv: torch.Tensor, ra: int, rb: int,
+           fast: bool) -> torch.Tensor:
+    return torch._scaled_mm(a, b_t.t(), scale_a=inv[ra, 0], scale_b=inv[rb, 0], out_dtype=torch.bfloat16,
+                            use_fast_accum=fast)
+
+
+@_mm_op.register_fake
+def _(a, b_t, inv, ra, rb, fast):  # noqa: ANN001, ANN202
+    return a.new_empty(a.shape[0], b_t.shape[0], dtype=torch.bfloat16)
+
+
 def scaled_mm(a: torch.Tensor, b_t: torch.Tensor, state: ScaleState, ra: int, rb: int,
               fast: bool = False) -> torch.Tensor:
     """a [M, K] · b_tᵀ (b_t [N, K], both float8 and K-contiguous), dequantized to bf16."""
-    return torch._scaled_mm(a, b_t.t(), scale_a=state.inv[ra, 0], scale_b=state.inv[rb, 0],
-                            out_dtype=torch.bfloat16, use_fast_accum=fast)
+    return _mm_op(a, b_t, state.inv, ra, rb, fast)
 
 
 class _Float8MLP(torch.autograd.Function):
