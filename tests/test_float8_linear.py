@@ -14,6 +14,9 @@ from trainperf.models import hf_llama
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # e4m3 holds 3 bits of mantissa, e5m2 (gradients) 2: a few percent per product
 BOUNDS = (0.08, 0.12) if DEVICE == "cuda" else (0.25, 0.3)  # (output, gradients)
+# (loss, gradients) of a compiled model against the same model eager: equal on the CPU; on a GPU
+# Inductor's float32 arithmetic moves a few values across a float8 rounding step
+EXACT = (1e-3, 0.05) if DEVICE == "cuda" else (1e-5, 1e-4)
 
 
 def test_a_float8_linear_follows_float64():
@@ -137,12 +140,14 @@ def test_checkpointed_float8_layers_compile_whole_and_train_as_eager_ones(checkp
             loss = lm(tokens).float().logsumexp(-1).mean()
             loss.backward()
             losses.append(loss)
-        torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=0)
+        torch.testing.assert_close(losses[1], losses[0], rtol=EXACT[0], atol=0)
         for (name, p), q in zip(models[0].named_parameters(), models[1].parameters(), strict=True):
-            assert rel_err(q.grad, p.grad) < 1e-4, name
+            assert rel_err(q.grad, p.grad) < EXACT[1], name
     assert not counters["graph_break"] and counters["stats"]["unique_graphs"] == 1
     states = [[s for m in lm.modules() if getattr(m, "float8", None) is not None
                for s in (m.float8 if isinstance(m.float8, tuple) else (m.float8,))] for lm in models]
     for eager, compiled in zip(*states, strict=True):
         assert bool(compiled.calibrated.all())
-        torch.testing.assert_close(compiled.hist, eager.hist)
+        # the scales; not the histories: where a compiled step keeps a cast for the backward instead
+        # of recomputing it, its amax enters the history once a step instead of twice
+        torch.testing.assert_close(compiled.scale, eager.scale, rtol=EXACT[0], atol=0)

@@ -16,7 +16,15 @@ from __future__ import annotations
 
 import torch
 
-from trainperf.kernels.float8_mlp import E4M3, E5M2, ScaleState, cast_transposed, check_tokens, scaled_mm
+from trainperf.kernels.float8_mlp import (
+    E4M3,
+    E5M2,
+    ScaleState,
+    as_dtype,
+    cast_transposed,
+    check_tokens,
+    scaled_mm,
+)
 
 # The tensors with a scale each, by their row in a Linear's scale state.
 IN, WEIGHT, GRAD = range(3)
@@ -32,7 +40,7 @@ class _Float8Linear(torch.autograd.Function):
         y = scaled_mm(x8, w8, state, IN, WEIGHT, fast=True)
         ctx.save_for_backward(x8t, w8t)
         ctx.state, ctx.shape, ctx.dtypes = state, shape, (x.dtype, weight.dtype)
-        return y.reshape(*shape[:-1], y.shape[-1]).to(x.dtype)
+        return as_dtype(y.reshape(*shape[:-1], y.shape[-1]), x.dtype)
 
     @staticmethod
     def backward(ctx, dy):  # noqa: ANN001, ANN205
@@ -41,8 +49,8 @@ class _Float8Linear(torch.autograd.Function):
         dy8, dy8t = cast_transposed(dy.reshape(-1, dy.shape[-1]).contiguous(), state, GRAD, E5M2)
         dx = scaled_mm(dy8, w8t, state, GRAD, WEIGHT)
         grad_weight = scaled_mm(dy8t, x8t, state, GRAD, IN)
-        x_dtype, w_dtype = ctx.dtypes
-        return dx.reshape(ctx.shape).to(x_dtype), grad_weight.to(w_dtype), None
+        return as_dtype(dx.reshape(ctx.shape), ctx.dtypes[0]), as_dtype(grad_weight, ctx.dtypes[1]), None
+
 
 
 def float8_linear(x: torch.Tensor, weight: torch.Tensor, state: ScaleState) -> torch.Tensor:

@@ -299,6 +299,13 @@ def scaled_mm(a: torch.Tensor, b_t: torch.Tensor, state: ScaleState, ra: int, rb
     return _mm_op(a, b_t, state.inv, ra, rb, fast)
 
 
+def as_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """t in `dtype`, t itself where it is already: a float8 autograd.Function that returns a
+    same-dtype `.to()` of its product loses its gradients under torch.compile (torch 2.11: they
+    arrive as zeros)."""
+    return t if t.dtype == dtype else t.to(dtype)
+
+
 class _Float8MLP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w_gu, w_d, state):  # noqa: ANN001, ANN205
@@ -312,7 +319,7 @@ class _Float8MLP(torch.autograd.Function):
         y = scaled_mm(h8, w_d8, state, H, W_D, fast=True)
         ctx.save_for_backward(x8t, gu, h8t, w_gu8t, w_d8t)
         ctx.state, ctx.shape = state, shape
-        return y.reshape(*shape[:-1], y.shape[-1]).to(x.dtype)
+        return as_dtype(y.reshape(*shape[:-1], y.shape[-1]), x.dtype)
 
     @staticmethod
     def backward(ctx, dy):  # noqa: ANN001, ANN205
