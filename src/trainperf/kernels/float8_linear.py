@@ -52,7 +52,6 @@ class _Float8Linear(torch.autograd.Function):
         return as_dtype(dx.reshape(ctx.shape), ctx.dtypes[0]), as_dtype(grad_weight, ctx.dtypes[1]), None
 
 
-
 def float8_linear(x: torch.Tensor, weight: torch.Tensor, state: ScaleState) -> torch.Tensor:
     """x · weightᵀ on float8 GEMMs, scaled from `state` (a ScaleState of ROLES roles)."""
     check_tokens(x)

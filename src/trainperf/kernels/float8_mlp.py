@@ -23,6 +23,8 @@ projections' products on float8 GEMMs too (kernels/float8_linear.py); `fp8` stay
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import triton
 import triton.language as tl
@@ -173,7 +175,8 @@ class ScaleState:
 
 
 def _next_scale(hist: torch.Tensor, now: torch.Tensor, scale: torch.Tensor, inv: torch.Tensor,
-                calibrated: torch.Tensor, role: int, dtype: torch.dtype, current) -> None:  # noqa: ANN001
+                calibrated: torch.Tensor, role: int, dtype: torch.dtype,
+                current: Callable[[], torch.Tensor | None]) -> None:
     """ScaleState.next over the state's tensors; `current()` gives the tensor whose amax calibrates."""
     if not calibrated[role]:
         now[role] = current().abs().amax().float()
