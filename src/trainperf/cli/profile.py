@@ -295,17 +295,15 @@ ShardReshardOpt = option("--reshard-after-forward", "on")
 def _shard_choices(optimizer: str | None, compile: str, attention: str, float8: str,
                    reshard_after_forward: str) -> dict[str, Any]:
     """The sharded step's choices beyond its shape, parsed as `trainperf shard` parses them, so that
-    its fastest case can be profiled as it was timed."""
+    its fastest case can be profiled as it was timed (None: the backend's default)."""
     from trainperf.attention.registry import NAMES
     from trainperf.workloads.sharded import FLOAT8, OPTIMIZERS
 
-    chosen = {"compile": parse_one(compile, on_off, "--compile"),
-              "attention": parse_one(attention, str, "--attention", NAMES),
-              "float8": parse_one(float8, str, "--float8", FLOAT8),
-              "reshard_after_forward": parse_one(reshard_after_forward, on_off, "--reshard-after-forward")}
-    if optimizer is not None:
-        chosen["optimizer"] = parse_one(optimizer, str, "--optimizer", OPTIMIZERS)
-    return chosen
+    return {"compile": parse_one(compile, on_off, "--compile"),
+            "attention": parse_one(attention, str, "--attention", NAMES),
+            "float8": parse_one(float8, str, "--float8", FLOAT8),
+            "reshard_after_forward": parse_one(reshard_after_forward, on_off, "--reshard-after-forward"),
+            "optimizer": None if optimizer is None else parse_one(optimizer, str, "--optimizer", OPTIMIZERS)}
 
 
 def _sharded_run(kind: str, model: str | None, world_size: int, shard: str, checkpoint: str, seq: int | None,
@@ -319,9 +317,9 @@ def _sharded_run(kind: str, model: str | None, world_size: int, shard: str, chec
 
     backend = dist_backend_or_default(dist_backend)
     opts = with_defaults(DEFAULTS.get(backend, DEFAULTS["gloo"]), model=model, seq=seq, batch=batch,
-                         dtype=dtype)
+                         dtype=dtype, **choices)  # an optimizer not given is the backend's default
     spec = ShardSpec(world_size=world_size, shard=shard, checkpoint=checkpoint, loss=loss,
-                     dist_backend=backend, iters=iters, **{**opts, **choices})
+                     dist_backend=backend, iters=iters, **opts)
     validate(spec)
     if not 0 <= rank < world_size:
         raise SpecError(f"--rank must be between 0 and --world-size - 1 ({world_size - 1}), got {rank}")
