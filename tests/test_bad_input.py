@@ -97,3 +97,12 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, 
     assert message in res.output, res.output
     assert len(res.output.strip().splitlines()) == 1, res.output
     assert set(tmp_path.iterdir()) == before  # no store, no output folder, no file
+
+
+def test_a_malformed_fault_variable_is_one_line_about_it_before_any_work(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINPERF_FAULT", "hang:1")
+    db = tmp_path / "r.db"
+    res = CliRunner().invoke(app, ["ddp", "--db", str(db), "--out", str(tmp_path / "o"), "--quiet"])
+    assert res.exit_code == 2
+    assert "TRAINPERF_FAULT='hang:1': expected KIND:RANK:CASE:CALL" in " ".join(res.output.split())
+    assert not db.exists() and not (tmp_path / "o").exists()

@@ -339,6 +339,8 @@ def test_without_a_supervisor_a_rank_that_raises_is_named_in_its_case_s_record_a
     ("raise:1:1:3", "error", 1, "RuntimeError: injected fault on rank 1"),
     ("kill:1:1:3", "error", 1, "the process was killed by SIGKILL"),
     ("hang:1:1:3", "error", 1, "stopped responding for 3 s in heartbeat.py (inject_fault)"),
+    ("stop:1:1:3", "error", 1, "stopped responding for 3 s (the process is stopped: SIGSTOP"),
+    ("spin:0:1:3", "error", 0, "stopped responding for 3 s (native code holds its interpreter; last seen"),
 ])
 def test_a_failing_rank_ends_its_case_in_seconds_as_a_record_and_the_next_case_runs(
         db, tmp_path, monkeypatch, fault, status, rank, reason):
@@ -476,3 +478,66 @@ def test_a_loop_of_long_calls_is_held_to_its_own_usual_call_not_an_earlier_loop_
             assert beat.state()["call_s"] >= 0.3
     finally:
         install(None)
+
+
+# Inductor, when a Ctrl-C also reaches the compiler it started (ptxas, g++), logs the failed
+# kernel's source and a traceback while the interrupt unwinds: this stand-in logs as it does,
+# writes to the descriptors beneath Python as a compiler does, and prints, then lets it go on.
+NOISY_COMPILE = """
+    import logging, os, signal, sys
+    from pathlib import Path
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    import torch._inductor.compile_fx as inductor
+
+    compile_fx = inductor.compile_fx
+
+    def noisy_compile(*args, **kwargs):
+        Path("compiling").touch()
+        try:
+            return compile_fx(*args, **kwargs)
+        except BaseException:
+            source = "\\n".join(f"  .reg .b32 %r{i};" for i in range(2000))
+            logging.getLogger("torch._inductor").error("compile failed: ptxas\\n%s", source)
+            os.write(2, b"g++: fatal error: Killed signal terminated program cc1plus\\n")
+            print("a library's print")
+            raise
+
+    inductor.compile_fx = noisy_compile
+    sys.argv = ["trainperf", *sys.argv[1:]]
+    from trainperf.cli import main
+    main()
+"""
+
+
+def test_a_ctrl_c_during_a_compile_prints_trainperf_s_line_and_nothing_of_a_library_s(tmp_path):
+    proc = python(NOISY_COMPILE, "step", "--model", "tiny", "--seq", "32", "--batch", "2", "--compile", "on",
+                  "--device", "cpu", "--quiet", "--db", str(tmp_path / "r.db"), "--out", str(tmp_path / "o"),
+                  cwd=tmp_path, new_session=True)  # its own group, as a terminal's foreground job
+    try:
+        wait_for(lambda: (tmp_path / "compiling").exists(), proc)
+        time.sleep(0.5)  # inside Inductor's compile, its compiler running
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    lines = [line for line in (out + err).splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("interrupted: "), "\n".join(lines[:20])
+
+
+def test_a_rank_waited_for_in_a_synchronize_while_its_peers_sit_in_a_collective_is_named():
+    """A GPU kernel that never ends: its rank's main thread waits in torch (a synchronize), alive
+    and beating, as its peers do in the collective; the one outside the collective is named."""
+    from trainperf.distributed.supervisor import TORCH_DIR, _stall
+
+    now = time.time()
+    beat = dict(t=now, case=2, calls=4, timed=True, call_s=0.1, done=2, peak_gb=1.0)
+    beats = {0: {**beat, "where": f"{TORCH_DIR}/distributed/distributed_c10d.py:4000 all_reduce"},
+             1: {**beat, "where": f"{TORCH_DIR}/cuda/__init__.py:1000 synchronize"},
+             2: {**beat, "where": f"{TORCH_DIR}/distributed/distributed_c10d.py:4000 all_reduce"}}
+    failure = _stall(beats, now - 12, 10.0, now, [1, 2, 3])
+    assert failure.rank == 1 and failure.case == 2
+    assert failure.reason == "stopped responding for 10 s in __init__.py (synchronize)"
+    every = _stall({0: beats[0], 2: beats[2]}, now - 12, 10.0, now, [1, 3])
+    assert every.rank is None  # no rank stands out: blame no one

@@ -1,9 +1,9 @@
 """The trainperf command line: one sub-command per workload, plus profiling and result commands."""
 
 # Importing a module registers its commands; this order is the order of --help.
-from trainperf.cli.common import app  # noqa: I001
+from trainperf.cli.common import app, console, err_console  # noqa: I001
 from trainperf.cli import workloads, distributed, profile, results, suites  # noqa: F401
-from trainperf.cli.interrupts import stop_at_second_interrupt
+from trainperf.cli.interrupts import keep_only, stop_at_second_interrupt
 from trainperf.cli.usage import run_cli
 from trainperf.core.sigint import quiet_forkserver, remember_sigint
 
@@ -12,10 +12,11 @@ __all__ = ["app", "main", "run_cli"]
 
 def main() -> None:
     """The `trainperf` program: the command line, stopped by a Ctrl-C even where a library swallowed
-    it, and at once by a second one; library pools' workers never see it."""
+    it, and at once by a second one; library pools' workers never see it, and after it only
+    trainperf prints."""
     import sys
 
-    remember_sigint()
+    remember_sigint(on_first=lambda: keep_only(console, err_console))
     quiet_forkserver()
     stop_at_second_interrupt()
     sys.exit(run_cli(app, sys.argv[1:]))

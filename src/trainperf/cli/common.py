@@ -47,8 +47,8 @@ def _main(version: bool = option("--version", False, callback=_print_version, is
         warnings.resetwarnings()
 
 
-# Wide tables stay readable in logs and CI, where there is no terminal to size them by.
-console = Console() if sys.stdout.isatty() else Console(width=220)
+# A terminal sizes the tables (or COLUMNS); logs and CI, with no terminal, get 160 columns.
+console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
 err_console = Console(stderr=True)
 
 DbOpt = option("--db", Path(DEFAULT_DB))
@@ -56,6 +56,15 @@ DeviceOpt = option("--device", "auto")
 RerunOpt = option("--rerun", False)
 QuietOpt = option("--quiet", False)
 JsonOpt = option("--json", False)
+
+
+def _set_wide(value: bool) -> bool:
+    report.TABLES.wide = value
+    return value
+
+
+# Read where tables are drawn (report.TABLES), so commands declare it and pass nothing on.
+WideOpt = option("--wide", False, callback=_set_wide, expose_value=False)
 OutOpt = option("--out", Path("trainperf-out"))
 # One implementation each of the swappable parts (`step` takes lists of them instead).
 NormOpt = option("--norm", "torch")
@@ -260,7 +269,7 @@ def show_records(records: Sequence[Record], columns: Sequence[report.Column], ti
     if as_json:
         sys.stdout.write(report.export(to_frame(records), "json"))
     else:
-        console.print(report.rich_table(records, columns, title=title))
+        console.print(report.rich_table(records, columns, title=title, width=console.width))
 
 
 def batch_seq_pair(text: str) -> tuple[int, int]:
@@ -271,4 +280,4 @@ def batch_seq_pair(text: str) -> tuple[int, int]:
 def frame_table(df, title: str = ""):
     """A rich table of a DataFrame, every cell formatted like the workload tables."""
     cols: list[report.Column] = [(c, (lambda r, c=c: report.fmt(r[c]))) for c in df.columns]
-    return report.rich_table([row for _, row in df.iterrows()], cols, title=title)
+    return report.rich_table([row for _, row in df.iterrows()], cols, title=title, width=console.width)

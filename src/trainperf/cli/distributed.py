@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from trainperf.cli.common import (
     OutOpt,
     QuietOpt,
     RerunOpt,
+    WideOpt,
     app,
     check_out_dir,
     cli_errors,
@@ -37,6 +39,7 @@ from trainperf.core.errors import SpecError
 from trainperf.core.record import Record, case_key_for, spec_dict
 from trainperf.core.spec import on_off, parse_list, parse_one, positive_int, sweep
 from trainperf.core.store import Store, to_frame
+from trainperf.distributed.heartbeat import FAULT_ENV, parse_fault
 from trainperf.distributed.launch import LaunchError, existing_launch, launch, rank_device, world_size_problem
 from trainperf.distributed.links import LINKS
 from trainperf.distributed.ranked_sweep import run_ranked_cases
@@ -127,6 +130,11 @@ def _validate_run_show(workload: str, specs: list, validate: Any, columns: list[
     """Refuse a bad case before any work, run the cases on their ranks, show and write the records."""
     for s in specs:
         validate(s)
+    if fault := os.environ.get(FAULT_ENV):
+        try:
+            parse_fault(fault)
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
     if not 0 < timeout_s < math.inf:
         raise SpecError(f"--timeout must be a positive number of seconds, got {timeout_s:g}")
     check_out_dir(out)
@@ -141,12 +149,13 @@ TimeoutOpt = option("--timeout", DEFAULT_TIMEOUT_S)
 
 
 COMM_COLUMNS: list[report.Column] = [
-    ("op", report.spec("op")), ("size", lambda r: binary_size(r.spec["bytes"])),
-    ("n", report.spec("world_size")), ("backend", report.spec("dist_backend")), ("link", report.spec("link")),
-    ("dtype", report.spec("dtype")), ("timing", report.spec("timing")), ("in place", report.spec("in_place")),
+    report.case("op", "op"), report.Column("size", lambda r: binary_size(r.spec["bytes"]), "case"),
+    report.case("n", "world_size"), report.case("backend", "dist_backend"), report.case("link", "link"),
+    report.case("dtype", "dtype"), report.case("timing", "timing"), report.case("in place", "in_place"),
     ("time us", report.metric("time_us")), ("algbw GB/s", report.metric("algbw_gbps")),
-    ("busbw GB/s", report.metric("busbw_gbps")), ("rank spread", report.metric("rank_spread", 2)),
-    ("status", report.status), ("notes", report.notes),
+    ("busbw GB/s", report.metric("busbw_gbps")),
+    report.detail("rank spread", report.metric("rank_spread", 2)),
+    *report.outcome(),
 ]
 
 
@@ -170,6 +179,7 @@ def comm(
     warmup: int = option("--warmup", 5), iters: int = option("--iters", 20),
     timeout: float = TimeoutOpt, out: Path = OutOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
+    wide: bool = WideOpt,
 ) -> None:
     """Time collectives through torch.distributed; algbw/busbw as nccl-tests define them."""
     from trainperf.workloads.comm import OPS, TIMINGS, CommSpec, parse_sizes, validate
@@ -206,17 +216,18 @@ def comm(
 
 
 DDP_COLUMNS: list[report.Column] = [
-    ("variant", report.spec("variant")), ("model", report.spec("model")), ("n", report.spec("world_size")),
-    ("link", report.spec("link")), ("compiled", report.spec("compile")), ("round", report.spec("round")),
-    ("bucket MB", report.spec("bucket_mb")), ("shard opt", report.spec("shard_optimizer")),
-    ("grads", report.spec("reduce_dtype")), ("step ms", report.timing("step")),
-    ("compute ms", report.metric("compute_ms")),
-    ("NCCL ms", report.metric("nccl_ms")), ("exposed comm ms", report.metric("exposed_comm_ms")),
-    ("least exposed ms", report.metric("exposed_comm_least_ms")),
-    ("host-late ms", report.metric("exposed_comm_host_ms")), ("hidden", report.metric("hidden_share", 2)),
-    ("comm alone ms", report.metric("comm_alone_ms")),
-    ("opt state MB", report.metric("opt_state_mb")),
-    ("peak GB", report.metric("peak_mem_gb")), ("status", report.status), ("notes", report.notes),
+    report.case("variant", "variant"), report.case("model", "model"), report.case("n", "world_size"),
+    report.case("link", "link"), report.case("compiled", "compile"), report.case("round", "round"),
+    report.case("bucket MB", "bucket_mb"), report.case("shard opt", "shard_optimizer"),
+    report.case("grads", "reduce_dtype"), ("step ms", report.timing("step")),
+    ("tok/s", report.metric("tokens_per_s", 4)), ("exposed comm ms", report.metric("exposed_comm_ms")),
+    ("hidden", report.metric("hidden_share", 2)), ("peak GB", report.metric("peak_mem_gb")),
+    report.detail("compute ms", report.metric("compute_ms")),
+    report.detail("NCCL ms", report.metric("nccl_ms")),
+    report.detail("least exposed ms", report.metric("exposed_comm_least_ms")),
+    report.detail("host-late ms", report.metric("exposed_comm_host_ms")),
+    report.detail("comm alone ms", report.metric("comm_alone_ms")),
+    report.detail("opt state MB", report.metric("opt_state_mb")), *report.outcome(),
 ]
 
 
@@ -243,6 +254,7 @@ def ddp(
     warmup: int = option("--warmup", 3), iters: int = option("--iters", 10),
     timeout: float = TimeoutOpt, out: Path = OutOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
+    wide: bool = WideOpt,
 ) -> None:
     """Time a data-parallel training step per gradient-sync variant (and PyTorch DDP / FSDP2)."""
     from trainperf.workloads.ddp import VARIANTS, DDPSpec, validate
@@ -312,22 +324,22 @@ def _write_rounds(records: list[Record], out: Path, quiet: bool) -> pd.DataFrame
 
 
 SHARD_COLUMNS: list[report.Column] = [
-    ("model", report.spec("model")), ("n", report.spec("world_size")), ("shard", report.spec("shard")),
-    ("ckpt", report.spec("checkpoint")), ("reshard", report.spec("reshard_after_forward")),
-    ("prefetch", report.spec("prefetch")), ("unit", report.spec("unit_layers")),
-    ("batch x seq", lambda r: f"{r.spec['batch']}x{r.spec['seq']}"),
-    ("dtype", report.spec("dtype")), ("grads", report.spec("reduce_dtype")),
-    ("optimizer", report.spec("optimizer")), ("loss", report.spec("loss")),
-    ("compiled", report.spec("compile")), ("graphed", report.spec("cuda_graph")),
-    ("float8", report.spec("float8")),
-    ("step ms", report.metric("step_ms_median")), ("fwd ms", report.metric("forward_ms")),
-    ("bwd ms", report.metric("backward_ms")), ("opt ms", report.metric("optimizer_ms")),
-    ("exposed comm ms", report.metric("exposed_comm_ms")),
-    ("least exposed ms", report.metric("exposed_comm_least_ms")),
-    ("host-late ms", report.metric("exposed_comm_host_ms")), ("tokens/s", report.metric("tokens_per_s")),
-    ("MFU", report.metric("mfu", 3)),
-    ("recompute TFLOP", report.metric("recompute_tflop", 3)), ("peak GB", report.metric("peak_mem_gb")),
-    ("status", report.status), ("notes", report.notes),
+    report.case("model", "model"), report.case("n", "world_size"), report.case("shard", "shard"),
+    report.case("ckpt", "checkpoint"), report.case("reshard", "reshard_after_forward"),
+    report.case("prefetch", "prefetch"), report.case("unit", "unit_layers"),
+    report.Column("batch x seq", lambda r: f"{r.spec['batch']}x{r.spec['seq']}", "case"),
+    report.case("dtype", "dtype"), report.case("grads", "reduce_dtype"),
+    report.case("optimizer", "optimizer"), report.case("loss", "loss"),
+    report.case("compiled", "compile"), report.case("graphed", "cuda_graph"), report.case("float8", "float8"),
+    ("step ms", report.timing("step")), ("MFU", report.metric("mfu", 3)),
+    ("exposed comm ms", report.metric("exposed_comm_ms")), ("peak GB", report.metric("peak_mem_gb")),
+    ("tok/s", report.metric("tokens_per_s")),
+    report.detail("fwd ms", report.metric("forward_ms")),
+    report.detail("bwd ms", report.metric("backward_ms")),
+    report.detail("opt ms", report.metric("optimizer_ms")),
+    report.detail("least exposed ms", report.metric("exposed_comm_least_ms")),
+    report.detail("host-late ms", report.metric("exposed_comm_host_ms")),
+    report.detail("recompute TFLOP", report.metric("recompute_tflop", 3)), *report.outcome(),
 ]
 
 
@@ -375,6 +387,7 @@ def shard(
     warmup: int = option("--warmup", 2), iters: int = option("--iters", 5),
     timeout: float = TimeoutOpt, out: Path = OutOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
+    wide: bool = WideOpt,
 ) -> None:
     """Time the full training step (forward, loss, backward, AdamW) of a model sharded across ranks
     (FSDP2 full or hybrid sharding, or plain data parallel), per sharding and checkpointing choice."""

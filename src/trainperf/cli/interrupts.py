@@ -1,4 +1,9 @@
-"""Ctrl-C twice stops a command at once.
+"""Ctrl-C: trainperf alone speaks after it, and twice stops a command at once.
+
+A Ctrl-C while Inductor compiles reaches the compilers it started (ptxas, g++) too; the compile
+fails and the library logs the failure (a kernel's whole source and a traceback) as the
+interrupt unwinds. `keep_only` answers that at the first SIGINT: this process's stdout and stderr
+are pointed at /dev/null, and trainperf's consoles at copies of where they went.
 
 Python runs its SIGINT handler only between bytecodes. While the main thread sits in one native
 call, a CuTe DSL compile of FlashAttention 4 or quack that takes up to a minute, the first Ctrl-C
@@ -17,6 +22,8 @@ import socket
 import subprocess
 import sys
 import threading
+
+from rich.console import Console
 
 # The watcher: its own session, so the terminal's Ctrl-C reaches the command and not it; it ends
 # when the command does (its end of the socket closes).
@@ -59,6 +66,26 @@ def stop_at_second_interrupt() -> subprocess.Popen | None:
     os.register_at_fork(after_in_child=_unwatched)
     _watched.extend([ours, watcher])
     return watcher
+
+
+def keep_only(*consoles: Console) -> None:
+    """From now on only `consoles` reach the terminal: file descriptors 1 and 2 point at /dev/null
+    (a library's log handlers, its tracebacks, a compiler's output written through them), each
+    console that wrote to one of them at a copy of it (one that writes elsewhere, a suite's log
+    among them, stays as it is)."""
+    try:
+        for console in consoles:
+            fd = console.file.fileno()
+            if fd in (1, 2):
+                console.file = os.fdopen(os.dup(fd), "w", buffering=1, encoding="utf-8", errors="replace")
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for fd in (1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no descriptors to move (a captured stream)
+        return
 
 
 def _unwatched() -> None:

@@ -19,6 +19,7 @@ from trainperf.cli.common import (
     NormOpt,
     RopeOpt,
     SwigluOpt,
+    WideOpt,
     app,
     batch_seq_pair,
     check_out_dir,
@@ -126,6 +127,7 @@ def profile_step(
     norm: str = NormOpt, rope: str = RopeOpt, swiglu: str = SwigluOpt, loss: str = LossOpt,
     iters: int = ProfItersOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
     ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
+    wide: bool = WideOpt,
 ) -> None:
     """Breakdown of a GPT-style LM training step by module range."""
     from trainperf.workloads.step import StepCase
@@ -188,6 +190,7 @@ def profile_llama(
     forward_only: bool = option("--forward-only", False),
     iters: int = ProfItersOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
     ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
+    wide: bool = WideOpt,
 ) -> None:
     """Breakdown of a Hugging Face Llama training iteration (or its forward pass) by module range."""
     from trainperf.workloads.llama_sdpa import RECIPES, LlamaStep, choose_kv_mode, recipe_setup, with_kv_heads
@@ -230,6 +233,7 @@ def cudnn_study(
     phase: str = option("--phase", "forward,step", "Comma list: forward (the study's), step (forward, "
                                                    "backward, SGD)."),
     iters: int = ProfItersOpt, out: Path = ProfOut, device: str = DeviceOpt,
+    wide: bool = WideOpt,
 ) -> None:
     """NVIDIA's PyTorch-vs-cuDNN Llama study here: PyTorch modules vs cuDNN-frontend graphs (RMSNorm,
     attention), profiled by module range and compared."""
@@ -350,6 +354,7 @@ def profile_shard(
     compile: str = ShardCompileOpt, attention: str = ShardAttentionOpt, float8: str = ShardFloat8Opt,
     reshard_after_forward: str = ShardReshardOpt, rank: int = RankOpt, iters: int = ProfItersOpt,
     dist_backend: str = DistBackendOpt, out: Path = ProfOut,
+    wide: bool = WideOpt,
 ) -> None:
     """Breakdown of one rank's sharded training step (FSDP2 or DDP) by module range."""
     from trainperf.profiling.session import load_breakdown
@@ -375,6 +380,7 @@ def profile_attention(
     causal: str = option("--causal", "on"),
     iters: int = ProfItersOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
     ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
+    wide: bool = WideOpt,
 ) -> None:
     """Kernel breakdown of one attention call."""
     from trainperf.attention.registry import NAMES
@@ -406,6 +412,7 @@ def profile_attention(
 def nsys_decode(
     trace: Path = typer.Argument(..., help="SQLite export of `nsys profile --trace=cuda,nvtx`."),
     out: Path = option("--out", None, "Also write the breakdown JSON and CSVs there."),
+    wide: bool = WideOpt,
 ) -> None:
     """The per-range kernel table from an Nsight Systems SQLite export."""
     from trainperf.profiling.breakdown import breakdown
@@ -430,6 +437,7 @@ def profile_compare(
     a: Path = typer.Argument(..., help="Breakdown JSON written by `trainperf profile` (A)."),
     b: Path = typer.Argument(..., help="Breakdown JSON (B); speed-up is A time / B time."),
     table_file: Path = option("--file", None, "Also, as CSV."),
+    wide: bool = WideOpt,
 ) -> None:
     """Two per-range breakdowns side by side with kernel counts, times and speed-up."""
     from trainperf.profiling.session import compare_breakdowns, load_breakdown
@@ -464,6 +472,7 @@ def memory_step(
     model: str = ModelOpt, seq: int = SeqOpt, batch: int = option("--batch", 4), dtype: str = AutocastOpt,
     phase: str = option("--phase", "step"),
     out: Path = ProfOut, device: str = DeviceOpt,
+    wide: bool = WideOpt,
 ) -> None:
     """Memory profile of a GPT-style LM step: snapshot (GPU), peaks per phase, timeline PNG."""
     from trainperf.profiling.memory import memory_profile
@@ -488,6 +497,7 @@ def memory_llama(
     layers: int = option("--layers", None), model: str = LlamaModelOpt,
     norm: str = NormOpt, swiglu: str = SwigluOpt, rope: str = RopeOpt, loss: str = LossOpt,
     optimizer: str = option("--optimizer", "sgd"), out: Path = ProfOut, device: str = DeviceOpt,
+    wide: bool = WideOpt,
 ) -> None:
     """Memory profile of a Hugging Face Llama training iteration: peaks per phase, allocations."""
     from trainperf.profiling.memory import memory_profile
@@ -513,6 +523,7 @@ def memory_shard(
     compile: str = ShardCompileOpt, attention: str = ShardAttentionOpt, float8: str = ShardFloat8Opt,
     reshard_after_forward: str = ShardReshardOpt, rank: int = RankOpt,
     dist_backend: str = DistBackendOpt, out: Path = ProfOut,
+    wide: bool = WideOpt,
 ) -> None:
     """Memory profile of one rank's sharded training step: peaks per phase, allocations, timeline."""
     import pandas as pd

@@ -12,6 +12,7 @@ from trainperf.cli.common import (
     DbOpt,
     DeviceOpt,
     OutOpt,
+    WideOpt,
     app,
     check_out_dir,
     check_out_file,
@@ -37,6 +38,7 @@ def compare(
     sets: list[Path] = typer.Argument(..., help="Two or more training_timing.csv files or .db stores."),
     axis: str = option("--axis", "gpu"),
     out: Path = OutOpt,
+    wide: bool = WideOpt,
 ) -> None:
     """Set llama result sets from different runs side by side, with speed-ups and plots."""
     from trainperf.profiling.compare import (
@@ -74,6 +76,7 @@ def results(
     status: str = option("--status", None),
     last: int = option("--last", 50),
     db: Path = DbOpt,
+    wide: bool = WideOpt,
 ) -> None:
     """List stored records."""
     check_filters(workload, status)
@@ -84,8 +87,8 @@ def results(
         ("workload", lambda r: r.workload), ("case", lambda r: _case_text(r)),
         ("status", report.status), ("main metric", _headline),
         ("gpu", lambda r: r.env.get("gpu_name") or "cpu"),
-        ("when", lambda r: r.created_at[:19]), ("notes", report.notes)]
-    console.print(report.rich_table(recs, cols, title=f"{len(recs)} records in {db}"))
+        ("when", lambda r: r.created_at[:19]), report.Column("notes", report.notes, "notes")]
+    console.print(report.rich_table(recs, cols, title=f"{len(recs)} records in {db}", width=console.width))
 
 
 WORKLOADS = ("step", "attention", "kernels", "llama", "parity", "comm", "ddp")
@@ -148,7 +151,7 @@ def env_cmd(device: str = DeviceOpt) -> None:
 
 @app.command(cls=RenamedFlags)
 @cli_errors
-def precision(device: str = DeviceOpt) -> None:
+def precision(device: str = DeviceOpt, wide: bool = WideOpt) -> None:
     """Dtypes under each autocast mode, and the float accumulation experiment."""
     from trainperf.profiling.precision import accumulation_experiment, dtype_report
 

@@ -15,6 +15,8 @@ from typer.core import TyperCommand
 # flag -> its meaning, the same in every command that has it
 GLOSSARY: dict[str, str] = {
     "--model": "Model: a preset (GPT LM tiny ... 2.7B; Llama llama-3.2-1b, tiny).",
+    "--wide": "Every column in the console table (by default: the columns that tell this run's cases "
+              "apart and the headline metrics, sized to the terminal); files keep every field.",
     "--batch": "Sequences per step (per rank under ddp).",
     "--batch-per-rank": "Sequences each rank trains per step: the global batch grows with the world size "
                         "(weak scaling).",

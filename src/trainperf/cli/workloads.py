@@ -18,6 +18,7 @@ from trainperf.cli.common import (
     RerunOpt,
     RopeOpt,
     SwigluOpt,
+    WideOpt,
     app,
     batch_seq_pair,
     check_out_dir,
@@ -41,14 +42,14 @@ from trainperf.core.spec import on_off, parse_list, parse_one, positive_int, swe
 from trainperf.core.store import to_frame
 
 STEP_COLUMNS: list[report.Column] = [
-    ("model", report.spec("model")), ("seq", report.spec("seq")), ("batch", report.spec("batch")),
-    ("dtype", report.spec("dtype")), ("compile", report.spec("compile")),
-    ("mode", report.spec("mode")), ("swaps", lambda r: _step_swaps(r.spec)),
-    ("fwd ms", report.timing("forward")), ("bwd ms", report.timing("backward")),
-    ("opt ms", report.timing("optimizer")), ("step ms", report.timing("step")),
-    ("tok/s", report.metric("tokens_per_s", 4)), ("TFLOP/s", report.metric("tflops")),
-    ("MFU", report.metric("mfu", 2, 100.0)), ("peak GB", report.metric("peak_mem_gb")),
-    *report.GPU_STATE, ("status", report.status), ("notes", report.notes),
+    report.case("model", "model"), report.case("seq", "seq"), report.case("batch", "batch"),
+    report.case("dtype", "dtype"), report.case("compile", "compile"),
+    report.case("mode", "mode"), report.Column("swaps", lambda r: _step_swaps(r.spec), "case"),
+    ("step ms", report.timing("step")), ("tok/s", report.metric("tokens_per_s", 4)),
+    ("MFU %", report.metric("mfu", 2, 100.0)), ("peak GB", report.metric("peak_mem_gb")),
+    report.detail("fwd ms", report.timing("forward")), report.detail("bwd ms", report.timing("backward")),
+    report.detail("opt ms", report.timing("optimizer")), report.detail("TFLOP/s", report.metric("tflops")),
+    *report.GPU_STATE, *report.outcome(),
 ]
 
 
@@ -84,6 +85,7 @@ def step(
     peak_tflops: float = option("--peak-tflops", None),
     out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
+    wide: bool = WideOpt,
 ) -> None:
     """Time forward, backward and optimizer steps of the GPT-style LM across a sweep."""
     from trainperf.models.presets import PRESETS
@@ -142,14 +144,13 @@ def _step_plot(records: list[Record], out: Path, quiet: bool) -> None:
 
 
 ATTENTION_COLUMNS: list[report.Column] = [
-    ("attention", report.spec("attention")), ("mode", report.spec("mode")), ("b", report.spec("batch")),
-    ("h", report.spec("heads")), ("seq", report.spec("seq")), ("d", report.spec("head_dim")),
-    ("dtype", report.spec("dtype")), ("causal", report.spec("causal")),
-    ("compiled", report.spec("compile")), ("time ms", report.timing("time")),
-    ("TFLOP/s", report.metric("tflops")),
-    ("kernels ms", report.metric("kernel_ms", 4)), ("host ms", report.metric("host_ms", 4)),
-    ("peak MB", report.metric("peak_mem_mb", 4)), *report.GPU_STATE, ("status", report.status),
-    ("notes", report.notes),
+    report.case("attention", "attention"), report.case("mode", "mode"), report.case("b", "batch"),
+    report.case("h", "heads"), report.case("seq", "seq"), report.case("d", "head_dim"),
+    report.case("dtype", "dtype"), report.case("causal", "causal"), report.case("compiled", "compile"),
+    ("time ms", report.timing("time")), ("TFLOP/s", report.metric("tflops")),
+    ("peak MB", report.metric("peak_mem_mb", 4)),
+    report.detail("kernels ms", report.metric("kernel_ms", 4)),
+    report.detail("host ms", report.metric("host_ms", 4)), *report.GPU_STATE, *report.outcome(),
 ]
 
 
@@ -172,6 +173,7 @@ def attention(
     iters: int = option("--iters", 20),
     out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
+    wide: bool = WideOpt,
 ) -> None:
     """Time attention implementations (forward, backward) and their peak memory."""
     from trainperf.attention.registry import NAMES
@@ -229,9 +231,9 @@ def _attention_plots(records: list[Record], out: Path, quiet: bool) -> None:
 
 
 KERNEL_COLUMNS: list[report.Column] = [
-    ("kernel", report.spec("kernel")), ("mode", report.spec("mode")), ("tokens", report.spec("tokens")),
-    ("d", report.spec("d_model")), ("dtype", report.spec("dtype")), ("time ms", report.timing("time")),
-    ("GB/s", report.metric("gbps")), *report.GPU_STATE, ("status", report.status), ("notes", report.notes),
+    report.case("kernel", "kernel"), report.case("mode", "mode"), report.case("tokens", "tokens"),
+    report.case("d", "d_model"), report.case("dtype", "dtype"), ("time ms", report.timing("time")),
+    ("GB/s", report.metric("gbps")), *report.GPU_STATE, *report.outcome(),
 ]
 
 
@@ -248,6 +250,7 @@ def kernels(
     warmup: int = option("--warmup", 5), iters: int = option("--iters", 20),
     out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
+    wide: bool = WideOpt,
 ) -> None:
     """Time each fused kernel against its PyTorch reference, the compiled reference and the stock op."""
     from trainperf.workloads.kernels import (
@@ -301,14 +304,15 @@ def _recipe(r: Record) -> str:
 
 
 LLAMA_COLUMNS: list[report.Column] = [
-    ("recipe", _recipe), ("sdpa backend", report.spec("sdpa_backend")), ("batch", report.spec("batch")),
-    ("seq", report.spec("seq")),
-    ("s/iter mean", report.metric("iter_s_mean")), ("median", report.metric("iter_s_median")),
-    ("std", report.metric("iter_s_std", 2)), ("tok/s", report.metric("tokens_per_s", 4)),
-    ("TFLOP/s", report.metric("tflops")), ("peak GB", report.metric("peak_mem_gb")),
-    ("K/V heads", report.metric("kv_heads")), ("compiled", report.spec("compile")),
-    ("swaps", report.metric("swaps")), *report.GPU_STATE, ("J/iter", report.metric("iter_energy_j")),
-    ("status", report.status), ("notes", report.notes),
+    report.Column("recipe", _recipe, "case"), report.case("sdpa backend", "sdpa_backend"),
+    report.case("batch", "batch"), report.case("seq", "seq"), report.case("compiled", "compile"),
+    report.Column("swaps", report.metric("swaps"), "case"),
+    ("s/iter", report.metric("iter_s_median")), ("std", report.metric("iter_s_std", 2)),
+    ("tok/s", report.metric("tokens_per_s", 4)), ("TFLOP/s", report.metric("tflops")),
+    ("peak GB", report.metric("peak_mem_gb")),
+    report.detail("s/iter mean", report.metric("iter_s_mean")),
+    report.detail("K/V heads", report.metric("kv_heads")),
+    *report.GPU_STATE, report.detail("J/iter", report.metric("iter_energy_j")), *report.outcome(),
 ]
 
 
@@ -338,6 +342,7 @@ def llama(
     graph: str = option("--graph", "off", "Comma list ok."),
     out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
+    wide: bool = WideOpt,
 ) -> None:
     """Time a random-init Llama training iteration across SDPA backends and batch x seq pairs."""
     from trainperf.models.hf_llama import BACKENDS, NORM_SWAPS
@@ -424,15 +429,12 @@ def llama(
 
 
 PARITY_COLUMNS: list[report.Column] = [
-    ("recipe", report.spec("recipe")), ("run", report.spec("run")), ("draw", report.spec("draw")),
-    ("seed", report.spec("seed")),
-    ("model", report.spec("model")),
-    ("layers", report.spec("layers")),
-    ("batch", report.spec("batch")), ("seq", report.spec("seq")), ("steps", report.spec("train_steps")),
-    ("lr", report.spec("lr")), ("optimizer", report.spec("optimizer")),
-    ("first loss", report.metric("loss_first")),
-    ("last loss", report.metric("loss_last")),
-    ("status", report.status), ("notes", report.notes),
+    report.case("recipe", "recipe"), report.case("run", "run"), report.case("draw", "draw"),
+    report.case("seed", "seed"), report.case("model", "model"), report.case("layers", "layers"),
+    report.case("batch", "batch"), report.case("seq", "seq"), report.case("steps", "train_steps"),
+    report.case("lr", "lr"), report.case("optimizer", "optimizer"),
+    ("first loss", report.metric("loss_first")), ("last loss", report.metric("loss_last")),
+    *report.outcome(),
 ]
 
 
@@ -461,6 +463,7 @@ def parity(
                                                        "CPU."),
     out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
+    wide: bool = WideOpt,
 ) -> None:
     """Loss curves of training recipes from the same weights and batches, beside stock's."""
     from trainperf.workloads.llama_sdpa import RECIPES

@@ -5,16 +5,37 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import pandas as pd
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from trainperf.core.record import Record
 
 Getter = Callable[[Record], Any]
-Column = tuple[str, Getter]
+
+
+class Column(NamedTuple):
+    """A table column. Its role decides where the console shows it: `case` columns name a case
+    (shown where they differ between the table's rows, else once above it), `headline` columns
+    are the command's answer (always shown), `detail` columns only with --wide, `notes` as
+    numbered footnotes under the table. Files keep every field whatever the role."""
+
+    header: str
+    get: Getter
+    role: str = "headline"
+
+
+def case(header: str, name: str) -> Column:
+    """A column naming the case by one field of its spec."""
+    return Column(header, spec(name), "case")
+
+
+def detail(header: str, get: Getter) -> Column:
+    return Column(header, get, "detail")
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -43,17 +64,20 @@ def metric(name: str, digits: int = 3, scale: float = 1.0) -> Getter:
 
 
 def timing(phase: str) -> Getter:
-    """'median ± std' in ms for a phase; '-' for failed records."""
+    """'median ± std' in ms for a phase (the median alone where no std was stored); '-' for
+    failed records."""
     def get(r: Record) -> str:
         if r.status != "ok":
             return "-"
         med, std = r.metrics.get(f"{phase}_ms_median"), r.metrics.get(f"{phase}_ms_std")
-        return "-" if med is None else f"{fmt(med)} ± {fmt(std, 2)}"
+        if med is None:
+            return "-"
+        return fmt(med) if std is None else f"{fmt(med)} ± {fmt(std, 2)}"
     return get
 
 
 # The window's median SM clock and power draw (core.gpu_monitor), beside the times they explain.
-GPU_STATE: list[Column] = [("MHz", metric("sm_clock_mhz", 4)), ("W", metric("power_w"))]
+GPU_STATE: list[Column] = [detail("MHz", metric("sm_clock_mhz", 4)), detail("W", metric("power_w"))]
 
 
 def status(r: Record) -> str:
@@ -77,15 +101,79 @@ def notes(r: Record) -> str:
 STATUS_STYLE = {"ok": "", "oom": "yellow", "unsupported": "magenta", "error": "red"}
 
 
-def rich_table(records: Sequence[Any], columns: Sequence[Column], title: str = "") -> Table:
+def outcome() -> list[Column]:
+    """The last columns of every workload table: the status, and the notes as footnotes."""
+    return [Column("status", status), Column("notes", notes, "notes")]
+
+
+@dataclass
+class TableSettings:
+    """How the console shows tables: `wide` (--wide) shows every column, wrapping cells where the
+    terminal is too narrow for them."""
+
+    wide: bool = False
+
+
+TABLES = TableSettings()
+BORDER = 3  # rich's default box: a vertical rule and a space of padding each side per column
+
+
+def rich_table(records: Sequence[Any], columns: Sequence[Column | tuple[str, Getter]], title: str = "",
+               width: int | None = None) -> RenderableType:
+    """The records as a console table within `width` characters, every cell on one line: the case
+    columns that differ between rows, then the headline columns that fit (right-most dropped
+    first, the status kept); what does not differ above the table, notes as numbered footnotes
+    under it, and the columns left out named."""
+    cols = [Column(*c) for c in columns]
+    cells = {c.header: [str(c.get(r)) for r in records] for c in cols}
+    notes_col = next((c for c in cols if c.role == "notes"), None)
+    same, shown, hidden = [], [], []
+    for c in cols:
+        values = cells[c.header]
+        if c.role == "notes":
+            continue
+        if c.role == "case" and len(set(values)) <= 1 and not TABLES.wide:
+            if values and values[0] != "-":
+                same.append(f"{c.header} {values[0]}")
+        elif c.role == "detail" and not TABLES.wide:
+            hidden.append(c.header)
+        else:
+            shown.append(c)
+    footnotes: dict[str, int] = {}
+    marks = []
+    for text in cells[notes_col.header] if notes_col else []:
+        if text:
+            footnotes.setdefault(text, len(footnotes) + 1)
+        marks.append(f"[{footnotes[text]}]" if text else "")
+    if footnotes:
+        shown.append(Column("note", lambda r: "", "notes"))
+        cells["note"] = marks
+
+    def natural(c: Column) -> int:
+        return max([len(c.header), *(len(v) for v in cells[c.header])])
+
+    if width is not None and not TABLES.wide:
+        droppable = [c for c in shown if c.role in ("headline", "detail") and c.header != "status"]
+        while droppable and sum(natural(c) + BORDER for c in shown) + 1 > width:
+            gone = droppable.pop()
+            shown.remove(gone)
+            hidden.append(gone.header)
     table = Table(title=title, header_style="bold")
-    for header, _ in columns:
-        table.add_column(header, overflow="fold", max_width=48 if header == "notes" else None)
-    for r in records:
+    for c in shown:
+        table.add_column(c.header, no_wrap=not TABLES.wide, overflow="fold" if TABLES.wide else "ellipsis")
+    for i, r in enumerate(records):
         style = STATUS_STYLE.get(getattr(r, "status", "ok"), "")
         # Text, not markup: a reason such as "pip install 'trainperf[triton]'" prints as written
-        table.add_row(*(Text(str(get(r))) for _, get in columns), style=style)
-    return table
+        table.add_row(*(Text(cells[c.header][i]) for c in shown), style=style)
+    parts: list[RenderableType] = []
+    if same:
+        parts.append(Text("every case: " + ", ".join(same), style="dim"))
+    parts.append(table)
+    parts += [Text(f"[{n}] {text}", style="dim") for text, n in footnotes.items()]
+    if hidden:
+        parts.append(Text(f"not shown: {', '.join(hidden)} (--wide shows every column; the CSV has "
+                          "every field)", style="dim"))
+    return Group(*parts)
 
 
 def markdown(df: pd.DataFrame) -> str:

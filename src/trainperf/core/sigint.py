@@ -16,22 +16,30 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
 
 _seen = False
+_on_first: list[Callable[[], None]] = []
 
 
 def _remember_and_raise(signum: int, frame: FrameType | None) -> None:
     global _seen
+    if not _seen:
+        for act in _on_first:
+            act()
     _seen = True
     raise KeyboardInterrupt
 
 
-def remember_sigint() -> None:
+def remember_sigint(on_first: Callable[[], None] | None = None) -> None:
     """Take SIGINT where Python's default handler has it (not where a caller set its own or
-    ignores it), in the main thread only (the only one that may)."""
+    ignores it), in the main thread only (the only one that may); `on_first` runs as the first
+    SIGINT arrives, before the KeyboardInterrupt is raised."""
     if threading.current_thread() is threading.main_thread() and \
             signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        if on_first is not None:
+            _on_first.append(on_first)
         signal.signal(signal.SIGINT, _remember_and_raise)
 
 

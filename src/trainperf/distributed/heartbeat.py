@@ -7,8 +7,10 @@ a call that takes far longer than the ones before is a hang), its peak GPU memor
 main thread is (a rank that sleeps or spins outside torch is the one the others wait for).
 
 `TRAINPERF_FAULT` injects a failure into a timed call, to prove the supervisor on real runs:
-`KIND:RANK:CASE:CALL` with KIND one of oom (a real out-of-memory on a GPU), raise, kill (SIGKILL)
-and hang; CASE is the case's position in the command's list, CALL the timed call of that case.
+`KIND:RANK:CASE:CALL` with KIND one of oom (a real out-of-memory on a GPU), raise, kill (SIGKILL),
+hang (in Python), stop (SIGSTOP), spin (native code that holds the interpreter) and kernel (a GPU
+kernel that never ends); CASE is the case's position in the command's list, CALL the timed call of
+that case.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import torch
 
 INTERVAL_S = 0.2
 FAULT_ENV = "TRAINPERF_FAULT"
-FAULTS = ("oom", "raise", "kill", "hang")
+FAULTS = ("oom", "raise", "kill", "hang", "stop", "spin", "kernel")
 
 
 class Heartbeat:
@@ -143,6 +145,11 @@ def inject_fault(rank: int, case: int, call: int, device: torch.device) -> None:
         raise torch.cuda.OutOfMemoryError("out of memory (injected): Tried to allocate 1024.00 GiB")
     if kind == "raise":
         raise RuntimeError(f"injected fault on rank {rank}")
-    if kind == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
+    if kind in ("kill", "stop"):
+        os.kill(os.getpid(), signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
+    if kind == "spin":
+        sum(range(10**15))  # one C call: no bytecode runs, so no other thread does either
+    if kind == "kernel" and device.type == "cuda":
+        torch.cuda._sleep(2**62)  # cycles: a kernel that outlives the case
+        torch.cuda.synchronize(device)
     time.sleep(3600)  # hang

@@ -34,6 +34,7 @@ import torch.multiprocessing as mp
 from trainperf.core.gpu_monitor import nvml_module
 from trainperf.core.record import Record, spec_dict
 from trainperf.core.store import Store
+from trainperf.distributed.heartbeat import INTERVAL_S
 
 POLL_S = 0.1
 STALL_CALLS = 10  # a timed call this many times longer than the usual one is a hang
@@ -42,6 +43,8 @@ DEFAULT_TIMEOUT_S = 300.0  # without progress outside timed loops (compiles take
 PG_TIMEOUT_MARGIN_S = 60.0  # the process group waits longer: its watchdog is the last resort
 RELEASE_S = 30.0  # at most, for the GPUs to let go of ended ranks
 TORCH_DIR = str(Path(torch.__file__).parent)
+COLLECTIVES = "distributed_c10d.py"  # where a rank waiting for its peers sits
+SILENT_S = 10 * INTERVAL_S  # a heartbeat this old: the rank's process no longer runs Python
 
 Measure = Callable[[Any, int, int, torch.device], dict[str, Any]]
 Say = Callable[[str], None]
@@ -210,7 +213,7 @@ class Supervisor:
                 usual = [hb["call_s"] for hb in beats.values() if hb["timed"] and hb["call_s"]]
                 limit = max(self.stall_s, STALL_CALLS * max(usual)) if usual else self.timeout_s
                 if now - last_move > limit:
-                    return _stall(beats, last_move, limit)
+                    return _stall(beats, last_move, limit, now, [p.pid for p in procs])
             time.sleep(POLL_S)
 
     def _cause(self, procs: list[Any], files: RankFiles, beats: dict[int, dict[str, Any]],
@@ -240,16 +243,33 @@ def _death(rank: int, exitcode: int | None, beat: dict[str, Any] | None, seen: f
     return Failure(beat["case"] if beat else -1, rank, "error", f"the process was {how}", seen, metrics)
 
 
-def _stall(beats: dict[int, dict[str, Any]], last_move: float, limit: float) -> Failure:
-    """Every rank stopped moving: the one whose main thread is outside torch is the one the others
-    wait for (in a collective or a synchronize)."""
-    outside = [r for r, hb in sorted(beats.items()) if TORCH_DIR not in hb["where"]]
-    rank = outside[0] if len(outside) == 1 else None
+def _stall(beats: dict[int, dict[str, Any]], last_move: float, limit: float, now: float,
+           pids: Sequence[int]) -> Failure:
+    """Every rank stopped moving: the one the others wait for is, by the first test that singles
+    out one rank, the one whose heartbeat went silent too (a stopped process, or native code that
+    never lets the interpreter go), the one whose main thread is outside torch (a Python hang), the
+    one not inside a collective (a kernel that never ends, waited for in a synchronize)."""
+    ranks = sorted(beats)
+    silent = [r for r in ranks if now - beats[r]["t"] > SILENT_S]
+    outside = [r for r in ranks if TORCH_DIR not in beats[r]["where"]]
+    not_waiting = [r for r in ranks if COLLECTIVES not in beats[r]["where"]]
+    rank = next((found[0] for found in (silent, outside, not_waiting) if len(found) == 1), None)
     beat = beats[0 if rank is None else rank]
     where = beat["where"]
-    return Failure(beat["case"], rank, "error",
-                   f"stopped responding for {limit:.0f} s in {Path(where.split(':')[0]).name}"
-                   f" ({where.split(' ')[-1]})", last_move, {"peak_mem_gb": beat["peak_gb"]})
+    at = f"in {Path(where.split(':')[0]).name} ({where.split(' ')[-1]})"
+    if rank is not None and silent == [rank]:
+        at = ("(the process is stopped: SIGSTOP or a debugger)" if _stopped(pids[rank]) else
+              f"(native code holds its interpreter; last seen {at})")
+    return Failure(beat["case"], rank, "error", f"stopped responding for {limit:.0f} s {at}", last_move,
+                   {"peak_mem_gb": beat["peak_gb"]})
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process `pid` is stopped by a signal (Linux /proc; False where unknown)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
 
 
 def _end(procs: list[Any]) -> None:

@@ -458,7 +458,7 @@ def measure_sharded(spec: ShardSpec, rank: int, world: int, device: torch.device
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     peak = peak_tflops(gpu, spec.dtype)
     metrics: dict[str, Any] = {
-        "step_ms_median": s["median"], "step_ms_iqr": s["iqr"], "step_ms_n": s["n"],
+        "step_ms_median": s["median"], "step_ms_std": s["std"], "step_ms_iqr": s["iqr"], "step_ms_n": s["n"],
         "rank_skew_ms": summarize(skew)["median"],
         **{f"{name}_ms": max(p[0][name] for p in everyone) for name in phases},
         "tokens_per_s": spec.batch * spec.seq / (s["median"] / 1e3),
