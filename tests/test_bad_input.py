@@ -50,7 +50,8 @@ CASES = [  # (arguments, words the one line must hold)
     (["profile", "attention", *CPU, "--causal", "maybe"], "--causal: cannot read 'maybe'"),
     (["profile", "attention", *CPU, "--attention", "bogus"], "--attention: unknown value 'bogus'"),
     (["profile", "llama", *CPU, "--batch-seq", "1x"], "--batch-seq: cannot read '1x'"),
-    (["profile", "llama", *CPU, "--batch-seq", "0x16"], "--batch-seq: cannot read '0x16'"),
+    (["profile", "llama", *CPU, "--batch-seq", "0x16"],
+     "--batch-seq: 0 is not an integer from 1 to 2,147,483,647"),
     (["profile", "llama", *CPU, "--batch-seq", "1x16,2x16"], "--batch-seq takes one value"),
     (["memory", "step", *CPU, "--seq", "0"], "--seq must be positive"),
     (["memory", "step", *CPU, "--model", "bogus"], "--model: unknown value 'bogus'"),
@@ -68,7 +69,8 @@ CASES = [  # (arguments, words the one line must hold)
     (["nsys-decode", "x" * 300], "File name too long"),
     # sizes that cannot fit in this machine's memory: refused with the estimate and the limit
     (["step", *CPU, "--seq", "10000000"], "GiB of memory on the CPU"),
-    (["step", *CPU, "--batch", "99999999999999999999"], "GiB of memory on the CPU"),
+    (["step", *CPU, "--batch", "999999999"], "GiB of memory on the CPU"),
+    (["step", *CPU, "--batch", "99999999999999999999"], "is not an integer from 1 to 2,147,483,647"),
     (["profile", "step", *CPU, "--seq", "10000000"], "GiB of memory on the CPU"),
     (["memory", "step", *CPU, "--seq", "10000000"], "GiB of memory on the CPU"),
     (["attention", *CPU, "--seq", "10000000"], "GiB of memory on the CPU"),
@@ -106,3 +108,33 @@ def test_a_malformed_fault_variable_is_one_line_about_it_before_any_work(tmp_pat
     assert res.exit_code == 2
     assert "TRAINPERF_FAULT='hang:1': expected KIND:RANK:CASE:CALL" in " ".join(res.output.split())
     assert not db.exists() and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["ddp", "--rounds", "99999999999999999999"], "--rounds 99999999999999999999 is out of range: an integer "
+                                                  "up to 2,147,483,647"),
+    (["step", "--seq", "99999999999"], "--seq: 99999999999 is not an integer from 1 to 2,147,483,647"),
+    (["shard", "--unit-layers", "3"],
+     "--unit-layers must be a number of decoder layers from 1 to 2 (tiny has 2)"),
+    (["shard", "--checkpoint", "all-but-\uff11"], "--checkpoint 'all-but-\uff11'; valid choices"),
+    (["step", "--seq", "\uff11\uff16"], "--seq: cannot read '\uff11\uff16'"),
+    (["suite", "run", "peers", "--part", "llama,,llama"], "--part: empty item in 'llama,,llama'"),
+    (["suite", "run", "peers", "--part", "llama,llama"], "--part: 'llama' is given twice"),
+    (["shard", "--model", "2.7B", "--seq", "4096"], "GiB of memory on the CPU"),
+    (["ddp", "--seq", "10000000"], "GiB of memory on the CPU"),
+])
+def test_values_that_name_nothing_real_or_cannot_fit_are_refused_in_one_line(tmp_path, args, says):
+    db, out = tmp_path / "r.db", tmp_path / "o"
+    where = [] if args[0] == "suite" else ["--out", str(out)]
+    res = CliRunner().invoke(app, [*args, "--db", str(db), *where])
+    assert res.exit_code == 2, res.output
+    assert says in " ".join(res.output.split()), res.output
+    assert len(res.output.strip().splitlines()) <= 3  # one line, as the terminal wraps it
+    assert not db.exists() and not out.exists()
+
+
+def test_a_refusal_on_a_spawned_rank_is_the_same_one_line_as_in_one_process(tmp_path):
+    res = CliRunner().invoke(app, ["memory", "shard", "--model", "tiny", "--seq", "16", "--attention", "fa4",
+                                   "--out", str(tmp_path)])
+    assert res.exit_code == 2
+    assert " ".join(res.output.split()).startswith("error: unsupported here: fa4 needs FlashAttention 4")

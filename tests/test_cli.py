@@ -28,7 +28,7 @@ def test_rerun_flag_and_resume(db):
 
 @pytest.mark.parametrize("args, message", [
     (["--model", "huge"], "valid choices: tiny, small"),
-    (["--seq", "-4"], "--seq: cannot read '-4'"),
+    (["--seq", "-4"], "--seq: -4 is not an integer from 1 to 2,147,483,647"),
     (["--heads", "3"], "not divisible by n_heads 3"),
     (["--dtype", "fp16"], "needs a CUDA GPU"),
     (["--device", "tpu"], "valid choices: auto, cpu"),

@@ -15,19 +15,19 @@ from trainperf.cli import app, run_cli
 from trainperf.cli.common import LONG_VALUE, shorten_values
 from trainperf.core.store import Store
 
-# Runs trainperf's CLI in-process with transformers hidden from the import system; prints one JSON
-# line per command: its exit code and what it wrote to stderr.
-HIDDEN_TRANSFORMERS = r"""
+# Runs trainperf's CLI in-process with a package (argv[1]) hidden from the import system; prints
+# one JSON line per command: its exit code and what it wrote to stderr.
+HIDDEN = r"""
 import contextlib, io, json, sys, importlib.abc
 
 class Hide(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "transformers":
+        if name.split(".")[0] == sys.argv[1]:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
 sys.meta_path.insert(0, Hide())
 from trainperf.cli import app, run_cli
-for args in json.loads(sys.argv[1]):
+for args in json.loads(sys.argv[2]):
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         rc = run_cli(app, args)
@@ -52,7 +52,7 @@ def test_llama_commands_without_transformers_refuse_in_one_line_after_checking_t
         "llama bad --db": (["llama", "--db", str(tmp_path / "no" / "r.db")], "--db"),
         "parity --model bogus": (["parity", "--model", "bogus", *where], "unknown --model 'bogus'"),
     }
-    proc = subprocess.run([sys.executable, "-c", HIDDEN_TRANSFORMERS,
+    proc = subprocess.run([sys.executable, "-c", HIDDEN, "transformers",
                            json.dumps([args for args, _ in runs.values()])],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -119,3 +119,28 @@ def test_a_hub_id_without_network_fails_at_once_in_one_line(monkeypatch, tmp_pat
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ValueError, match="HF_HUB_OFFLINE is set"):
         hf_llama.load_config("no/such-model-xyz")
+
+
+def test_without_matplotlib_every_command_writes_its_files_and_says_so_once(tmp_path):
+    out = tmp_path / "out"
+    stores = [str(tmp_path / f"{name}.db") for name in ("a", "b")]
+    runs = [
+        ["step", "--model", "tiny", "--seq", "16,32", "--iters", "1", "--warmup", "0", "--out", str(out),
+         "--db", stores[0]],
+        *(["llama", *TINY, "--out", str(out), "--db", db] for db in stores),
+        ["compare", *stores, "--out", str(out)],
+        ["memory", "step", "--model", "tiny", "--seq", "16", "--out", str(out)],
+        ["memory", "shard", "--model", "tiny", "--seq", "16", "--out", str(out)],
+    ]
+    proc = subprocess.run([sys.executable, "-c", HIDDEN, "matplotlib", json.dumps(runs)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert [r["args"][0] for r in results] == [args[0] for args in runs]
+    for r in results:
+        assert r["rc"] == 0, r
+        assert "Traceback" not in r["stderr"] and "RuntimeError" not in r["stderr"], r
+    said = [r["stderr"].count("no plots without matplotlib") for r in results]
+    assert said[:4] == [1, 0, 0, 1], said  # step and compare draw: each says it, once
+    # (memory shard's ranks are spawned: matplotlib is hidden in this process alone)
+    assert (out / "step.csv").exists() and not [p for p in out.glob("*.png") if "shard" not in p.name]

@@ -23,7 +23,7 @@ from trainperf.core.errors import SpecError, Unsupported
 from trainperf.core.library_noise import VERBOSE_ENV, quiet_libraries
 from trainperf.core.record import Record, case_key_for
 from trainperf.core.runner import run_sweep
-from trainperf.core.spec import parse_list, positive_int
+from trainperf.core.spec import MAX_INT, parse_list, positive_int
 from trainperf.core.store import DEFAULT_DB, Store, path_problem, to_frame
 
 quiet_libraries()
@@ -101,12 +101,22 @@ def fail(message: str) -> None:
     raise typer.Exit(2)
 
 
+def check_int_range(options: dict[str, Any]) -> None:
+    """SpecError for an integer option beyond what any count, size or index can be (each command
+    checks its own lower bounds)."""
+    for name, value in options.items():
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+            raise SpecError(f"--{name.replace('_', '-')} {value} is out of range: "
+                            f"an integer up to {MAX_INT:,}")
+
+
 def cli_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Bad input → one line + exit 2 (a file the system refuses, too: a name too long, no
     permission; a single case that cannot run here); Ctrl-C → say what is kept + exit 130."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            check_int_range(kwargs)
             return fn(*args, **kwargs)
         except SpecError as exc:
             fail(str(exc))
@@ -253,14 +263,13 @@ def write_records_csv(records: Sequence[Record], out: Path, workload: str,
 def plots_available(quiet: bool) -> bool:
     """True when matplotlib is installed; otherwise a note naming the extra (plots are skipped,
     the numbers are not)."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        if not quiet:
-            err_console.print("note: no plots without matplotlib: pip install 'trainperf[plots]'",
-                              markup=False)
-        return False
-    return True
+    from trainperf.core import plots
+
+    if plots.available():
+        return True
+    if not quiet:
+        err_console.print(f"note: {plots.NO_PLOTS}", markup=False)
+    return False
 
 
 def show_records(records: Sequence[Record], columns: Sequence[report.Column], title: str,
@@ -279,5 +288,5 @@ def batch_seq_pair(text: str) -> tuple[int, int]:
 
 def frame_table(df, title: str = ""):
     """A rich table of a DataFrame, every cell formatted like the workload tables."""
-    cols: list[report.Column] = [(c, (lambda r, c=c: report.fmt(r[c]))) for c in df.columns]
+    cols = [report.Column(c, (lambda r, c=c: report.fmt(r[c])), "frame") for c in df.columns]
     return report.rich_table([row for _, row in df.iterrows()], cols, title=title, width=console.width)

@@ -73,11 +73,6 @@ def _run_distributed(workload: str, specs: list, backend: str, db: Path, out: Pa
     """Group cases by world size, run each group under the supervisor (a failed case is a record and
     the rest run in a fresh process group), return the stored records in order (on Ctrl-C, the
     finished ones' table first)."""
-    if existing_launch() is None:  # this host starts the ranks: can it?
-        for world in sorted({s.world_size for s in specs}):
-            problem = world_size_problem(world, backend)
-            if problem:
-                raise SpecError(problem)
     device = torch.device("cuda" if backend == "nccl" else "cpu")
     env = envmod.capture(device)
     store = Store(db)
@@ -128,6 +123,11 @@ def _validate_run_show(workload: str, specs: list, validate: Any, columns: list[
                        backend: str, out: Path, db: Path, rerun: bool, quiet: bool,
                        as_json: bool, timeout_s: float, precheck: Any = None) -> list[Record]:
     """Refuse a bad case before any work, run the cases on their ranks, show and write the records."""
+    if existing_launch() is None:  # this host starts the ranks: can it?
+        for world in sorted({s.world_size for s in specs}):
+            problem = world_size_problem(world, backend)
+            if problem:
+                raise SpecError(problem)
     for s in specs:
         validate(s)
     if fault := os.environ.get(FAULT_ENV):

@@ -22,6 +22,7 @@ from trainperf.cli.common import (
     err_console,
     fail,
     frame_table,
+    plots_available,
 )
 from trainperf.cli.vocabulary import RenamedFlags, option
 from trainperf.core import env as envmod
@@ -65,7 +66,7 @@ def compare(
     for w in [*context_warnings(frames, labels, axis), *pairing_warnings(frames, labels, table)]:
         err_console.print(f"[yellow]warning:[/yellow] {w}", soft_wrap=True)
     console.print(frame_table(table, title="trainperf compare"))
-    for path in plot_comparison(table, labels, out):
+    for path in plot_comparison(table, labels, out) if plots_available(quiet=False) else []:
         err_console.print(f"wrote {path}")
 
 

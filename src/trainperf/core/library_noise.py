@@ -46,7 +46,9 @@ INTERNAL_WARNINGS = (
 INTERNAL_LOGS = (("liger_kernel.backends.registry", r"Backend impl .* could not be imported"),
                  # Dynamo's reminder, at a compile of any selective checkpoint, that its region must not
                  # modify tensors in place (trainperf's policies' gradients are tested against eager)
-                 ("torch._higher_order_ops.wrap", r"context_fn is passed to torch\.utils\.checkpoint"))
+                 ("torch._higher_order_ops.wrap", r"context_fn is passed to torch\.utils\.checkpoint"),
+                 # spawn ending the other ranks once one failed: trainperf names the failing rank
+                 ("torch.multiprocessing.spawn", r"Terminating process \d+ via signal SIGTERM"))
 # (logger, message) of log lines about the case: torch.compile could not read which inputs a Triton
 # kernel of the case writes (Liger's, under compile) and takes all of them as written, which may
 # cost the compiled step copies; logged with the parser's whole traceback at every trace.

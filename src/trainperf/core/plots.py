@@ -6,6 +6,18 @@ from pathlib import Path
 
 import pandas as pd
 
+NO_PLOTS = "no plots without matplotlib: pip install 'trainperf[plots]'"
+
+
+def available() -> bool:
+    """Whether plots can be drawn here (matplotlib, an extra, is installed). Every caller asks
+    first and says NO_PLOTS once where not: the numbers and files never depend on it."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
 
 def pyplot():
     """matplotlib.pyplot on the file-only Agg backend, or a clear error naming the extra."""

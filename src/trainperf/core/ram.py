@@ -31,6 +31,15 @@ def check_fits(needed_bytes: float, what: str) -> None:
                         f"{available / GIB:,.1f} GiB is available")
 
 
+def lm_step_bytes(d_model: int, d_ff: int, layers: int, heads: int, vocab: int, batch: int,
+                  seq: int) -> float:
+    """`training_step_bytes` of a step of the GPT LM (tied-free embeddings and head, attention
+    scores materialised: probabilities and their gradient)."""
+    params = 2 * vocab * d_model + layers * (4 * d_model * d_model + 3 * d_model * d_ff)
+    return training_step_bytes(params, batch * seq, 12 * d_model + 3 * d_ff, layers, vocab,
+                               batch * heads * seq**2 * 2)
+
+
 def training_step_bytes(params: float, tokens: float, per_token_per_layer: float, layers: int, vocab: int,
                         scores_per_layer: float = 0.0, element: int = 4) -> float:
     """Weights, gradients and two optimizer states per parameter; per layer the kept activations

@@ -21,8 +21,10 @@ Getter = Callable[[Record], Any]
 class Column(NamedTuple):
     """A table column. Its role decides where the console shows it: `case` columns name a case
     (shown where they differ between the table's rows, else once above it), `headline` columns
-    are the command's answer (always shown), `detail` columns only with --wide, `notes` as
-    numbered footnotes under the table. Files keep every field whatever the role."""
+    are the command's answer (shown as the terminal's width allows), `detail` columns only with
+    --wide, `notes` as numbered footnotes under the table; a `frame` column (of a DataFrame shown
+    as it is) is a headline column shown once above the table where every row has the same value.
+    Files keep every field whatever the role."""
 
     header: str
     get: Getter
@@ -132,7 +134,9 @@ def rich_table(records: Sequence[Any], columns: Sequence[Column | tuple[str, Get
         values = cells[c.header]
         if c.role == "notes":
             continue
-        if c.role == "case" and len(set(values)) <= 1 and not TABLES.wide:
+        constant = len(set(values)) <= 1
+        if not TABLES.wide and (c.role == "case" and constant or c.role == "frame" and constant
+                                and len(values) > 1):
             if values and values[0] != "-":
                 same.append(f"{c.header} {values[0]}")
         elif c.role == "detail" and not TABLES.wide:
@@ -153,7 +157,7 @@ def rich_table(records: Sequence[Any], columns: Sequence[Column | tuple[str, Get
         return max([len(c.header), *(len(v) for v in cells[c.header])])
 
     if width is not None and not TABLES.wide:
-        droppable = [c for c in shown if c.role in ("headline", "detail") and c.header != "status"]
+        droppable = [c for c in shown if c.role in ("headline", "detail", "frame") and c.header != "status"]
         while droppable and sum(natural(c) + BORDER for c in shown) + 1 > width:
             gone = droppable.pop()
             shown.remove(gone)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -33,6 +34,8 @@ def parse_list(text: str, convert: Callable[[str], T], option: str,
             raise SpecError(f"{option}: unknown value {item!r}; valid choices: {', '.join(allowed)}")
         try:
             out.append(convert(item))
+        except OutOfRange as exc:
+            raise SpecError(f"{option}: {exc}") from None
         except (ValueError, KeyError):
             raise SpecError(f"{option}: cannot read {item!r}") from None
     return out
@@ -47,10 +50,24 @@ def parse_one(text: str, convert: Callable[[str], T], option: str, choices: Iter
     return values[0]
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
+MAX_INT = 2**31 - 1  # the largest count, size or index trainperf takes (a C int: what kernels index with)
+
+
+class OutOfRange(ValueError):
+    """A number read whole, outside the range its option takes; its text says the range."""
+
+
+def ascii_int(text: str) -> int:
+    """An integer written in ASCII digits (int() reads '１' and '1_000' too); ValueError otherwise."""
+    if not re.fullmatch(r"[+-]?[0-9]+", text.strip()):
         raise ValueError(text)
+    return int(text)
+
+
+def positive_int(text: str) -> int:
+    value = ascii_int(text)
+    if not 0 < value <= MAX_INT:
+        raise OutOfRange(f"{text.strip()} is not an integer from 1 to {MAX_INT:,}")
     return value
 
 

@@ -25,6 +25,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from trainperf.core.errors import SpecError, Unsupported
+
 DEFAULT_TIMEOUT_S = 120
 
 
@@ -88,21 +90,30 @@ def _entry(local_rank: int, world_size: int, backend: str, port: int, timeout_s:
         # Remember when and how this rank failed: the first failure is the cause, later ones
         # (peers losing their connection to it) are consequences.
         line = traceback.format_exception_only(type(exc), exc)[-1].strip()
-        Path(error_dir, f"rank{local_rank}").write_text(f"{time.time()}\n{line}")
+        refusal = isinstance(exc, (SpecError, Unsupported))
+        Path(error_dir, f"rank{local_rank}").write_text(
+            f"{time.time()}\n{type(exc).__name__ if refusal else ''}\n{exc if refusal else line}")
         raise
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
 
 
+REFUSALS = {"SpecError": SpecError, "Unsupported": Unsupported}
+
+
 def _first_failure(error_dir: str) -> str | None:
+    """'rank R failed first: <its error>'; a case refused on a rank (bad input, unsupported here) is
+    raised here as that refusal, as it would be in one process."""
     found = []
     for f in Path(error_dir).glob("rank*"):
-        when, _, line = f.read_text().partition("\n")
-        found.append((float(when), f.name[4:], line))
+        when, refusal, line = f.read_text().split("\n", 2)
+        found.append((float(when), f.name[4:], refusal, line))
     if not found:
         return None
-    when, rank, line = min(found)
+    when, rank, refusal, line = min(found)
+    if refusal:
+        raise REFUSALS[refusal](line)
     return f"rank {rank} failed first: {line}"
 
 

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
+from trainperf.core import plots
 from trainperf.profiling.ranges import PHASE_RANGES, module_ranges, phase_range
 
 GB = 2**30
@@ -92,9 +93,13 @@ def memory_profile(step: Callable[..., object], model: nn.Module, device: torch.
     else:
         report.notes.append("CPU: no caching-allocator snapshot and no reserved memory; peaks are the "
                             "profiler's 'Total Allocated' of the CPU allocator within each phase")
-    png = out / f"memory_{name}_timeline.png"
-    plot_timeline(report, png, title=f"memory timeline: {name}")
-    report.files = [*files, png]
+    report.files = files
+    if plots.available():
+        png = out / f"memory_{name}_timeline.png"
+        plot_timeline(report, png, title=f"memory timeline: {name}")
+        report.files.append(png)
+    else:
+        report.notes.append(plots.NO_PLOTS)
     return report
 
 

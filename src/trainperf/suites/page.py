@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from trainperf.core import plots
 from trainperf.core.report import markdown
 from trainperf.suites.catalog import SUITES
 
@@ -152,7 +153,7 @@ def write_report(folder: Path) -> None:
     """Draw the suite's own figures from its part folders, then write its report.md."""
     meta = _load(folder, "suite.json")
     suite = SUITES.get(meta.get("suite", ""))
-    if suite is not None and suite.plot is not None:
+    if suite is not None and suite.plot is not None and plots.available():
         suite.plot(_part_folders(folder, meta), folder)
     (folder / "report.md").write_text(suite_report(folder))
 

@@ -16,6 +16,7 @@ import torch
 
 from trainperf.core import env as envmod
 from trainperf.core.errors import SpecError
+from trainperf.core.spec import parse_list
 from trainperf.suites.catalog import SUITES, Suite
 from trainperf.suites.console_log import console_to
 
@@ -37,11 +38,7 @@ def chosen_parts(suite: Suite, names: str | None) -> tuple[str, ...]:
     known = tuple(part.name for part in suite.parts)
     if names is None:
         return known
-    asked = tuple(n.strip() for n in names.split(",") if n.strip())
-    unknown = [n for n in asked if n not in known]
-    if unknown or not asked:
-        raise SpecError(f"--part {names!r}: suite {suite.name} has the parts {', '.join(known)}")
-    return asked
+    return tuple(parse_list(names, str, "--part", known))
 
 
 def gpu_slug(gpu_name: str | None) -> str:

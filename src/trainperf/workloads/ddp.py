@@ -33,6 +33,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from trainperf.core.errors import SpecError, Unsupported
 from trainperf.core.gpu_monitor import GpuMonitor
+from trainperf.core.ram import check_fits, lm_step_bytes
 from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
 from trainperf.distributed.fsdp import fsdp2, shard_decoder
@@ -119,6 +120,11 @@ def validate(spec: DDPSpec) -> None:
         raise SpecError(f"--bucket-mb must be positive, got {spec.bucket_mb}")
     if spec.world_size < 2:
         raise SpecError(f"--world-size must be at least 2, got {spec.world_size}")
+    if spec.dist_backend == "gloo":  # every rank on this host's CPU: refused, not ended by the OOM killer
+        c = spec.model_config()
+        check_fits(spec.world_size * lm_step_bytes(c.d_model, c.d_ff, c.n_layers, c.n_heads, c.vocab_size,
+                                                   spec.batch, spec.seq),
+                   f"ddp {spec.label()} ({spec.world_size} ranks on this CPU)")
 
 
 def seeded_tokens(rows: int, seq: int, vocab: int) -> torch.Tensor:

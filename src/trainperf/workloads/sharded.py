@@ -43,6 +43,7 @@ from torch import nn
 from trainperf.core.errors import SpecError, Unsupported
 from trainperf.core.flops import peak_tflops, transformer_flops
 from trainperf.core.gpu_monitor import GpuMonitor
+from trainperf.core.ram import check_fits
 from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
 from trainperf.core.timing import PhaseTimer
@@ -129,10 +130,10 @@ def whole_layers(checkpoint: str, n_layers: int) -> range | None:
         return None if keeps_attention(checkpoint) else range(0)
     if base == "full":
         return range(n_layers)
-    every = re.fullmatch(r"every-([1-9]\d*)", base)
+    every = re.fullmatch(r"every-([1-9][0-9]*)", base)
     if every:
         return range(0, n_layers, int(every.group(1)))
-    but = re.fullmatch(r"all-but-(\d+)", base)
+    but = re.fullmatch(r"all-but-([0-9]+)", base)
     if but and int(but.group(1)) < n_layers:
         return range(n_layers - int(but.group(1)))
     return None
@@ -162,12 +163,17 @@ def validate(spec: ShardSpec) -> None:
                         "through the host every step: choose one")
     if spec.prefetch < 0:
         raise SpecError(f"--prefetch must be 0 (FSDP2's own) or a number of units, got {spec.prefetch}")
-    if spec.unit_layers < 1:
-        raise SpecError(f"--unit-layers must be a positive number of decoder layers, got {spec.unit_layers}")
     try:
-        spec.model_config()
+        layers = spec.model_config().n_layers
     except ValueError as exc:
         raise SpecError(str(exc)) from None
+    if not 1 <= spec.unit_layers <= layers:
+        raise SpecError(f"--unit-layers must be a number of decoder layers from 1 to {layers} "
+                        f"({spec.model} has {layers}), got {spec.unit_layers}")
+    if spec.dist_backend == "gloo":  # every rank on this host's CPU: refused, not ended by the OOM killer
+        need = memory_needed(spec)
+        check_fits(spec.world_size * (need["state"] + need["activations"] + need["logits"]),
+                   f"shard {spec.label()} ({spec.world_size} ranks on this CPU)")
 
 
 STATE_BYTES_PER_PARAM = 16  # fp32 weight, gradient and AdamW's two moments

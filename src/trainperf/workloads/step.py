@@ -13,7 +13,7 @@ import torch
 from trainperf.core.errors import SpecError
 from trainperf.core.flops import peak_tflops, transformer_flops
 from trainperf.core.gpu_monitor import GpuMonitor
-from trainperf.core.ram import check_fits, training_step_bytes
+from trainperf.core.ram import check_fits, lm_step_bytes
 from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import HIGH_CV, summarize
 from trainperf.core.timing import LAUNCH_BOUND_RATIO, PhaseTimer, start_measured_window
@@ -96,11 +96,8 @@ def validate(spec: StepSpec) -> None:
     if spec.compile:
         check_compiler(device)
     if device.type == "cpu":
-        d, tokens = spec.d_model, spec.batch * spec.seq
-        params = 2 * spec.vocab * d + spec.layers * (4 * d * d + 3 * d * spec.d_ff)
-        scores = spec.batch * spec.heads * spec.seq**2 * 2  # probabilities and their gradient
-        check_fits(training_step_bytes(params, tokens, 12 * d + 3 * spec.d_ff, spec.layers, spec.vocab,
-                                       scores), f"a step of {spec.label()}")
+        check_fits(lm_step_bytes(spec.d_model, spec.d_ff, spec.layers, spec.heads, spec.vocab, spec.batch,
+                                 spec.seq), f"a step of {spec.label()}")
 
 
 Phase = Callable[[str], AbstractContextManager]
