@@ -118,8 +118,9 @@ def test_a_malformed_fault_variable_is_one_line_about_it_before_any_work(tmp_pat
      "--unit-layers must be a number of decoder layers from 1 to 2 (tiny has 2)"),
     (["shard", "--checkpoint", "all-but-\uff11"], "--checkpoint 'all-but-\uff11'; valid choices"),
     (["step", "--seq", "\uff11\uff16"], "--seq: cannot read '\uff11\uff16'"),
-    (["suite", "run", "peers", "--part", "llama,,llama"], "--part: empty item in 'llama,,llama'"),
-    (["suite", "run", "peers", "--part", "llama,llama"], "--part: 'llama' is given twice"),
+    (["suite", "run", "peers", "--part", "llama,,llama"],
+     "--part of suite peers: empty item in 'llama,,llama'"),
+    (["suite", "run", "peers", "--part", "llama,llama"], "--part of suite peers: 'llama' is given twice"),
     (["shard", "--model", "2.7B", "--seq", "4096"], "GiB of memory on the CPU"),
     (["ddp", "--seq", "10000000"], "GiB of memory on the CPU"),
 ])

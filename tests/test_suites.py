@@ -84,7 +84,7 @@ def test_the_results_page_renders_the_latest_gpu_folder_of_each_suite(ran, tmp_p
     text = results_page(results, page)
     assert text.startswith("# My intro\n\nkept as written\n") and "old generated text" not in text
     assert "## attention-targets on NVIDIA H100 80GB HBM3" in text
-    assert "(results/attention-targets/h100-2026-02-01b)" in text  # the numbers link to their folder
+    assert "[report](results/attention-targets/h100-2026-02-01b/report.md)" in text  # its page
     assert "h100-2026-01-01" not in text and "h100-2026-02-01)" not in text and "cpu-2026-03-01" not in text
     assert "| naive |" in text and "Not yet run on a GPU: `seed-llama`" in text
 
@@ -242,8 +242,8 @@ def test_an_unknown_part_is_one_line_naming_the_suite_s_parts(tmp_path):
     res = runner.invoke(app, ["suite", "run", "shard", "--part", "sizes,nope", "--results", str(tmp_path)])
     assert res.exit_code == 2
     assert res.output.strip().splitlines() == [
-        "error: --part 'sizes,nope': suite shard has the parts leaderboard, float8, leaderboard-graphed, "
-        "overlap, graphed, one-gpu, weak, weak-bf16, weak-graphed, sizes"]
+        "error: --part of suite shard: unknown value 'nope'; valid choices: leaderboard, float8, "
+        "leaderboard-graphed, overlap, graphed, one-gpu, weak, weak-bf16, weak-graphed, sizes"]
 
 
 def test_a_folder_keeps_the_caption_its_suite_had_when_it_ran(ran, tmp_path):
@@ -256,9 +256,9 @@ def test_a_folder_keeps_the_caption_its_suite_had_when_it_ran(ran, tmp_path):
     assert meta["caption"] == SUITES["step-sizes"].caption  # kept at run time
     meta["caption"] = "Milliseconds as the suite then measured them."
     (copy / "suite.json").write_text(json.dumps(meta))
-    from trainperf.suites.page import suite_section
+    from trainperf.suites.page import suite_report
 
-    section = suite_section(copy, tmp_path)
+    section = suite_report(copy)
     assert "Milliseconds as the suite then measured them." in section
     assert SUITES["step-sizes"].caption not in section
 
@@ -310,3 +310,21 @@ def test_a_folder_beside_the_parts_of_a_results_folder_is_not_a_part(tmp_path):
     (tmp_path / "suite.json").write_text(json.dumps({"parts": [{"name": "zero1"}, {"name": "ddp"}]}))
     assert part_dirs(tmp_path) == [tmp_path / "zero1", tmp_path / "ddp"]
     assert "socket" not in {p.parent.name for p in shown_plots(tmp_path)}
+
+
+def test_a_long_headline_table_is_cut_on_the_page_and_whole_in_its_report(ran, tmp_path, monkeypatch):
+    from trainperf.suites import page as page_module
+
+    root, _ = ran
+    results = tmp_path / "results"
+    folder = results / "attention-targets" / "h100-2026-01-01"
+    shutil.copytree(next((root / "results" / "attention-targets").iterdir()), folder)
+    env = json.loads((folder / "env.json").read_text())
+    (folder / "env.json").write_text(json.dumps({**env, "gpu_name": "NVIDIA H100 80GB HBM3"}))
+    rows = len(page_module.headline(folder, json.loads((folder / "suite.json").read_text())))
+    assert rows > 2
+    monkeypatch.setattr(page_module, "PAGE_ROWS", 2)
+    text = results_page(results, tmp_path / "README.md")
+    assert f"_{rows - 2} more rows in the report._" in text
+    report = page_module.suite_report(folder)
+    assert "more rows" not in report and report.count("\n| ") >= rows + 1

@@ -38,7 +38,7 @@ def chosen_parts(suite: Suite, names: str | None) -> tuple[str, ...]:
     known = tuple(part.name for part in suite.parts)
     if names is None:
         return known
-    return tuple(parse_list(names, str, "--part", known))
+    return tuple(parse_list(names, str, f"--part of suite {suite.name}", known))
 
 
 def gpu_slug(gpu_name: str | None) -> str:
