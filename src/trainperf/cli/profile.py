@@ -33,6 +33,7 @@ from trainperf.cli.common import (
     with_defaults,
 )
 from trainperf.cli.vocabulary import DTYPE_ALIASES, MODE_ALIASES, RenamedFlags, option
+from trainperf.cli.workloads import STOCK_PARTS
 from trainperf.core import env as envmod
 from trainperf.core import report
 from trainperf.core.errors import SpecError
@@ -113,7 +114,33 @@ def _step_spec(dev, model: str | None, seq: int | None, batch: int, dtype: str |
     return spec
 
 
-ModelOpt = option("--model", None, "Here a GPT LM preset; default medium on a GPU, tiny on the CPU.")
+def _model_case(dev, model: str | None, seq: int | None, batch: int, dtype: str | None, compile: bool,
+                blocks: str | None, swaps: dict[str, str]):  # noqa: ANN001
+    """The step case and profile name of a model that is not a preset (models/source.py), or None
+    for a preset (or none named): the GPT LM step takes those."""
+    from trainperf.models.source import is_model_source
+    from trainperf.workloads.model_step import ModelStepCase, ModelStepSpec, validate
+
+    if model is None or not is_model_source(model):
+        if blocks is not None:
+            raise SpecError("--blocks names the blocks of a model given as hf:, py:, a config.json or folder")
+        return None
+    changed = [f"--{k}" for k, v in swaps.items() if v != STOCK_PARTS[k]]
+    if changed:
+        raise SpecError(f"{', '.join(changed)} change the GPT LM presets; --model {model} is built as it is")
+    cpu = dev.type == "cpu"
+    spec = ModelStepSpec(model, seq=seq or (64 if cpu else 512), batch=batch,
+                         dtype=parse_one(dtype or ("fp32" if cpu else "bf16"), str, "--dtype", DTYPE_CHOICES,
+                                         DTYPE_ALIASES),
+                         compile=compile, mode="train", device=str(dev), blocks=blocks)
+    validate(spec)
+    stem = Path(model.split(":")[-2] if model.startswith("py:") else model.removeprefix("hf:")).stem
+    return ModelStepCase(spec), f"step_{stem}_seq{spec.seq}_{spec.dtype}"
+
+
+ModelOpt = option("--model", None, "Here a GPT LM preset or any model (hf:, py:, a config.json or folder); "
+                                   "default medium on a GPU, tiny on the CPU.")
+BlocksOpt = option("--blocks", None)
 SeqOpt = option("--seq", None, "Default 512 on a GPU, 64 on the CPU.")
 AutocastOpt = option("--dtype", None, "Autocast over fp32 weights; default bf16 on a GPU, fp32 on the CPU.")
 
@@ -126,14 +153,21 @@ def profile_step(
     attention: str = option("--attention", "sdpa"),
     norm: str = NormOpt, rope: str = RopeOpt, swiglu: str = SwigluOpt, loss: str = LossOpt,
     iters: int = ProfItersOpt, out: Path = ProfOut, device: str = DeviceOpt, nsys: bool = NsysOpt,
-    ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt,
+    ranges_only: bool = RangesOnlyOpt, as_json: bool = JsonOpt, blocks: str = BlocksOpt,
     wide: bool = WideOpt,
 ) -> None:
-    """Breakdown of a GPT-style LM training step by module range."""
+    """Breakdown of a model's training step by module range (a GPT LM preset, or any model)."""
     from trainperf.workloads.step import StepCase
 
     dev = device_or_fail(device)
     given = {"attention": attention, "norm": norm, "rope": rope, "swiglu": swiglu, "loss": loss}
+    other = _model_case(dev, model, seq, batch, dtype, parse_one(compile, on_off, "--compile"), blocks, given)
+    if other is not None:
+        case, name = other
+        if nsys:
+            return _nsys_line(_argv_without("--nsys"), name)
+        return _profile_and_show(name, case.run, case.model, dev, iters, ranges_only, out,
+                                 {"spec": case.spec.__dict__, "blocks": case.describe_blocks()}, as_json)
     chosen = {k: parse_one(given[k], str, f"--{k}", choices) for k, choices in step_parts().items()}
     spec = _step_spec(dev, model, seq, batch, dtype, compile=parse_one(compile, on_off, "--compile"),
                       **chosen)
@@ -471,20 +505,27 @@ app.add_typer(memory_app, name="memory")
 def memory_step(
     model: str = ModelOpt, seq: int = SeqOpt, batch: int = option("--batch", 4), dtype: str = AutocastOpt,
     phase: str = option("--phase", "step"),
-    out: Path = ProfOut, device: str = DeviceOpt,
+    out: Path = ProfOut, device: str = DeviceOpt, blocks: str = BlocksOpt,
     wide: bool = WideOpt,
 ) -> None:
-    """Memory profile of a GPT-style LM step: snapshot (GPU), peaks per phase, timeline PNG."""
+    """Memory profile of a model's step (a GPT LM preset, or any model): snapshot (GPU), peaks per
+    phase, timeline PNG."""
     from trainperf.profiling.memory import memory_profile
     from trainperf.workloads.step import StepCase
 
     if phase not in ("forward", "step"):
         raise SpecError(f"--phase {phase!r}; valid choices: forward, step")
     dev = device_or_fail(device)
-    spec = _step_spec(dev, model, seq, batch, dtype, compile=False)
-    check_out_dir(out)
-    case = StepCase(spec)
-    name = f"step_{spec.model}_seq{spec.seq}_{spec.dtype}_{phase}"
+    other = _model_case(dev, model, seq, batch, dtype, False, blocks, {})
+    if other is not None:
+        check_out_dir(out)
+        case, stem = other
+        name = f"{stem}_{phase}"
+    else:
+        spec = _step_spec(dev, model, seq, batch, dtype, compile=False)
+        check_out_dir(out)
+        case = StepCase(spec)
+        name = f"step_{spec.model}_seq{spec.seq}_{spec.dtype}_{phase}"
     until = "forward" if phase == "forward" else None
     _show_report(memory_profile(case.run, case.model, dev, out, name, until=until), name)
 

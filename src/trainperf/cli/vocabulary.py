@@ -14,7 +14,12 @@ from typer.core import TyperCommand
 
 # flag -> its meaning, the same in every command that has it
 GLOSSARY: dict[str, str] = {
-    "--model": "Model: a preset (GPT LM tiny ... 2.7B; Llama llama-3.2-1b, tiny).",
+    "--model": "Model: a preset (GPT LM tiny ... 2.7B; Llama llama-3.2-1b, tiny); where a command takes "
+               "any model, also hf:<hub id>, a transformers config.json or model folder, or "
+               "py:<module or file.py>:<factory> (your own nn.Module).",
+    "--blocks": "The module path of a model's repeated blocks (e.g. model.layers), where trainperf does not "
+                "find them itself: what compile per layer, checkpointing, FSDP2 units and per-layer "
+                "profile ranges act on.",
     "--wide": "Every column in the console table (by default: the columns that tell this run's cases "
               "apart and the headline metrics, sized to the terminal); files keep every field.",
     "--batch": "Sequences per step (per rank under ddp).",

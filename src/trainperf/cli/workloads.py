@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 from pathlib import Path
+from typing import Any
 
 from trainperf.cli.common import (
     DTYPE_CHOICES,
@@ -61,10 +62,37 @@ def _step_swaps(spec: dict) -> str:
     return " ".join(f"{k}={spec[k]}" for k, v in STOCK_PARTS.items() if spec.get(k, v) != v) or "none"
 
 
+def step_spec(axes: dict[str, Any], common: dict[str, Any], gpt: dict[str, Any], blocks: str | None) -> Any:
+    """The validated spec of one step case: a GPT LM preset's (its swaps and dimensions), or any
+    other model's (models/source.py), which takes none of those."""
+    from trainperf.models.presets import PRESETS
+    from trainperf.models.source import HOW, is_model_source
+    from trainperf.workloads import model_step, step
+
+    name = axes.pop("model")
+    if name in PRESETS:
+        if blocks is not None:
+            raise SpecError(f"--blocks names a model's blocks; {name} is a preset, whose blocks are known")
+        spec = step.StepSpec.from_preset(name, **axes, **common, **gpt)
+        step.validate(spec)
+        return spec
+    if not is_model_source(name):
+        raise SpecError(f"unknown --model {name!r}: give {HOW}")
+    gpt_only = (*STOCK_PARTS, "vocab", "d_model", "d_ff", "layers", "heads")
+    swapped = [f"--{k.replace('_', '-')}" for k, v in {**axes, **gpt}.items()
+               if k in gpt_only and v not in (None, STOCK_PARTS.get(k))]
+    if swapped:
+        raise SpecError(f"{', '.join(swapped)} change the GPT LM presets; --model {name} is built as it is")
+    parts = {k: v for k, v in axes.items() if k not in STOCK_PARTS}
+    spec = model_step.ModelStepSpec(name, **parts, **common, blocks=blocks)
+    model_step.validate(spec)
+    return spec
+
+
 @app.command(cls=RenamedFlags)
 @cli_errors
 def step(
-    model: str = option("--model", None, "Here GPT LM presets, comma-separated."),
+    model: str = option("--model", None, "Comma-separated."),
     seq: str = option("--seq", None, "Comma-separated."),
     batch: str = option("--batch", None, "Comma-separated."),
     dtype: str = option("--dtype", None, "Comma-separated; autocast over fp32 weights (fp16 with a grad "
@@ -83,13 +111,15 @@ def step(
     d_model: int = option("--d-model", None), d_ff: int = option("--d-ff", None),
     layers: int = option("--layers", None), heads: int = option("--heads", None, "Overrides the preset's."),
     peak_tflops: float = option("--peak-tflops", None),
+    blocks: str = option("--blocks", None),
     out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
     wide: bool = WideOpt,
 ) -> None:
-    """Time forward, backward and optimizer steps of the GPT-style LM across a sweep."""
-    from trainperf.models.presets import PRESETS
-    from trainperf.workloads.step import MODES, StepSpec, measure_step, validate
+    """Time forward, backward and optimizer steps of a model (a GPT LM preset, a transformers config,
+    your own nn.Module) across a sweep."""
+    from trainperf.workloads.model_step import ModelStepSpec, measure_model_step
+    from trainperf.workloads.step import MODES, measure_step
 
     dev = device_or_fail(device)
     gpu = dev.type == "cuda"
@@ -100,7 +130,7 @@ def step(
     opts = with_defaults(defaults, model=model, seq=seq, batch=batch, dtype=dtype,
                          warmup=warmup, iters=iters)
     axes = sweep(
-        model=parse_list(opts["model"], str, "--model", PRESETS),
+        model=parse_list(opts["model"], str, "--model"),
         seq=parse_list(opts["seq"], positive_int, "--seq"),
         batch=parse_list(opts["batch"], positive_int, "--batch"),
         dtype=dtypes(opts["dtype"]),
@@ -111,17 +141,19 @@ def step(
     )
     if peak_tflops is not None and not (math.isfinite(peak_tflops) and peak_tflops > 0):
         raise SpecError(f"--peak-tflops must be a positive number, got {peak_tflops}")
-    common = {"device": dev.type if dev.index is None else str(dev),
-              "tf32": parse_one(tf32, on_off, "--tf32"),
-              "vocab": vocab, "warmup": opts["warmup"], "iters": opts["iters"], "d_model": d_model,
-              "d_ff": d_ff, "layers": layers, "heads": heads}
-    specs = [StepSpec.from_preset(a.pop("model"), **a, **common) for a in axes]
-    for s in specs:
-        validate(s)
+    common = {"device": dev.type if dev.index is None else str(dev), "warmup": opts["warmup"],
+              "iters": opts["iters"]}
+    gpt = {"tf32": parse_one(tf32, on_off, "--tf32"), "vocab": vocab, "d_model": d_model, "d_ff": d_ff,
+           "layers": layers, "heads": heads}
+    specs = [step_spec(a, common, gpt, blocks) for a in axes]
     check_out_dir(out)
-    records = run_and_show("step", specs, functools.partial(measure_step, peak_override=peak_tflops),
-                           STEP_COLUMNS, db=db, device=dev, rerun=rerun, quiet=quiet, as_json=as_json,
-                           title="trainperf step", out=out)
+
+    def measure(spec: Any) -> dict[str, Any]:
+        run = measure_model_step if isinstance(spec, ModelStepSpec) else measure_step
+        return run(spec, peak_override=peak_tflops)
+
+    records = run_and_show("step", specs, measure, STEP_COLUMNS, db=db, device=dev, rerun=rerun,
+                           quiet=quiet, as_json=as_json, title="trainperf step", out=out)
     _step_plot(records, out, quiet or as_json)
 
 

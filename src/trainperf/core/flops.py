@@ -13,6 +13,8 @@ the attention term). The optimizer's element-wise work is not counted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 PASSES = {"forward": 1.0, "forward-backward": 3.0, "train": 3.0}
 
 # Dense (no sparsity) peak TFLOP/s by datasheet. Checked in order: first substring match wins.
@@ -46,3 +48,14 @@ def peak_tflops(gpu_name: str | None, precision: str, tf32: bool = True) -> floa
         if pattern in gpu_name:
             return rates.get(key)
     return None
+
+
+def counted_flops(step: Callable[[], object]) -> int:
+    """FLOPs of the operators `step` runs (its forward, and its backward where it runs one), as
+    PyTorch's flop counter counts them: matrix products and attention, for any model. Attention is
+    counted whole, causal or not, where the analytic count halves it."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        step()
+    return counter.get_total_flops()

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -159,6 +159,25 @@ def measure_step(spec: StepSpec, peak_override: float | None = None) -> dict[str
     """Time `spec.iters` steps after `spec.warmup`; return flat metrics (see README)."""
     t0 = time.perf_counter()
     case = StepCase(spec)
+    flops = transformer_flops(case.model.matmul_params(), spec.layers, spec.d_model, spec.seq,
+                              spec.batch * spec.seq, causal=True, mode=spec.mode)
+    return timed_steps(case, spec, t0, flops, "analytic", peak_override)
+
+
+class Case(Protocol):
+    """What `timed_steps` times: a step split into phases, on a model, on a device."""
+
+    model: torch.nn.Module
+    device: torch.device
+
+    def run(self, phase: Phase = ..., until: str | None = None) -> torch.Tensor: ...
+
+
+def timed_steps(case: Case, spec: Any, t0: float, flops: float, flops_source: str,
+                peak_override: float | None = None) -> dict[str, Any]:
+    """Time `spec.iters` steps of `case` after `spec.warmup` (the spec's batch, seq, dtype, mode;
+    its tf32 where it has one); flat metrics, TFLOP/s and MFU from `flops` per step, named by
+    `flops_source` (analytic: 6·N·tokens and attention; counted: PyTorch's flop counter)."""
     device = case.device
     timer, monitor = PhaseTimer(device), GpuMonitor(device)
     try:  # a case that fails (out of memory) must not leave the monitor sampling
@@ -178,14 +197,13 @@ def measure_step(spec: StepSpec, peak_override: float | None = None) -> dict[str
     metrics = phase_metrics(timer, PHASES[spec.mode])
     metrics["setup_and_warmup_s"] = warmup_s  # includes compilation when --compile on
     tokens_per_step = spec.batch * spec.seq
-    flops = transformer_flops(case.model.matmul_params(), spec.layers, spec.d_model, spec.seq,
-                              tokens_per_step, causal=True, mode=spec.mode)
     step_s = metrics["step_ms_median"] / 1e3
     metrics["params_m"] = round(sum(p.numel() for p in case.model.parameters()) / 1e6, 2)
     metrics["tokens_per_s"] = tokens_per_step / step_s
     metrics["tflops"] = flops / step_s / 1e12
+    metrics["flops_source"] = flops_source
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    peak = peak_override or peak_tflops(gpu, spec.dtype, spec.tf32)
+    peak = peak_override or peak_tflops(gpu, spec.dtype, getattr(spec, "tf32", True))
     metrics["peak_tflops"] = peak
     metrics["mfu"] = metrics["tflops"] / peak if peak else None
     metrics["loss"] = float(loss.detach())
