@@ -54,13 +54,13 @@ def _swap_suffix(swaps: dict[str, str]) -> str:
 
 
 def _profile_and_show(name: str, step, model, dev, iters: int, ranges_only: bool, out: Path,
-                      meta: dict[str, Any], as_json: bool) -> None:
+                      meta: dict[str, Any], as_json: bool, blocks: str | None = None) -> None:
     from trainperf.profiling.session import profile_workload, save_breakdown
 
     if iters < 1:
         raise SpecError(f"--iters must be positive, got {iters}")
     check_out_dir(out)
-    bd = profile_workload(step, model, dev, steps=iters, ranges_only=ranges_only)
+    bd = profile_workload(step, model, dev, steps=iters, ranges_only=ranges_only, blocks=blocks)
     if bd is None:
         err_console.print(f"ran {iters} step(s) with NVTX ranges")
         return
@@ -167,7 +167,8 @@ def profile_step(
         if nsys:
             return _nsys_line(_argv_without("--nsys"), name)
         return _profile_and_show(name, case.run, case.model, dev, iters, ranges_only, out,
-                                 {"spec": case.spec.__dict__, "blocks": case.describe_blocks()}, as_json)
+                                 {"spec": case.spec.__dict__, "blocks": case.describe_blocks()}, as_json,
+                                 case.blocks_path())
     chosen = {k: parse_one(given[k], str, f"--{k}", choices) for k, choices in step_parts().items()}
     spec = _step_spec(dev, model, seq, batch, dtype, compile=parse_one(compile, on_off, "--compile"),
                       **chosen)
@@ -511,6 +512,7 @@ def memory_step(
     """Memory profile of a model's step (a GPT LM preset, or any model): snapshot (GPU), peaks per
     phase, timeline PNG."""
     from trainperf.profiling.memory import memory_profile
+    from trainperf.workloads.model_step import ModelStepCase
     from trainperf.workloads.step import StepCase
 
     if phase not in ("forward", "step"):
@@ -527,7 +529,8 @@ def memory_step(
         case = StepCase(spec)
         name = f"step_{spec.model}_seq{spec.seq}_{spec.dtype}_{phase}"
     until = "forward" if phase == "forward" else None
-    _show_report(memory_profile(case.run, case.model, dev, out, name, until=until), name)
+    blocks = case.blocks_path() if isinstance(case, ModelStepCase) else None
+    _show_report(memory_profile(case.run, case.model, dev, out, name, until=until, blocks=blocks), name)
 
 
 

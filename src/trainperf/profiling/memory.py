@@ -60,7 +60,8 @@ class _PhasePeaks:
 
 
 def memory_profile(step: Callable[..., object], model: nn.Module, device: torch.device, out: Path,
-                   name: str, until: str | None = None, top: int = 15) -> MemoryReport:
+                   name: str, until: str | None = None, top: int = 15,
+                   blocks: str | None = None) -> MemoryReport:
     """Profile one step (after one warm-up step, so optimizer state exists) and write files."""
     step()
     out.mkdir(parents=True, exist_ok=True)
@@ -70,7 +71,7 @@ def memory_profile(step: Callable[..., object], model: nn.Module, device: torch.
         torch.cuda.synchronize()
         torch.cuda.memory._record_memory_history(max_entries=300_000)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with module_ranges(model), profile(activities=activities, profile_memory=True) as prof:
+    with module_ranges(model, blocks=blocks), profile(activities=activities, profile_memory=True) as prof:
         with phase_range("step"):
             step(peaks, until=until) if until else step(peaks)
         if cuda:

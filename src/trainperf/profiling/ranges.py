@@ -33,9 +33,13 @@ HF_NAMES = {"self_attn": "attn.attn", "input_layernorm": "attn.prenorm",
             "embed_tokens": "embed"}
 
 
-def range_name(module_path: str, root: str = "fwd") -> str:
+def range_name(module_path: str, root: str = "fwd", blocks: str | None = None) -> str:
     """'layers.3.attn.qkv_proj' → 'fwd.layer.attn.qkv_proj'; a Hugging Face model's 'model.' is
-    dropped and its module names become HF_NAMES' ('model.layers.3.self_attn' → 'fwd.layer.attn.attn')."""
+    dropped and its module names become HF_NAMES' ('model.layers.3.self_attn' → 'fwd.layer.attn.attn').
+    `blocks`, the path of a model's repeated blocks (models/source.py), is a `layer` too
+    ('transformer.h.3.attn' → 'fwd.layer.attn')."""
+    if blocks and (module_path == blocks or module_path.startswith(blocks + ".")):
+        module_path = "layers" + module_path[len(blocks):]
     parts = [p for p in module_path.split(".") if p and not re.fullmatch(r"\d+", p) and p not in _WRAPPERS]
     while parts[:1] in (["module"], ["lm"]):  # DDP's wrapper; the sharded step's LM-and-loss module
         parts = parts[1:]
@@ -95,7 +99,7 @@ def in_sub_range(leaf: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> 
 
 
 @contextmanager
-def module_ranges(model: nn.Module, root: str = "fwd") -> Iterator[list[str]]:
+def module_ranges(model: nn.Module, root: str = "fwd", blocks: str | None = None) -> Iterator[list[str]]:
     """Open a range around every submodule call of `model`, and around its backward
     (`bwd.layer.attn`, opened by backward hooks on the thread where autograd runs it); yields the
     forward range names in use.
@@ -125,7 +129,7 @@ def module_ranges(model: nn.Module, root: str = "fwd") -> Iterator[list[str]]:
     for path, module in model.named_modules():
         if not path or any(path == c or path.startswith(c + ".") for c in compiled):
             continue
-        name, back = range_name(path, root), range_name(path, "bwd")
+        name, back = range_name(path, root, blocks), range_name(path, "bwd", blocks)
         if name == root:  # a Hugging Face model's body (`model`): the phase range already holds it
             continue
         names.append(name)
@@ -136,6 +140,8 @@ def module_ranges(model: nn.Module, root: str = "fwd") -> Iterator[list[str]]:
     try:
         with warnings.catch_warnings():  # a module whose inputs take no gradient: its range is empty
             warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients")
+            # a module returning an output object (a transformers model's body): no backward range
+            warnings.filterwarnings("ignore", message="For backward hooks to be called, module output")
             yield sorted(set(names))
     finally:
         for h in handles:

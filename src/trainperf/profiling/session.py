@@ -21,15 +21,17 @@ StepFn = Callable[[Callable[[str], Any]], object]  # a step that takes a phase-c
 
 
 def profile_workload(step: StepFn, model: nn.Module | None, device: torch.device, steps: int = 1,
-                     warmup: int = 2, ranges_only: bool = False) -> Breakdown | None:
-    """Warm up, then run `steps` steps with module + phase ranges under torch.profiler.
+                     warmup: int = 2, ranges_only: bool = False,
+                     blocks: str | None = None) -> Breakdown | None:
+    """Warm up, then run `steps` steps with module + phase ranges under torch.profiler (`blocks`:
+    the path of the model's repeated blocks, named `layer` in the ranges).
 
     With `ranges_only` the steps run with NVTX ranges but no profiler (for `nsys profile`).
     """
     for _ in range(warmup):
         step(phase_range)
     start_measured_window(device)
-    ctx = module_ranges(model) if model is not None else nullcontext([])
+    ctx = module_ranges(model, blocks=blocks) if model is not None else nullcontext([])
     with ctx:
         if ranges_only:
             for _ in range(steps):

@@ -113,6 +113,9 @@ class ModelStepCase:
     def describe_blocks(self) -> str:
         return self.blocks.describe() if self.blocks else "none found: compiled and profiled whole"
 
+    def blocks_path(self) -> str | None:
+        return self.blocks.path if self.blocks else None
+
 
 def measure_model_step(spec: ModelStepSpec, peak_override: float | None = None,
                        **given: Any) -> dict[str, Any]:

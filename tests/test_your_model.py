@@ -1,0 +1,319 @@
+"""Any model: transformers configs of several families and a user's own nn.Module, through the CLI
+and the Python API; its blocks found, its FLOPs counted."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import trainperf
+from trainperf.cli import app
+from trainperf.core.flops import counted_flops, transformer_flops
+from trainperf.core.store import Store
+from trainperf.models.source import ModelSource, find_blocks
+
+runner = CliRunner()
+SMALL = dict(
+    vocab_size=128,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+)
+FAMILIES = {
+    "qwen2": SMALL,
+    "mistral": SMALL,
+    "gemma2": {**SMALL, "head_dim": 8},
+    "phi3": SMALL,
+    "gpt2": dict(
+        vocab_size=128, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=1, eos_token_id=2
+    ),  # LayerNorm, GELU, learned positions
+}
+BLOCKS = {
+    "qwen2": "model.layers",
+    "mistral": "model.layers",
+    "gemma2": "model.layers",
+    "phi3": "model.layers",
+    "gpt2": "transformer.h",
+}
+
+# A user's model in a file of its own: pre-norm blocks of PyTorch's MultiheadAttention and a GELU MLP.
+USER_MODEL = """
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, 4, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        h = self.norm(x)
+        mask = torch.triu(torch.ones(x.shape[1], x.shape[1], dtype=torch.bool, device=x.device), 1)
+        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        return x + self.mlp(x)
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab=96, d=32, layers=3):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(Block(d) for _ in range(layers))
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def make():
+    return TinyLM()
+"""
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """name -> the --model value: a config.json per family, and the user's file."""
+    from transformers import AutoConfig
+
+    folder = tmp_path_factory.mktemp("models")
+    named = {}
+    for family, kw in FAMILIES.items():
+        path = folder / f"{family}.json"
+        AutoConfig.for_model(family, **kw).to_json_file(str(path))
+        named[family] = str(path)
+    (folder / "user_lm.py").write_text(textwrap.dedent(USER_MODEL))
+    named["user"] = f"py:{folder / 'user_lm.py'}:make"
+    return named
+
+
+def test_every_family_and_the_user_s_module_steps_with_mfu_and_its_blocks(models, tmp_path):
+    db = tmp_path / "r.db"
+    res = runner.invoke(
+        app,
+        [
+            "step",
+            "--model",
+            ",".join(models.values()),
+            "--seq",
+            "16",
+            "--batch",
+            "2",
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+            "--peak-tflops",
+            "1",
+            "--db",
+            str(db),
+            "--out",
+            str(tmp_path / "o"),
+            "--quiet",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    rows = {r.spec["model"]: r for r in Store(db).records()}
+    for name, model in models.items():
+        r = rows[model]
+        assert r.status == "ok", (name, r.reason)
+        assert r.metrics["flops_source"] == "counted" and r.metrics["mfu"] > 0
+        assert r.metrics["tflops"] == pytest.approx(r.metrics["mfu"])  # over a peak of 1 TFLOP/s
+        expected = BLOCKS.get(name, "blocks")
+        assert r.metrics["blocks_found"].startswith(f"{expected} ("), r.metrics["blocks_found"]
+
+
+@pytest.mark.parametrize("family", ["gpt2", "user"])
+def test_profile_and_memory_of_any_model_have_per_layer_ranges(models, tmp_path, family):
+    out = tmp_path / "o"
+    res = runner.invoke(
+        app, ["profile", "step", "--model", models[family], "--seq", "16", "--out", str(out), "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    ranges = {r["range"] for r in json.loads(res.output)["ranges"]}
+    assert any(r.startswith("fwd.layer") for r in ranges), sorted(ranges)
+    res = runner.invoke(app, ["memory", "step", "--model", models[family], "--seq", "16", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert ".layer." in res.output  # the largest allocations, by the block that made them
+
+
+def test_a_compiled_model_compiles_its_blocks(models, tmp_path):
+    db = tmp_path / "r.db"
+    res = runner.invoke(
+        app,
+        [
+            "step",
+            "--model",
+            models["user"],
+            "--seq",
+            "16",
+            "--batch",
+            "2",
+            "--compile",
+            "on",
+            "--iters",
+            "1",
+            "--warmup",
+            "1",
+            "--db",
+            str(db),
+            "--out",
+            str(tmp_path),
+            "--quiet",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    (record,) = Store(db).records()
+    assert record.status == "ok" and record.spec["compile"] is True, record.reason
+
+
+def test_named_blocks_and_a_model_with_none(models, tmp_path):
+    source = ModelSource(models["user"])
+    model = source.build(torch.device("cpu"))
+    assert find_blocks(model).path == "blocks"
+    assert find_blocks(model, "blocks").describe() == "blocks (3 x Block)"
+    flat = torch.nn.Sequential(torch.nn.Embedding(10, 8), torch.nn.Linear(8, 10))
+    assert find_blocks(flat) is None
+    record = trainperf.measure_step(flat, batch=(2, 8), iters=1, warmup=0)
+    assert record.status == "ok" and record.metrics["blocks_found"].startswith("none found")
+
+
+@pytest.mark.parametrize(
+    "model, says",
+    [
+        ("py:nowhere.py:make", "no such file 'nowhere.py'"),
+        ("py:json:nothing", "json has no callable 'nothing'"),
+        ("py:no_such_module_here:make", "importing no_such_module_here failed: ModuleNotFoundError"),
+        ("py:justone", "expected py:<module or file.py>:<factory>"),
+        ("missing.json", "no such file"),
+        ("nothing-at-all", "unknown --model 'nothing-at-all': give a GPT LM preset, hf:<hub id>"),
+    ],
+)
+def test_a_model_name_that_gives_no_model_is_one_line(tmp_path, model, says):
+    res = runner.invoke(
+        app, ["step", "--model", model, "--db", str(tmp_path / "r.db"), "--out", str(tmp_path / "o")]
+    )
+    assert res.exit_code == 2 and says in " ".join(res.output.split()), res.output
+    assert not (tmp_path / "r.db").exists()
+
+
+def test_gpt_options_are_refused_for_a_model_built_as_it_is(models, tmp_path):
+    res = runner.invoke(
+        app, ["step", "--model", models["qwen2"], "--norm", "fused", "--db", str(tmp_path / "r.db")]
+    )
+    assert res.exit_code == 2 and "--norm change the GPT LM presets" in res.output
+    res = runner.invoke(
+        app, ["step", "--model", "tiny", "--blocks", "layers", "--db", str(tmp_path / "r.db")]
+    )
+    assert res.exit_code == 2 and "--blocks" in res.output
+    res = runner.invoke(
+        app,
+        [
+            "step",
+            "--model",
+            models["user"],
+            "--blocks",
+            "head",
+            "--seq",
+            "16",
+            "--db",
+            str(tmp_path / "r.db"),
+            "--out",
+            str(tmp_path / "o"),
+            "--quiet",
+        ],
+    )
+    assert res.exit_code == 0  # a case that cannot run is its record
+    (record,) = Store(tmp_path / "r.db").records()
+    assert (
+        record.status == "error" and "blocks 'head' is a Linear, not a non-empty ModuleList" in record.reason
+    )
+
+
+def test_counted_flops_agree_with_the_analytic_count_on_the_presets_and_llama():
+    """PyTorch's flop counter against 6·N·tokens + attention (attention is small at this length:
+    the counter counts it whole where the causal formula halves it)."""
+    from trainperf.models.lm import TransformerLM, lm_loss
+    from trainperf.workloads.step import StepSpec
+
+    spec = StepSpec.from_preset(
+        "small",
+        seq=64,
+        batch=2,
+        dtype="fp32",
+        compile=False,
+        mode="train",
+        device="cpu",
+        d_model=None,
+        d_ff=None,
+        layers=None,
+        heads=None,
+    )
+    model = TransformerLM(spec.model_config())
+    ids = torch.randint(0, spec.vocab, (2, 65))
+    counted = counted_flops(lambda: lm_loss(model(ids[:, :-1]), ids[:, 1:]).backward())
+    analytic = transformer_flops(model.matmul_params(), spec.layers, spec.d_model, 64, 128)
+    assert counted == pytest.approx(analytic, rel=0.05)
+
+    from trainperf.models.hf_llama import build_model, load_config
+
+    cfg = load_config("tiny")
+    llama = build_model(cfg, torch.float32, torch.device("cpu"))
+    ids = torch.randint(0, cfg.vocab_size, (2, 33))
+    counted = counted_flops(lambda: lm_loss(llama(ids[:, :-1]).logits, ids[:, 1:]).backward())
+    matmul = sum(m.weight.numel() for m in llama.modules() if isinstance(m, torch.nn.Linear))
+    analytic = transformer_flops(
+        matmul, cfg.num_hidden_layers, cfg.num_attention_heads * cfg.head_dim, 32, 64
+    )
+    assert counted == pytest.approx(analytic, rel=0.05)
+
+
+def test_the_python_api_as_a_user_calls_it(models, tmp_path):
+    """A notebook's loop: a model object, a batch function of one's own, an optimizer of one's own,
+    the record into a store, a DataFrame, a profile."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("user_lm", models["user"].split(":")[1])
+    user_lm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(user_lm)
+    model = user_lm.TinyLM(vocab=96)
+
+    def batch():
+        ids = torch.randint(0, 96, (3, 17))
+        return ids[:, :-1], ids[:, 1:]
+
+    record = trainperf.measure_step(
+        model,
+        batch,
+        optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1),
+        iters=2,
+        warmup=1,
+        peak_tflops=1.0,
+        db=tmp_path / "r.db",
+    )
+    assert record.status == "ok", record.reason
+    assert (record.spec["batch"], record.spec["seq"]) == (3, 16)
+    assert record.metrics["step_ms_median"] > 0 and record.metrics["mfu"] > 0
+    assert Store(tmp_path / "r.db").records()[0].metrics == record.metrics
+    frame = trainperf.to_frame([record])
+    assert frame.loc[0, "model"] == "TinyLM (a Python object)" and frame.loc[0, "status"] == "ok"
+    breakdown = trainperf.profile_step(model, batch=(2, 16))
+    assert {"fwd.layer", "bwd.layer"} <= {
+        r.split(".attn")[0].split(".mlp")[0] for r in breakdown.ranges["range"]
+    }
+    with pytest.raises(TypeError, match="batch must be"):
+        trainperf.measure_step(model, batch=[2, 16])
