@@ -102,6 +102,22 @@ def step_headline(parts: dict[str, Path]) -> pd.DataFrame:
     return out
 
 
+def your_model_headline(parts: dict[str, Path]) -> pd.DataFrame:
+    """One row per model and compile choice: its step, throughput, counted MFU, memory, blocks."""
+    df = _read(parts["step"], "step.csv")
+    if df.empty:
+        return df
+    out = df[["model", "seq", "batch", "dtype", "compile"]].copy()
+    out["step ms"] = _cell(df, "step_ms_median")
+    for col, name, digits in (("tokens_per_s", "tokens/s", 4), ("mfu", "MFU (counted FLOPs)", 3),
+                              ("peak_mem_gb", "peak GB", 3)):
+        if col in df:
+            out[name] = df[col].map(lambda v, d=digits: f"{v:.{d}g}" if pd.notna(v) else "")
+    if "blocks_found" in df:
+        out["blocks"] = df["blocks_found"].fillna("")
+    return out
+
+
 def peers_headline(parts: dict[str, Path]) -> pd.DataFrame:
     """One row per recipe: seconds per iteration (peak GB) at each shape, then its loss parity;
     and the fastest step against the best of the peers its target names, then of every peer."""
@@ -549,6 +565,19 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           step_headline,
           "Median milliseconds per training step (10 after 5 warm-up), tokens per second and MFU "
           "against the GPU's dense peak for the dtype."),
+    Suite("your-model",
+          "The training step of models trainperf did not write, at real size: Qwen2.5-1.5B and Gemma 2 "
+          "2B built from their published configs (random weights), eager and with each decoder layer "
+          "compiled, their FLOPs counted with PyTorch's flop counter.",
+          (Part("step", ("step",),
+                gpu={"--model": "hf:qwen2.5-1.5b,hf:gemma-2-2b", "--seq": "2048", "--batch": "4",
+                     "--dtype": "bf16", "--compile": "off,on", "--warmup": "3", "--iters": "10"},
+                cpu={"--model": "hf:tiny", "--seq": "32", "--batch": "2", "--dtype": "fp32", **_TINY}),),
+          your_model_headline,
+          "Median milliseconds per AdamW training step (10 after 3 warm-up) of 4 x 2048 tokens under bf16 "
+          "autocast over fp32 weights, tokens per second, MFU from the FLOPs PyTorch's flop counter "
+          "counted (causal attention counted whole) against the GPU's dense bf16 peak, peak memory, and "
+          "the repeated blocks trainperf found and compiled."),
     Suite("peers",
           "Llama-3.2-1B with what users pick instead of trainperf's step (torch.compile, Liger Kernel, "
           "Liger + compile, FlashAttention 4, Liger + FlashAttention 4) beside stock and trainperf's "
