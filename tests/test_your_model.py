@@ -317,3 +317,17 @@ def test_the_python_api_as_a_user_calls_it(models, tmp_path):
     }
     with pytest.raises(TypeError, match="batch must be"):
         trainperf.measure_step(model, batch=[2, 16])
+
+
+def test_attention_with_grouped_kv_heads_counts_as_the_query_s_heads_on_the_cpu_too():
+    """The flop counter of torch < 2.12 refuses grouped K/V shapes, and none counts the CPU's fused
+    attention: both count here as the same attention with K/V repeated to the query's heads."""
+    import torch.nn.functional as F
+
+    q = torch.randn(2, 8, 64, 16, requires_grad=True)
+    k, v = (torch.randn(2, 2, 64, 16, requires_grad=True) for _ in range(2))
+    grouped = counted_flops(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True).sum().backward())
+    kk, vv = (t.detach().repeat_interleave(4, 1).requires_grad_() for t in (k, v))
+    repeated = counted_flops(lambda: F.scaled_dot_product_attention(q, kk, vv).sum().backward())
+    forward = 2 * (2 * 2 * 8 * 64 * 64 * 16)  # QK^T and PV
+    assert grouped == repeated and grouped >= 3 * forward

@@ -50,12 +50,32 @@ def peak_tflops(gpu_name: str | None, precision: str, tf32: bool = True) -> floa
     return None
 
 
+SDPA_KERNELS = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+                "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu")
+
+
 def counted_flops(step: Callable[[], object]) -> int:
     """FLOPs of the operators `step` runs (its forward, and its backward where it runs one), as
     PyTorch's flop counter counts them: matrix products and attention, for any model. Attention is
-    counted whole, causal or not, where the analytic count halves it."""
-    from torch.utils.flop_counter import FlopCounterMode
+    counted whole, causal or not, where the analytic count halves it; grouped K/V heads count as
+    the query's heads (the counter of torch < 2.12 refuses their shapes), and the CPU's fused
+    attention as the GPU's (the counter leaves it out)."""
+    import torch
+    from torch.utils import flop_counter
 
-    with FlopCounterMode(display=False) as counter:
+    def heads_of_query(query: tuple, key: tuple, value: tuple) -> tuple[tuple, tuple, tuple]:
+        return query, (*key[:1], query[1], *key[2:]), (*value[:1], query[1], *value[2:])
+
+    def forward(query, key, value, *_, out_shape=None, **__) -> int:  # noqa: ANN001
+        return flop_counter.sdpa_flop_count(*heads_of_query(query, key, value))
+
+    def backward(grad_out, query, key, value, *_, out_shape=None, **__) -> int:  # noqa: ANN001
+        return flop_counter.sdpa_backward_flop_count(grad_out, *heads_of_query(query, key, value))
+
+    aten = torch.ops.aten
+    kernels = [name for name in SDPA_KERNELS if hasattr(aten, name)]
+    mapping = {getattr(aten, k): forward for k in kernels}
+    mapping.update({getattr(aten, f"{k}_backward"): backward for k in kernels if hasattr(aten, f"{k}_backward")})
+    with flop_counter.FlopCounterMode(display=False, custom_mapping=mapping) as counter:
         step()
     return counter.get_total_flops()

@@ -61,6 +61,8 @@ def _read(folder: Path, name: str) -> pd.DataFrame:
 
 def _cell(df: pd.DataFrame, value: str, digits: int = 3) -> pd.Series:
     """A number column, or the status where a case has no number (oom, unsupported)."""
+    if value not in df:  # no case measured it
+        return df["status"]
     numbers = df[value].map(lambda v: f"{v:.{digits}g}" if pd.notna(v) else "")
     return numbers.where(df["status"] == "ok", df["status"])
 
