@@ -75,7 +75,8 @@ def counted_flops(step: Callable[[], object]) -> int:
     aten = torch.ops.aten
     kernels = [name for name in SDPA_KERNELS if hasattr(aten, name)]
     mapping = {getattr(aten, k): forward for k in kernels}
-    mapping.update({getattr(aten, f"{k}_backward"): backward for k in kernels if hasattr(aten, f"{k}_backward")})
+    mapping.update({getattr(aten, f"{k}_backward"): backward for k in kernels
+                    if hasattr(aten, f"{k}_backward")})
     with flop_counter.FlopCounterMode(display=False, custom_mapping=mapping) as counter:
         step()
     return counter.get_total_flops()
