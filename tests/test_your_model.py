@@ -331,3 +331,15 @@ def test_attention_with_grouped_kv_heads_counts_as_the_query_s_heads_on_the_cpu_
     repeated = counted_flops(lambda: F.scaled_dot_product_attention(q, kk, vv).sum().backward())
     forward = 2 * (2 * 2 * 8 * 64 * 64 * 16)  # QK^T and PV
     assert grouped == repeated and grouped >= 3 * forward
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_python_api_on_a_gpu_compiled_in_bf16(models):
+    """A user's module on the GPU: bf16 by default, compiled per block, MFU against the datasheet peak."""
+    model = ModelSource(models["user"]).build(torch.device("cuda"))
+    record = trainperf.measure_step(model, batch=(8, 256), compile=True, iters=5, warmup=2)
+    assert record.status == "ok", record.reason
+    assert record.spec["dtype"] == "bf16" and record.spec["device"].startswith("cuda")
+    assert 0 < record.metrics["mfu"] < 1 and record.metrics["peak_mem_gb"] > 0
+    assert record.metrics["blocks_found"] == "blocks (3 x Block)"
