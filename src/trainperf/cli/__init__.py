@@ -19,4 +19,20 @@ def main() -> None:
     remember_sigint(on_first=lambda: keep_only(console, err_console))
     quiet_forkserver()
     stop_at_second_interrupt()
-    sys.exit(run_cli(app, sys.argv[1:]))
+    code = run_cli(app, sys.argv[1:])
+    ended_in_a_launch(code)
+    sys.exit(code)
+
+
+def ended_in_a_launch(code: int) -> None:
+    """A rank of a torchrun or Slurm launch leaves without tearing its process group down: its
+    records are stored, and gloo's teardown can abort a process that finished its work."""
+    import os
+    import sys
+
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

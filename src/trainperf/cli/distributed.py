@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trainperf.cli.common import (
@@ -54,6 +56,23 @@ MEASURES = {"comm": ("comm", "measure_comm"), "ddp": ("ddp", "measure_ddp"),
             "shard": ("sharded", "measure_sharded")}
 
 
+def rank_zero() -> bool:
+    """Whether this process stores and shows: it started the ranks, or it is global rank 0."""
+    launched = existing_launch()
+    return launched is None or launched[0] == 0
+
+
+def log_to(path: Path) -> None:
+    """This process's stdout and stderr, Python's and the descriptors beneath, into `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
 def _measure_of(workload: str) -> Any:
     import importlib
 
@@ -64,7 +83,13 @@ def _measure_of(workload: str) -> Any:
 def _rank_worker(rank: int, world: int, workload: str, cases: list, db: str, env: dict,
                  backend: str) -> None:
     """Entry point of every rank of a torchrun or Slurm launch (top level, so that spawn can
-    pickle it): the cases in lockstep, outcomes exchanged after each."""
+    pickle it): the cases rank 0's store has not settled (each node may keep a store of its own),
+    in lockstep, outcomes exchanged after each."""
+    import torch.distributed as dist
+
+    chosen = [[i for i, _ in cases]]
+    dist.broadcast_object_list(chosen, src=0)
+    cases = [(i, s) for i, s in cases if i in set(chosen[0])]
     run_ranked_cases(rank, world, workload, cases, _measure_of(workload), rank_device(backend, rank), db, env)
 
 
@@ -75,6 +100,9 @@ def _run_distributed(workload: str, specs: list, backend: str, db: Path, out: Pa
     finished ones' table first)."""
     device = torch.device("cuda" if backend == "nccl" else "cpu")
     env = envmod.capture(device)
+    if not rank_zero():  # a rank of a launch: rank 0 chooses the cases and stores them (_rank_worker)
+        _supervise(workload, list(enumerate(specs)), backend, db, env, out, quiet, timeout_s)
+        return []
     store = Store(db)
     keys = [case_key_for(workload, s, env) for s in specs]
     with table_kept_on_interrupt(workload, keys, store, out):
@@ -122,8 +150,13 @@ def _supervise(workload: str, todo: list, backend: str, db: Path, env: dict[str,
 def _validate_run_show(workload: str, specs: list, validate: Any, columns: list[report.Column],
                        backend: str, out: Path, db: Path, rerun: bool, quiet: bool,
                        as_json: bool, timeout_s: float, precheck: Any = None) -> list[Record]:
-    """Refuse a bad case before any work, run the cases on their ranks, show and write the records."""
-    if existing_launch() is None:  # this host starts the ranks: can it?
+    """Refuse a bad case before any work, run the cases on their ranks, show and write the records.
+    Under torchrun or Slurm, global rank 0 alone speaks and writes; every other rank's output goes
+    to `<out>/logs/<command>-rankR.log`, and it ends once its cases are done."""
+    launched = existing_launch()
+    if launched is not None and launched[0] != 0:
+        log_to(out / "logs" / f"{workload}-rank{launched[0]}.log")
+    if launched is None:  # this host starts the ranks: can it?
         for world in sorted({s.world_size for s in specs}):
             problem = world_size_problem(world, backend)
             if problem:
@@ -140,6 +173,8 @@ def _validate_run_show(workload: str, specs: list, validate: Any, columns: list[
     check_out_dir(out)
     records = _run_distributed(workload, specs, backend, db, out, rerun, quiet or as_json, timeout_s,
                                precheck)
+    if launched is not None and launched[0] != 0:
+        raise typer.Exit(0)
     show_records(records, columns, f"trainperf {workload}", as_json)
     write_records_csv(records, out, workload)
     return records

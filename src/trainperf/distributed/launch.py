@@ -44,6 +44,24 @@ def existing_launch() -> tuple[int, int, int] | None:
     return None
 
 
+def placement(world_size: int) -> dict[str, Any]:
+    """Who started the ranks and where they run, as every multi-GPU record names it: `launcher`
+    (trainperf, torchrun, slurm, or env for RANK/WORLD_SIZE set by hand), `nodes` and
+    `gpus_per_node` (ranks per node)."""
+    env = os.environ
+    if existing_launch() is None:
+        return {"launcher": "trainperf", "nodes": 1, "gpus_per_node": world_size}
+    if "TORCHELASTIC_RUN_ID" in env:
+        per_node = int(env.get("LOCAL_WORLD_SIZE", world_size))
+        nodes = int(env.get("GROUP_WORLD_SIZE", 0)) or max(world_size // per_node, 1)
+        return {"launcher": "torchrun", "nodes": nodes, "gpus_per_node": per_node}
+    if "SLURM_PROCID" in env and "RANK" not in env:
+        nodes = int(env.get("SLURM_NNODES", 1))
+        return {"launcher": "slurm", "nodes": nodes, "gpus_per_node": max(world_size // nodes, 1)}
+    per_node = int(env.get("LOCAL_WORLD_SIZE", world_size))
+    return {"launcher": "env", "nodes": max(world_size // per_node, 1), "gpus_per_node": per_node}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -19,6 +19,7 @@ import torch.distributed as dist
 from trainperf.core.record import Record
 from trainperf.core.runner import measure_case
 from trainperf.core.store import Store
+from trainperf.distributed.launch import placement
 
 RankMeasure = Callable[[Any, int, int, torch.device], dict[str, Any]]
 Report = Callable[[int, Record], None]
@@ -27,8 +28,10 @@ Report = Callable[[int, Record], None]
 def run_ranked_cases(rank: int, world: int, workload: str, cases: Sequence[tuple[int, Any]],
                      measure: RankMeasure, device: torch.device, db: str | Path, env: dict[str, Any],
                      heartbeat: Any = None, report: Report | None = None) -> None:
-    """Measure `cases` ((index, spec) pairs) on this rank; rank 0 stores the outcomes."""
+    """Measure `cases` ((index, spec) pairs) on this rank; rank 0 stores the outcomes, each naming
+    where its ranks ran (launch.placement)."""
     store = Store(db) if rank == 0 else None
+    where = placement(world)
     for index, spec in cases:
         if heartbeat is not None:
             heartbeat.start_case(index)
@@ -49,6 +52,7 @@ def run_ranked_cases(rank: int, world: int, workload: str, cases: Sequence[tuple
             if failed:
                 r, status, why = failed[0]
                 rec = Record(workload, rec.spec, status, reason=f"rank {r}: {why}", env=env)
+            rec.metrics.update(where)
             store.append(rec)
         if heartbeat is not None:
             heartbeat.done += 1

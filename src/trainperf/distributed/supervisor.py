@@ -35,6 +35,7 @@ from trainperf.core.gpu_monitor import nvml_module
 from trainperf.core.record import Record, spec_dict
 from trainperf.core.store import Store
 from trainperf.distributed.heartbeat import INTERVAL_S
+from trainperf.distributed.launch import placement
 
 POLL_S = 0.1
 STALL_CALLS = 10  # a timed call this many times longer than the usual one is a hang
@@ -175,7 +176,8 @@ class Supervisor:
         detect_s = round(time.time() - failure.when, 2)
         who = f"rank {failure.rank}" if failure.rank is not None else "every rank"
         log = log_path(self.log_dir, self.workload, failure.rank or 0)
-        metrics = {**failure.metrics, "failed_rank": failure.rank, "detect_s": detect_s, "log": str(log)}
+        metrics = {**failure.metrics, "failed_rank": failure.rank, "detect_s": detect_s, "log": str(log),
+                   **placement(self.world)}
         label = spec.label() if hasattr(spec, "label") else str(spec_dict(spec))
         self.say(f"{label}: {failure.status} on {who}: {failure.reason} (ended {detect_s:.1f} s after the "
                  f"failure; log {log})")

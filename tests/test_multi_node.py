@@ -1,0 +1,81 @@
+"""Beyond one host, on the CPU: two torchrun agents on localhost (c10d rendezvous, gloo), one rank
+each, stand in for two nodes; and the rank resolution of a Slurm job."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainperf.core.store import Store
+from trainperf.distributed.launch import existing_launch, free_port, placement
+
+SRC = str(Path(__file__).parents[1] / "src")
+TINY = {
+    "comm": ["--bytes", "64K,128K", "--op", "all_reduce", "--iters", "2", "--warmup", "1"],
+    "ddp": ["--variant", "naive,bucketed", "--iters", "1", "--warmup", "0"],
+    "shard": ["--seq", "16", "--iters", "1", "--warmup", "0"],
+}
+
+
+def two_agents(command: str, tmp_path: Path) -> list[tuple[subprocess.CompletedProcess, Path]]:
+    """Run `trainperf COMMAND` under two torchrun agents, each in a folder of its own (its store,
+    its output folder), as on two hosts."""
+    port, procs = free_port(), []
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env.pop("TRAINPERF_FAULT", None)
+    for node in (0, 1):
+        folder = tmp_path / f"node{node}"
+        folder.mkdir()
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                "--node-rank", str(node), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+                "-m", "trainperf", command, "--dist-backend", "gloo", "--world-size", "2", *TINY[command]]
+        procs.append((subprocess.Popen(argv, cwd=folder, env=env, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, text=True), folder))
+    return [(subprocess.CompletedProcess(p.args, p.wait(timeout=300), p.stdout.read(), ""), f)
+            for p, f in procs]
+
+
+@pytest.mark.parametrize("command, cases", [("comm", 2), ("ddp", 2), ("shard", 1)])
+def test_two_agents_one_table_one_store_each_case_once(tmp_path, command, cases):
+    ran = two_agents(command, tmp_path)
+    for proc, _ in ran:
+        assert proc.returncode == 0, proc.stdout[-3000:]
+    speaking = [(proc, folder) for proc, folder in ran if f"trainperf {command}" in proc.stdout]
+    assert len(speaking) == 1, [p.stdout[-1500:] for p, _ in ran]  # global rank 0's agent alone
+    proc, folder = speaking[0]
+    records = Store(folder / "trainperf.db").records()
+    assert len(records) == cases and all(r.status == "ok" for r in records), [r.reason for r in records]
+    assert len({r.key for r in records}) == cases
+    assert {(r.metrics["launcher"], r.metrics["nodes"], r.metrics["gpus_per_node"]) for r in records} == {
+        ("torchrun", 2, 1)}
+    assert (folder / "trainperf-out" / f"{command}.csv").exists()
+    (other,) = [f for _, f in ran if f != folder]
+    assert not (other / "trainperf.db").exists() and not (other / "trainperf-out" / f"{command}.csv").exists()
+    assert list((other / "trainperf-out" / "logs").glob(f"{command}-rank1.log"))
+
+
+def test_slurm_s_variables_name_the_rank_and_the_placement(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SLURM_PROCID", "5")
+    monkeypatch.setenv("SLURM_NTASKS", "8")
+    monkeypatch.setenv("SLURM_LOCALID", "1")
+    monkeypatch.setenv("SLURM_NNODES", "2")
+    assert existing_launch() is None  # no MASTER_ADDR: not a launch trainperf can join
+    monkeypatch.setenv("MASTER_ADDR", "node-a")
+    assert existing_launch() == (5, 8, 1)
+    assert placement(8) == {"launcher": "slurm", "nodes": 2, "gpus_per_node": 4}
+
+
+def test_trainperf_s_own_ranks_are_one_node(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "SLURM_PROCID"):
+        monkeypatch.delenv(name, raising=False)
+    assert placement(4) == {"launcher": "trainperf", "nodes": 1, "gpus_per_node": 4}
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert placement(4) == {"launcher": "env", "nodes": 2, "gpus_per_node": 2}
