@@ -92,32 +92,30 @@ def attention_headline(parts: dict[str, Path]) -> pd.DataFrame:
                           sort=False).reset_index()
 
 
-def step_headline(parts: dict[str, Path]) -> pd.DataFrame:
+def _step_table(parts: dict[str, Path], metrics: tuple[tuple[str, str, int], ...]) -> pd.DataFrame:
+    """One row per step case: what names it, its median step, then `metrics` (column, header,
+    significant digits) where they were measured."""
     df = _read(parts["step"], "step.csv")
     if df.empty:
         return df
     out = df[["model", "seq", "batch", "dtype", "compile"]].copy()
     out["step ms"] = _cell(df, "step_ms_median")
-    for col, name in (("tokens_per_s", "tokens/s"), ("mfu", "MFU")):
-        if col in df:
-            out[name] = df[col].map(lambda v: f"{v:.3g}" if pd.notna(v) else "")
-    return out
-
-
-def your_model_headline(parts: dict[str, Path]) -> pd.DataFrame:
-    """One row per model and compile choice: its step, throughput, counted MFU, memory, blocks."""
-    df = _read(parts["step"], "step.csv")
-    if df.empty:
-        return df
-    out = df[["model", "seq", "batch", "dtype", "compile"]].copy()
-    out["step ms"] = _cell(df, "step_ms_median")
-    for col, name, digits in (("tokens_per_s", "tokens/s", 4), ("mfu", "MFU (counted FLOPs)", 3),
-                              ("peak_mem_gb", "peak GB", 3)):
+    for col, name, digits in metrics:
         if col in df:
             out[name] = df[col].map(lambda v, d=digits: f"{v:.{d}g}" if pd.notna(v) else "")
     if "blocks_found" in df:
         out["blocks"] = df["blocks_found"].fillna("")
     return out
+
+
+def step_headline(parts: dict[str, Path]) -> pd.DataFrame:
+    return _step_table(parts, (("tokens_per_s", "tokens/s", 3), ("mfu", "MFU", 3)))
+
+
+def your_model_headline(parts: dict[str, Path]) -> pd.DataFrame:
+    """One row per model and compile choice: its step, throughput, counted MFU, memory, blocks."""
+    return _step_table(parts, (("tokens_per_s", "tokens/s", 5), ("mfu", "MFU (counted FLOPs)", 3),
+                               ("peak_mem_gb", "peak GB", 3)))
 
 
 def peers_headline(parts: dict[str, Path]) -> pd.DataFrame:
