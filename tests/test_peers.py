@@ -368,8 +368,8 @@ def test_the_explain_report_shows_each_recipe_s_time_stacked_by_kind_first(tmp_p
     plot = tmp_path / "kernel_time_by_kind.png"
     assert plot.read_bytes().startswith(b"\x89PNG")
     shown = [line for line in (tmp_path / "report.md").read_text().splitlines() if line.startswith("![")]
-    assert shown == ["![kernel_time_by_kind](./kernel_time_by_kind.png)",
-                     "![breakdown](./profile-fast/breakdown.png)"]
+    assert shown == ["![kernel_time_by_kind](kernel_time_by_kind.png)",
+                     "![breakdown](profile-fast/breakdown.png)"]
 
 
 def test_stacked_bars_stack_each_row_s_columns_and_label_its_end(tmp_path):

@@ -309,7 +309,7 @@ def test_recomputed_flops_are_counted_apart_from_the_model_flops():
     (dict(shard="none", offload=True), "sharded model"),
     (dict(float8="trainperf-all"), "float8"),  # the Llama step's name: here every product is float8
     (dict(prefetch=-1), "number of units"),
-    (dict(unit_layers=0), "positive number of decoder layers"),
+    (dict(unit_layers=0), "a number of decoder layers from 1 to 2"),
     (dict(cuda_graph=True, offload=True), "choose one"),
 ])
 def test_bad_specs_are_refused_with_their_reason(kw, message):

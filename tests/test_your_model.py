@@ -200,7 +200,7 @@ def test_named_blocks_and_a_model_with_none(models, tmp_path):
         ("py:no_such_module_here:make", "importing no_such_module_here failed: ModuleNotFoundError"),
         ("py:justone", "expected py:<module or file.py>:<factory>"),
         ("missing.json", "no such file"),
-        ("nothing-at-all", "unknown --model 'nothing-at-all': give a GPT LM preset, hf:<hub id>"),
+        ("nothing-at-all", "unknown --model 'nothing-at-all'; valid choices: tiny, small"),
     ],
 )
 def test_a_model_name_that_gives_no_model_is_one_line(tmp_path, model, says):

@@ -6,7 +6,9 @@ stays light."""
 
 from typing import Any
 
-__version__ = "0.1.0"
+from trainperf.version import __version__
+
+__all__ = ["__version__", "measure_step", "profile_step", "to_frame"]
 API = ("measure_step", "profile_step", "to_frame")
 
 

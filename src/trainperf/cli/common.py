@@ -15,7 +15,6 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from trainperf import __version__
 from trainperf.cli.vocabulary import DTYPE_ALIASES, help_epilog, option
 from trainperf.core import env as envmod
 from trainperf.core import report
@@ -25,6 +24,7 @@ from trainperf.core.record import Record, case_key_for
 from trainperf.core.runner import run_sweep
 from trainperf.core.spec import MAX_INT, parse_list, positive_int
 from trainperf.core.store import DEFAULT_DB, Store, path_problem, to_frame
+from trainperf.version import __version__
 
 quiet_libraries()
 app = typer.Typer(add_completion=False, no_args_is_help=True,

@@ -66,7 +66,7 @@ def step_spec(axes: dict[str, Any], common: dict[str, Any], gpt: dict[str, Any],
     """The validated spec of one step case: a GPT LM preset's (its swaps and dimensions), or any
     other model's (models/source.py), which takes none of those."""
     from trainperf.models.presets import PRESETS
-    from trainperf.models.source import HOW, is_model_source
+    from trainperf.models.source import OTHER_MODELS, is_model_source
     from trainperf.workloads import model_step, step
 
     name = axes.pop("model")
@@ -77,7 +77,7 @@ def step_spec(axes: dict[str, Any], common: dict[str, Any], gpt: dict[str, Any],
         step.validate(spec)
         return spec
     if not is_model_source(name):
-        raise SpecError(f"unknown --model {name!r}: give {HOW}")
+        raise SpecError(f"unknown --model {name!r}; valid choices: {', '.join(PRESETS)}; or {OTHER_MODELS}")
     gpt_only = (*STOCK_PARTS, "vocab", "d_model", "d_ff", "layers", "heads")
     swapped = [f"--{k.replace('_', '-')}" for k, v in {**axes, **gpt}.items()
                if k in gpt_only and v not in (None, STOCK_PARTS.get(k))]

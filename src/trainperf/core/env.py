@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-import trainperf
+from trainperf.version import __version__
 
 # Environment keys that make two measurements not directly comparable when they differ.
 COMPARABILITY_KEYS = ("gpu_name", "torch", "cuda", "cudnn", "driver", "device_count")
@@ -64,7 +64,7 @@ def _nvml_state(device: torch.device) -> dict[str, Any]:
 def capture(device: torch.device) -> dict[str, Any]:
     """Everything about software and hardware that can change a measurement."""
     env: dict[str, Any] = {
-        "trainperf": trainperf.__version__,
+        "trainperf": __version__,
         "git_commit": git_commit(),
         "python": platform.python_version(),
         "torch": torch.__version__,

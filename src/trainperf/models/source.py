@@ -28,13 +28,15 @@ from torch import nn
 
 from trainperf.core.errors import SpecError
 
-HOW = ("a GPT LM preset, hf:<hub id>, a transformers config.json or model folder, or "
-       "py:<module or file.py>:<factory>")
+OTHER_MODELS = "hf:<hub id>, a transformers config.json or model folder, or py:<module or file.py>:<factory>"
 
 
 def is_model_source(name: str) -> bool:
     """Whether `name` names a model other than a preset: hf:, py:, a config.json or a folder."""
-    return name.startswith(("hf:", "py:")) or name.endswith(".json") or Path(name).is_dir()
+    try:
+        return name.startswith(("hf:", "py:")) or name.endswith(".json") or Path(name).is_dir()
+    except OSError:  # a name the file system cannot hold
+        return False
 
 
 @dataclass(frozen=True)
