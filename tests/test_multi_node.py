@@ -79,3 +79,25 @@ def test_trainperf_s_own_ranks_are_one_node(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     assert placement(4) == {"launcher": "env", "nodes": 2, "gpus_per_node": 2}
+
+
+def test_a_rank_killed_under_torchrun_with_a_restart_is_its_case_s_row_and_the_next_case_runs(tmp_path):
+    """torchrun with restarts: rank 1 is SIGKILLed in the first case; the restarted group stores
+    that case as its row (once), does not measure it again, and measures the next one. (Restarts
+    beyond one absorb gloo's first connection refused by a peer not yet listening.)"""
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "TRAINPERF_FAULT": "kill:1:0:2"}
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+            "--max-restarts", "3", "--monitor-interval", "0.1", "-m", "trainperf", "comm",
+            "--dist-backend", "gloo", "--world-size", "2", "--timeout", "20", *TINY["comm"]]
+    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    records = Store(tmp_path / "trainperf.db").records()
+    by_size = {}
+    for r in records:
+        by_size.setdefault(r.spec["bytes"], []).append(r)
+    first, second = (by_size[b] for b in sorted(by_size))
+    assert len(first) == 1 and len(second) == 1  # each case once
+    assert first[0].status == "error" and second[0].status == "ok", first[0].reason
+    assert first[0].run_id == second[0].run_id and first[0].metrics["launcher"] == "torchrun"
+    assert "trainperf comm" in proc.stdout and "ERROR" in proc.stdout  # the failed case's row is shown

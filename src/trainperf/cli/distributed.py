@@ -80,17 +80,50 @@ def _measure_of(workload: str) -> Any:
     return getattr(importlib.import_module(f"trainperf.workloads.{module}"), name)
 
 
+RESTARTED = ("the launch restarted while this case ran: a rank failed or stopped responding (the "
+             "launcher's log names it)")
+
+
 def _rank_worker(rank: int, world: int, workload: str, cases: list, db: str, env: dict,
                  backend: str) -> None:
     """Entry point of every rank of a torchrun or Slurm launch (top level, so that spawn can
-    pickle it): the cases rank 0's store has not settled (each node may keep a store of its own),
-    in lockstep, outcomes exchanged after each."""
+    pickle it): the cases rank 0 chooses (each node may keep a store of its own), in lockstep,
+    outcomes exchanged after each. A group the launcher restarted (`--max-restarts`) first
+    stores the case it was in as that case's row, then goes on with the next: none measured twice."""
+    import tempfile
+
     import torch.distributed as dist
 
+    from trainperf.distributed.heartbeat import Heartbeat, install
+
+    run = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID")
     chosen = [[i for i, _ in cases]]
+    if rank == 0 and run:
+        chosen = [_after_restart(workload, cases, Store(db), env, run, world)]
     dist.broadcast_object_list(chosen, src=0)
     cases = [(i, s) for i, s in cases if i in set(chosen[0])]
-    run_ranked_cases(rank, world, workload, cases, _measure_of(workload), rank_device(backend, rank), db, env)
+    device = rank_device(backend, rank)
+    beat = Heartbeat(Path(tempfile.mkdtemp(prefix="trainperf-beat-")) / f"rank{rank}.json", rank, device)
+    install(beat)  # where TRAINPERF_FAULT strikes, and a case's index for it
+    run_ranked_cases(rank, world, workload, cases, _measure_of(workload), device, db, env, beat,
+                     launch_run=run)
+
+
+def _after_restart(workload: str, cases: list, store: Store, env: dict, run: str, world: int) -> list[int]:
+    """The indexes of `cases` launch `run` has not stored yet, once the case a restarted group was
+    in (its claim left behind) is stored as an error row."""
+    from trainperf.distributed.launch import placement
+
+    keys = {i: case_key_for(workload, s, env) for i, s in cases}
+    done = {r.key for r in store.records(run_id=run)}
+    for key in store.claims_of(run):
+        spec = next((s for i, s in cases if keys[i] == key), None)
+        if spec is not None and key not in done:
+            store.append(Record(workload, spec_dict(spec), "error", placement(world), RESTARTED, env,
+                                run_id=run))
+            done.add(key)
+        store.release(key, run)
+    return [i for i, _ in cases if keys[i] not in done]
 
 
 def _run_distributed(workload: str, specs: list, backend: str, db: Path, out: Path, rerun: bool,
@@ -115,7 +148,10 @@ def _run_distributed(workload: str, specs: list, backend: str, db: Path, out: Pa
                     store.append(Record(workload, spec_dict(s), "oom", reason=why, env=env))
                     todo.remove((i, s))
         failed = _supervise(workload, todo, backend, db, env, out, quiet, timeout_s)
-        found = (failed.get(k) or store.find_case(k) for k in keys)  # an error record is not a finished case
+        # an error record is not a finished case; this launch's own (a restarted group's) is its row
+        run = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID")
+        mine = {r.key: r for r in store.records(run_id=run)} if run and existing_launch() else {}
+        found = (failed.get(k) or mine.get(k) or store.find_case(k) for k in keys)
         return [r for r in found if r is not None]
 
 

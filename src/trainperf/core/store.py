@@ -136,6 +136,14 @@ class Store:
         finally:
             con.close()
 
+    def claims_of(self, owner: str) -> list[str]:
+        """The case keys `owner` holds (a launch's, left by a group that ended inside a case)."""
+        con = self._connect()
+        try:
+            return [row[0] for row in con.execute("SELECT case_key FROM claims WHERE owner=?", (owner,))]
+        finally:
+            con.close()
+
     def release(self, key: str, owner: str) -> None:
         """Give case `key` back (measured, failed or interrupted)."""
         con = self._connect()
