@@ -14,6 +14,15 @@ from trainperf.core.store import Store
 from trainperf.distributed.launch import existing_launch, free_port, placement
 
 SRC = str(Path(__file__).parents[1] / "src")
+
+
+def launch_env(**extra: str) -> dict[str, str]:
+    """This environment for a launcher's ranks, less the test suite's Triton interpreter: it makes a
+    rank's start slow enough that gloo's connect gives up on a peer of a restarted group."""
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra}
+    for name in ("TRITON_INTERPRET", *(() if "TRAINPERF_FAULT" in extra else ("TRAINPERF_FAULT",))):
+        env.pop(name, None)
+    return env
 TINY = {
     "comm": ["--bytes", "64K,128K", "--op", "all_reduce", "--iters", "2", "--warmup", "1"],
     "ddp": ["--variant", "naive,bucketed", "--iters", "1", "--warmup", "0"],
@@ -24,9 +33,7 @@ TINY = {
 def two_agents(command: str, tmp_path: Path) -> list[tuple[subprocess.CompletedProcess, Path]]:
     """Run `trainperf COMMAND` under two torchrun agents, each in a folder of its own (its store,
     its output folder), as on two hosts."""
-    port, procs = free_port(), []
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    env.pop("TRAINPERF_FAULT", None)
+    port, procs, env = free_port(), [], launch_env()
     for node in (0, 1):
         folder = tmp_path / f"node{node}"
         folder.mkdir()
@@ -85,8 +92,7 @@ def test_a_rank_killed_under_torchrun_with_a_restart_is_its_case_s_row_and_the_n
     """torchrun with restarts: rank 1 is SIGKILLed in the first case; the restarted group stores
     that case as its row (once), does not measure it again, and measures the next one. (Restarts
     beyond one absorb gloo's first connection refused by a peer not yet listening.)"""
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "TRAINPERF_FAULT": "kill:1:0:2"}
+    env = launch_env(TRAINPERF_FAULT="kill:1:0:2")
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
             "--max-restarts", "3", "--monitor-interval", "0.1", "-m", "trainperf", "comm",
             "--dist-backend", "gloo", "--world-size", "2", "--timeout", "20", *TINY["comm"]]

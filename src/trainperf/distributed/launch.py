@@ -82,8 +82,13 @@ def join_group(backend: str, rank: int, world_size: int, local_rank: int, timeou
     group exists and named to it, so NCCL never guesses (as torchtitan does)."""
     device = rank_device(backend, local_rank)
     bound = {"device_id": device} if device.type == "cuda" else {}
-    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s),
-                            **bound)
+    timeout = timedelta(seconds=timeout_s)
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt is not None:  # torchrun's store outlives a restart: each attempt's keys apart, so a
+        # restarted rank never reads a dead peer's address (gloo: connection refused)
+        store, _, _ = next(dist.rendezvous("env://", rank, world_size, timeout=timeout))
+        bound["store"] = dist.PrefixStore(f"trainperf/attempt{attempt}", store)
+    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timeout, **bound)
     return device
 
 
