@@ -75,3 +75,17 @@ def test_peak_table():
     assert peak_tflops("NVIDIA H100 80GB HBM3", "fp32", tf32=False) == pytest.approx(66.9)
     assert peak_tflops("Mystery GPU", "bf16") is None
     assert peak_tflops(None, "bf16") is None
+
+
+def test_limits_scale_the_peak_by_the_measured_clock_and_count_recompute_and_float8():
+    from trainperf.core.flops import limits
+
+    # an H200 at 1485 MHz under its power cap: 989.4 x 1485 / 1980 = 742.05 TFLOP/s
+    got = limits(500.0, 989.4, "NVIDIA H200", 1485.0, recompute_share=0.25, float8=True)
+    assert got["peak_at_clock_tflops"] == pytest.approx(742.05)
+    assert got["mfu_at_clock"] == pytest.approx(500.0 / 742.05)
+    assert got["hfu"] == pytest.approx(625.0 / 989.4)
+    assert got["fp8_peak_share"] == pytest.approx(500.0 / 1978.8)
+    assert limits(500.0, 989.4, "NVIDIA H200", None) == {}  # no clock sampled: nothing to scale by
+    assert limits(500.0, None, "some GPU", 1500.0) == {}  # no known peak
+    assert "mfu_at_clock" not in limits(500.0, 989.4, "an unknown GPU", 1500.0)

@@ -410,7 +410,10 @@ SHARD_COLUMNS: list[report.Column] = [
     report.detail("opt ms", report.metric("optimizer_ms")),
     report.detail("least exposed ms", report.metric("exposed_comm_least_ms")),
     report.detail("host-late ms", report.metric("exposed_comm_host_ms")),
-    report.detail("recompute TFLOP", report.metric("recompute_tflop", 3)), *report.outcome(),
+    report.detail("recompute TFLOP", report.metric("recompute_tflop", 3)),
+    report.detail("MFU at clock", report.metric("mfu_at_clock", 3)),
+    report.detail("HFU", report.metric("hfu", 3)),
+    report.detail("fp8 peak share", report.metric("fp8_peak_share", 3)), *report.outcome(),
 ]
 
 

@@ -50,6 +50,7 @@ STEP_COLUMNS: list[report.Column] = [
     ("MFU %", report.metric("mfu", 2, 100.0)), ("peak GB", report.metric("peak_mem_gb")),
     report.detail("fwd ms", report.timing("forward")), report.detail("bwd ms", report.timing("backward")),
     report.detail("opt ms", report.timing("optimizer")), report.detail("TFLOP/s", report.metric("tflops")),
+    report.detail("MFU at clock %", report.metric("mfu_at_clock", 2, 100.0)),
     *report.GPU_STATE, *report.outcome(),
 ]
 

@@ -39,6 +39,35 @@ def transformer_flops(matmul_params: int, n_layers: int, d_attn: int, seq_len: i
     return PASSES[mode] * (2.0 * matmul_params * tokens + attention)
 
 
+# The SM clock the datasheet peaks assume (the boost clock), MHz. First substring match wins.
+BOOST_MHZ: list[tuple[str, float]] = [("GH200", 1980.0), ("H100 PCIe", 1755.0), ("H100", 1980.0),
+                                      ("H200", 1980.0), ("B200", 1965.0), ("A100", 1410.0),
+                                      ("L40S", 2520.0), ("L4", 2040.0), ("A10", 1695.0)]
+
+
+def limits(tflops: float, peak: float | None, gpu_name: str | None, sm_clock_mhz: float | None,
+           recompute_share: float = 0.0, float8: bool = False) -> dict[str, float]:
+    """How far a step's TFLOP/s (per GPU, of the model's FLOPs) is from what the GPU can do:
+      mfu_at_clock    against the peak at the SM clock measured while timing (the datasheet peak
+                      scaled by that clock over the boost clock: the power cap's peak)
+      hfu             hardware FLOPs, the recomputed forward counted too, against the peak
+      fp8_peak_share  for a float8 step, against the float8 peak (twice the bf16 one on Hopper
+                      and Blackwell); its MFU stays bf16-equivalent
+    Each only where its inputs are known (a GPU in the tables, a sampled clock)."""
+    out: dict[str, float] = {}
+    if not peak:
+        return out
+    boost = next((mhz for pattern, mhz in BOOST_MHZ if gpu_name and pattern in gpu_name), None)
+    if boost and sm_clock_mhz:
+        out["peak_at_clock_tflops"] = peak * sm_clock_mhz / boost
+        out["mfu_at_clock"] = tflops / out["peak_at_clock_tflops"]
+    if recompute_share:
+        out["hfu"] = tflops * (1 + recompute_share) / peak
+    if float8:
+        out["fp8_peak_share"] = tflops / (2 * peak)
+    return out
+
+
 def peak_tflops(gpu_name: str | None, precision: str, tf32: bool = True) -> float | None:
     """Datasheet dense peak for this GPU and precision, or None when the GPU is not in the table."""
     if not gpu_name:

@@ -41,7 +41,7 @@ import torch.distributed as dist
 from torch import nn
 
 from trainperf.core.errors import SpecError, Unsupported
-from trainperf.core.flops import peak_tflops, transformer_flops
+from trainperf.core.flops import limits, peak_tflops, transformer_flops
 from trainperf.core.gpu_monitor import GpuMonitor
 from trainperf.core.ram import check_fits
 from trainperf.core.spec import check_choice, check_non_negative, check_positive
@@ -477,6 +477,8 @@ def measure_sharded(spec: ShardSpec, rank: int, world: int, device: torch.device
         comm = across_ranks([p[2] for p in everyone])
         metrics.update(comm_ms=comm.pop("nccl_ms"), **comm)
     metrics.update(gpu_state)  # this rank's (rank 0's in the record)
+    metrics.update(limits(tflops / world, peak, gpu, metrics.get("sm_clock_mhz"), redo / model_flops,
+                          float8=spec.float8 != "off"))
     if memory is not None:
         peaks = [p[1]["peak_gb"] for p in everyone]
         metrics["peak_mem_gb"] = max(peaks)

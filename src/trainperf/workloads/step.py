@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import torch
 
 from trainperf.core.errors import SpecError
-from trainperf.core.flops import peak_tflops, transformer_flops
+from trainperf.core.flops import limits, peak_tflops, transformer_flops
 from trainperf.core.gpu_monitor import GpuMonitor
 from trainperf.core.ram import check_fits, lm_step_bytes
 from trainperf.core.spec import check_choice, check_non_negative, check_positive
@@ -211,6 +211,7 @@ def timed_steps(case: Case, spec: Any, t0: float, flops: float, flops_source: st
         metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
         metrics["peak_reserved_gb"] = torch.cuda.max_memory_reserved(device) / 2**30
     metrics.update(monitor.metrics())
+    metrics.update(limits(metrics["tflops"], peak, gpu, metrics.get("sm_clock_mhz")))
     return metrics
 
 
