@@ -120,6 +120,49 @@ TABLES = TableSettings()
 BORDER = 3  # rich's default box: a vertical rule and a space of padding each side per column
 
 
+def _placed(cols: list[Column], cells: dict[str, list[str]]) -> tuple[list[str], list[Column], list[str]]:
+    """Where each column goes: `what every case shares` (a case column with one value; a frame
+    column with one value over several rows), shown, or left out (a detail, unless --wide)."""
+    same, shown, hidden = [], [], []
+    for c in cols:
+        values = cells[c.header]
+        constant = len(set(values)) <= 1
+        if c.role == "notes":
+            continue
+        if not TABLES.wide and constant and (c.role == "case" or c.role == "frame" and len(values) > 1):
+            if values and values[0] != "-":
+                same.append(f"{c.header} {values[0]}")
+        elif c.role == "detail" and not TABLES.wide:
+            hidden.append(c.header)
+        else:
+            shown.append(c)
+    return same, shown, hidden
+
+
+def _footnotes(notes: list[str]) -> tuple[dict[str, int], list[str]]:
+    """Each distinct note numbered, and each row's mark ('[2]', or '' without a note)."""
+    numbers: dict[str, int] = {}
+    for text in notes:
+        if text:
+            numbers.setdefault(text, len(numbers) + 1)
+    return numbers, [f"[{numbers[text]}]" if text else "" for text in notes]
+
+
+def _fitted(shown: list[Column], cells: dict[str, list[str]], width: int) -> tuple[list[Column], list[str]]:
+    """The shown columns within `width` characters with every cell on one line: headline columns
+    dropped from the right (never the status, nor a column naming a case); those dropped."""
+    def natural(c: Column) -> int:
+        return max([len(c.header), *(len(v) for v in cells[c.header])])
+
+    kept, dropped = list(shown), []
+    droppable = [c for c in shown if c.role in ("headline", "frame") and c.header != "status"]
+    while droppable and sum(natural(c) + BORDER for c in kept) + 1 > width:
+        gone = droppable.pop()
+        kept.remove(gone)
+        dropped.append(gone.header)
+    return kept, dropped
+
+
 def rich_table(records: Sequence[Any], columns: Sequence[Column | tuple[str, Getter]], title: str = "",
                width: int | None = None) -> RenderableType:
     """The records as a console table within `width` characters, every cell on one line: the case
@@ -128,40 +171,15 @@ def rich_table(records: Sequence[Any], columns: Sequence[Column | tuple[str, Get
     under it, and the columns left out named."""
     cols = [Column(*c) for c in columns]
     cells = {c.header: [str(c.get(r)) for r in records] for c in cols}
+    same, shown, hidden = _placed(cols, cells)
     notes_col = next((c for c in cols if c.role == "notes"), None)
-    same, shown, hidden = [], [], []
-    for c in cols:
-        values = cells[c.header]
-        if c.role == "notes":
-            continue
-        constant = len(set(values)) <= 1
-        if not TABLES.wide and (c.role == "case" and constant or c.role == "frame" and constant
-                                and len(values) > 1):
-            if values and values[0] != "-":
-                same.append(f"{c.header} {values[0]}")
-        elif c.role == "detail" and not TABLES.wide:
-            hidden.append(c.header)
-        else:
-            shown.append(c)
-    footnotes: dict[str, int] = {}
-    marks = []
-    for text in cells[notes_col.header] if notes_col else []:
-        if text:
-            footnotes.setdefault(text, len(footnotes) + 1)
-        marks.append(f"[{footnotes[text]}]" if text else "")
+    footnotes, marks = _footnotes(cells[notes_col.header] if notes_col else [])
     if footnotes:
         shown.append(Column("note", lambda r: "", "notes"))
         cells["note"] = marks
-
-    def natural(c: Column) -> int:
-        return max([len(c.header), *(len(v) for v in cells[c.header])])
-
     if width is not None and not TABLES.wide:
-        droppable = [c for c in shown if c.role in ("headline", "detail", "frame") and c.header != "status"]
-        while droppable and sum(natural(c) + BORDER for c in shown) + 1 > width:
-            gone = droppable.pop()
-            shown.remove(gone)
-            hidden.append(gone.header)
+        shown, dropped = _fitted(shown, cells, width)
+        hidden += dropped
     table = Table(title=title, header_style="bold")
     for c in shown:
         table.add_column(c.header, no_wrap=not TABLES.wide, overflow="fold" if TABLES.wide else "ellipsis")
