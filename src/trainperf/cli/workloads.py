@@ -344,7 +344,9 @@ LLAMA_COLUMNS: list[report.Column] = [
     ("tok/s", report.metric("tokens_per_s", 4)), ("TFLOP/s", report.metric("tflops")),
     ("peak GB", report.metric("peak_mem_gb")),
     report.detail("s/iter mean", report.metric("iter_s_mean")),
-    report.detail("K/V heads", report.metric("kv_heads")),
+    report.detail("K/V heads", report.metric("kv_heads")), report.detail("MFU", report.metric("mfu", 3)),
+    report.detail("MFU at clock", report.metric("mfu_at_clock", 3)),
+    report.detail("fp8 peak share", report.metric("fp8_peak_share", 3)),
     *report.GPU_STATE, report.detail("J/iter", report.metric("iter_energy_j")), *report.outcome(),
 ]
 

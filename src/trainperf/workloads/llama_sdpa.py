@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from trainperf.core.errors import SpecError, Unsupported
-from trainperf.core.flops import transformer_flops
+from trainperf.core.flops import limits, peak_tflops, transformer_flops
 from trainperf.core.gpu_monitor import GpuMonitor
 from trainperf.core.ram import check_fits, training_step_bytes
 from trainperf.core.record import Record
@@ -433,6 +433,12 @@ def _measure(spec: LlamaSpec, step: LlamaStep) -> dict[str, Any]:
     if device.type == "cuda":
         metrics["peak_mem_gb"] = max(torch.cuda.max_memory_allocated(device), capture_peak) / 2**30
     metrics.update(monitor.metrics())
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    peak = peak_tflops(gpu, spec.dtype)
+    if peak:
+        metrics["mfu"] = metrics["tflops"] / peak
+    metrics.update(limits(metrics["tflops"], peak, gpu, metrics.get("sm_clock_mhz"),
+                          float8=spec.float8 != "off"))
     if "energy_j" in metrics:  # the window is the timed iterations: under the power cap, time follows it
         metrics["iter_energy_j"] = metrics["energy_j"] / spec.iters
     return metrics
