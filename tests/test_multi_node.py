@@ -30,7 +30,7 @@ TINY = {
 }
 
 
-def two_agents(command: str, tmp_path: Path) -> list[tuple[subprocess.CompletedProcess, Path]]:
+def two_agents(command: str, tmp_path: Path, *extra: str) -> list[tuple[subprocess.CompletedProcess, Path]]:
     """Run `trainperf COMMAND` under two torchrun agents, each in a folder of its own (its store,
     its output folder), as on two hosts."""
     port, procs, env = free_port(), [], launch_env()
@@ -39,7 +39,8 @@ def two_agents(command: str, tmp_path: Path) -> list[tuple[subprocess.CompletedP
         folder.mkdir()
         argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
                 "--node-rank", str(node), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-                "-m", "trainperf", command, "--dist-backend", "gloo", "--world-size", "2", *TINY[command]]
+                "-m", "trainperf", command, "--dist-backend", "gloo", "--world-size", "2", *TINY[command],
+                *extra]
         procs.append((subprocess.Popen(argv, cwd=folder, env=env, stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT, text=True), folder))
     return [(subprocess.CompletedProcess(p.args, p.wait(timeout=300), p.stdout.read(), ""), f)
@@ -63,6 +64,19 @@ def test_two_agents_one_table_one_store_each_case_once(tmp_path, command, cases)
     (other,) = [f for _, f in ran if f != folder]
     assert not (other / "trainperf.db").exists() and not (other / "trainperf-out" / f"{command}.csv").exists()
     assert list((other / "trainperf-out" / "logs").glob(f"{command}-rank1.log"))
+
+
+def test_comm_tells_the_links_within_a_node_from_those_between_nodes(tmp_path):
+    """Two one-rank nodes: the collective of one rank of each node spans them (`cross`); a node's own
+    ranks are one here, so `node` is a row saying so."""
+    ran = two_agents("comm", tmp_path, "--scope", "all,node,cross", "--bytes", "64K")
+    assert all(proc.returncode == 0 for proc, _ in ran), [p.stdout[-2000:] for p, _ in ran]
+    (folder,) = [f for p, f in ran if "trainperf comm" in p.stdout]
+    rows = {r.spec["scope"]: r for r in Store(folder / "trainperf.db").records()}
+    assert rows["all"].status == rows["cross"].status == "ok"
+    assert rows["cross"].metrics["group_size"] == 2 and rows["cross"].metrics["busbw_gbps"] > 0
+    assert rows["node"].status == "unsupported" and "spans one rank here (2 node(s) of 1 rank(s))" in rows[
+        "node"].reason
 
 
 def test_slurm_s_variables_name_the_rank_and_the_placement(monkeypatch):

@@ -221,7 +221,8 @@ TimeoutOpt = option("--timeout", DEFAULT_TIMEOUT_S)
 
 COMM_COLUMNS: list[report.Column] = [
     report.case("op", "op"), report.Column("size", lambda r: binary_size(r.spec["bytes"]), "case"),
-    report.case("n", "world_size"), report.case("backend", "dist_backend"), report.case("link", "link"),
+    report.case("n", "world_size"), report.case("scope", "scope"), report.case("backend", "dist_backend"),
+    report.case("link", "link"),
     report.case("dtype", "dtype"), report.case("timing", "timing"), report.case("in place", "in_place"),
     ("time us", report.metric("time_us")), ("algbw GB/s", report.metric("algbw_gbps")),
     ("busbw GB/s", report.metric("busbw_gbps")),
@@ -244,6 +245,7 @@ def comm(
     timing: str = option("--timing", "loop", "Comma list ok."),
     in_place: str = option("--in-place", "on", "Comma list ok."),
     link: str = option("--link", "auto", "Comma list ok."),
+    scope: str = option("--scope", "all", "Comma list ok."),
     world_size: str = option("--world-size", "2", "Comma-separated."),
     dist_backend: str = option("--dist-backend", None),
     dtype: str = option("--dtype", "fp32", "Of the message."),
@@ -253,7 +255,7 @@ def comm(
     wide: bool = WideOpt,
 ) -> None:
     """Time collectives through torch.distributed; algbw/busbw as nccl-tests define them."""
-    from trainperf.workloads.comm import OPS, TIMINGS, CommSpec, parse_sizes, validate
+    from trainperf.workloads.comm import OPS, SCOPES, TIMINGS, CommSpec, parse_sizes, validate
 
     backend = dist_backend_or_default(dist_backend)
     text = nbytes if nbytes is not None else ("1M:1G" if backend == "nccl" else "64K,1M,8M")
@@ -267,7 +269,7 @@ def comm(
                  op=parse_list(op, str, "--op", OPS), bytes=sizes,
                  timing=parse_list(timing, str, "--timing", TIMINGS),
                  in_place=parse_list(in_place, on_off, "--in-place"),
-                 link=parse_list(link, str, "--link", LINKS))
+                 link=parse_list(link, str, "--link", LINKS), scope=parse_list(scope, str, "--scope", SCOPES))
     dtype = parse_one(dtype, str, "--dtype", DTYPE_CHOICES, DTYPE_ALIASES)
     specs = [CommSpec(dist_backend=backend, dtype=dtype, warmup=warmup, iters=iters, **a) for a in axes]
     records = _validate_run_show("comm", specs, validate, COMM_COLUMNS, backend, out, db, rerun, quiet,

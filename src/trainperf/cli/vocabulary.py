@@ -20,6 +20,8 @@ GLOSSARY: dict[str, str] = {
     "--blocks": "The module path of a model's repeated blocks (e.g. model.layers), where trainperf does not "
                 "find them itself: what compile per layer, checkpointing, FSDP2 units and per-layer "
                 "profile ranges act on.",
+    "--scope": "Which ranks a collective spans: all; node (the ranks of each node: the links within a node); "
+               "cross (one rank of each node, every such group at once: the links between nodes).",
     "--wide": "Every column in the console table (by default: the columns that tell this run's cases "
               "apart and the headline metrics, sized to the terminal); files keep every field.",
     "--batch": "Sequences per step (per rank under ddp).",
