@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +41,15 @@ from trainperf.core.record import Record, case_key_for, spec_dict
 from trainperf.core.spec import on_off, parse_list, parse_one, positive_int, sweep
 from trainperf.core.store import Store, to_frame
 from trainperf.distributed.heartbeat import FAULT_ENV, parse_fault
-from trainperf.distributed.launch import LaunchError, existing_launch, launch, rank_device, world_size_problem
+from trainperf.distributed.launch import (
+    LaunchError,
+    existing_launch,
+    launch,
+    launch_run_id,
+    log_to,
+    rank_device,
+    world_size_problem,
+)
 from trainperf.distributed.links import LINKS
 from trainperf.distributed.ranked_sweep import run_ranked_cases
 from trainperf.distributed.supervisor import DEFAULT_TIMEOUT_S, Supervisor
@@ -60,17 +67,6 @@ def rank_zero() -> bool:
     """Whether this process stores and shows: it started the ranks, or it is global rank 0."""
     launched = existing_launch()
     return launched is None or launched[0] == 0
-
-
-def log_to(path: Path) -> None:
-    """This process's stdout and stderr, Python's and the descriptors beneath, into `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
 
 
 def _measure_of(workload: str) -> Any:
@@ -96,7 +92,7 @@ def _rank_worker(rank: int, world: int, workload: str, cases: list, db: str, env
 
     from trainperf.distributed.heartbeat import Heartbeat, install
 
-    run = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID")
+    run = launch_run_id()
     chosen = [[i for i, _ in cases]]
     if rank == 0 and run:
         chosen = [_after_restart(workload, cases, Store(db), env, run, world)]
@@ -149,7 +145,7 @@ def _run_distributed(workload: str, specs: list, backend: str, db: Path, out: Pa
                     todo.remove((i, s))
         failed = _supervise(workload, todo, backend, db, env, out, quiet, timeout_s)
         # an error record is not a finished case; this launch's own (a restarted group's) is its row
-        run = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID")
+        run = launch_run_id()
         mine = {r.key: r for r in store.records(run_id=run)} if run and existing_launch() else {}
         found = (failed.get(k) or mine.get(k) or store.find_case(k) for k in keys)
         return [r for r in found if r is not None]

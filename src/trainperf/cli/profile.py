@@ -33,7 +33,7 @@ from trainperf.cli.common import (
     with_defaults,
 )
 from trainperf.cli.vocabulary import DTYPE_ALIASES, MODE_ALIASES, RenamedFlags, option
-from trainperf.cli.workloads import STOCK_PARTS
+from trainperf.cli.workloads import refuse_gpt_options
 from trainperf.core import env as envmod
 from trainperf.core import report
 from trainperf.core.errors import SpecError
@@ -125,9 +125,7 @@ def _model_case(dev, model: str | None, seq: int | None, batch: int, dtype: str 
         if blocks is not None:
             raise SpecError("--blocks names the blocks of a model given as hf:, py:, a config.json or folder")
         return None
-    changed = [f"--{k}" for k, v in swaps.items() if v != STOCK_PARTS[k]]
-    if changed:
-        raise SpecError(f"{', '.join(changed)} change the GPT LM presets; --model {model} is built as it is")
+    refuse_gpt_options(model, swaps)
     cpu = dev.type == "cpu"
     spec = ModelStepSpec(model, seq=seq or (64 if cpu else 512), batch=batch,
                          dtype=parse_one(dtype or ("fp32" if cpu else "bf16"), str, "--dtype", DTYPE_CHOICES,

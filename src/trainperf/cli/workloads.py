@@ -63,6 +63,18 @@ def _step_swaps(spec: dict) -> str:
     return " ".join(f"{k}={spec[k]}" for k, v in STOCK_PARTS.items() if spec.get(k, v) != v) or "none"
 
 
+GPT_ONLY = (*STOCK_PARTS, "vocab", "d_model", "d_ff", "layers", "heads")
+
+
+def refuse_gpt_options(model: str, given: dict[str, Any]) -> None:
+    """SpecError naming the GPT LM's own options (swaps, dimensions) given a value of their own for
+    a model that is built as it is (models/source.py)."""
+    changed = [f"--{k.replace('_', '-')}" for k, v in given.items()
+               if k in GPT_ONLY and v not in (None, STOCK_PARTS.get(k))]
+    if changed:
+        raise SpecError(f"{', '.join(changed)} change the GPT LM presets; --model {model} is built as it is")
+
+
 def step_spec(axes: dict[str, Any], common: dict[str, Any], gpt: dict[str, Any], blocks: str | None) -> Any:
     """The validated spec of one step case: a GPT LM preset's (its swaps and dimensions), or any
     other model's (models/source.py), which takes none of those."""
@@ -79,11 +91,7 @@ def step_spec(axes: dict[str, Any], common: dict[str, Any], gpt: dict[str, Any],
         return spec
     if not is_model_source(name):
         raise SpecError(f"unknown --model {name!r}; valid choices: {', '.join(PRESETS)}; or {OTHER_MODELS}")
-    gpt_only = (*STOCK_PARTS, "vocab", "d_model", "d_ff", "layers", "heads")
-    swapped = [f"--{k.replace('_', '-')}" for k, v in {**axes, **gpt}.items()
-               if k in gpt_only and v not in (None, STOCK_PARTS.get(k))]
-    if swapped:
-        raise SpecError(f"{', '.join(swapped)} change the GPT LM presets; --model {name} is built as it is")
+    refuse_gpt_options(name, {**axes, **gpt})
     parts = {k: v for k, v in axes.items() if k not in STOCK_PARTS}
     spec = model_step.ModelStepSpec(name, **parts, **common, blocks=blocks)
     model_step.validate(spec)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import os
 import socket
+import sys
 import tempfile
 import time
 import traceback
@@ -60,6 +61,23 @@ def placement(world_size: int) -> dict[str, Any]:
         return {"launcher": "slurm", "nodes": nodes, "gpus_per_node": max(world_size // nodes, 1)}
     per_node = int(env.get("LOCAL_WORLD_SIZE", world_size))
     return {"launcher": "env", "nodes": max(world_size // per_node, 1), "gpus_per_node": per_node}
+
+
+def launch_run_id() -> str | None:
+    """The id of the torchrun or Slurm launch this process belongs to (None outside one): what its
+    records and claims name, the same across a restart of its group."""
+    return os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID")
+
+
+def log_to(path: Path) -> None:
+    """This process's stdout and stderr, Python's and the descriptors beneath, into `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
 
 
 def free_port() -> int:

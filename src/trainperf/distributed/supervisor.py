@@ -35,7 +35,7 @@ from trainperf.core.gpu_monitor import nvml_module
 from trainperf.core.record import Record, spec_dict
 from trainperf.core.store import Store
 from trainperf.distributed.heartbeat import INTERVAL_S
-from trainperf.distributed.launch import placement
+from trainperf.distributed.launch import log_to, placement
 
 POLL_S = 0.1
 STALL_CALLS = 10  # a timed call this many times longer than the usual one is a hang
@@ -96,10 +96,7 @@ def _rank_main(rank: int, world: int, backend: str, port: int, timeout_s: float,
     """One rank of one run: its output to its log, the process group on its device (with the
     variables of `environ` set first), the cases."""
     os.environ.update(environ)
-    log = log_path(Path(log_dir), workload, rank)
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
+    log_to(log_path(Path(log_dir), workload, rank))
     from trainperf.core.library_noise import quiet_libraries
     from trainperf.distributed.heartbeat import Heartbeat, install
     from trainperf.distributed.launch import init_rank
