@@ -455,6 +455,8 @@ def shard(
     float8: str = option("--float8", "off", "Here off, torchao (gathered in float8 where sharded) or "
                                            "trainperf (every decoder product); comma list ok."),
     vocab: int = option("--vocab", None, "Default: the preset's own (cs336-8b), else 10000."),
+    layers: int = option("--layers", None, "Decoder layers to build, fewer than the preset's: a part of a "
+                                           "model too large for one GPU, to calibrate `trainperf predict`."),
     dist_backend: str = option("--dist-backend", None),
     warmup: int = option("--warmup", 2), iters: int = option("--iters", 5),
     timeout: float = TimeoutOpt, out: Path = OutOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
@@ -509,7 +511,8 @@ def shard(
         if a["shard"] == "none":
             a["unit_layers"] = 1
     specs = list(dict.fromkeys(
-        ShardSpec(seq=opts["seq"], batch=global_batch(a["world_size"]), vocab=vocab, dist_backend=backend,
+        ShardSpec(seq=opts["seq"], batch=global_batch(a["world_size"]), vocab=vocab, layers=layers,
+                  dist_backend=backend,
                   warmup=warmup, iters=iters, **a) for a in axes))
     records = _validate_run_show("shard", specs, validate, SHARD_COLUMNS, backend, out, db, rerun, quiet,
                                  as_json, timeout, precheck=cannot_fit)

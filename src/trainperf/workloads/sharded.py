@@ -98,6 +98,8 @@ class ShardSpec:
     reduce_dtype: str = "fp32"  # the gradients' dtype on the wire (FSDP2's reduce-scatter, DDP's all-reduce)
     cuda_graph: bool = False  # forward and backward replayed as one CUDA graph
     vocab: int | None = None  # None: the preset's own, else 10000
+    layers: int | None = None  # decoder layers built (None: the preset's): a part of a model too large
+    # for one GPU, measured there to calibrate `trainperf predict`
     warmup: int = 2
     iters: int = 5
     lr: float = 1e-4
@@ -106,14 +108,15 @@ class ShardSpec:
         extras = "".join(f" {x}" for x, on in (("offload", self.offload), ("compiled", self.compile),
                                                 (f"float8={self.float8}", self.float8 != "off"),
                                                 ("graphed", self.cuda_graph)) if on)
-        return (f"{self.model} n={self.world_size} shard={self.shard} ckpt={self.checkpoint} "
+        model = self.model if self.layers is None else f"{self.model}[{self.layers} layers]"
+        return (f"{model} n={self.world_size} shard={self.shard} ckpt={self.checkpoint} "
                 f"{self.batch}x{self.seq} {self.dtype} {self.optimizer}{extras}")
 
     def model_config(self) -> LMConfig:
         p = get_preset(self.model)
         vocab = self.vocab or p.vocab or 10_000
         return LMConfig(vocab_size=vocab, context_length=self.seq, d_model=p.d_model, d_ff=p.d_ff,
-                        n_layers=p.n_layers, n_heads=p.n_heads, attention=self.attention)
+                        n_layers=self.layers or p.n_layers, n_heads=p.n_heads, attention=self.attention)
 
 
 def keeps_attention(checkpoint: str) -> bool:
@@ -163,6 +166,10 @@ def validate(spec: ShardSpec) -> None:
                         "through the host every step: choose one")
     if spec.prefetch < 0:
         raise SpecError(f"--prefetch must be 0 (FSDP2's own) or a number of units, got {spec.prefetch}")
+    preset_layers = get_preset(spec.model).n_layers if spec.model in PRESETS else None
+    if spec.layers is not None and preset_layers and not 1 <= spec.layers <= preset_layers:
+        raise SpecError(f"--layers must be from 1 to {preset_layers} ({spec.model}'s decoder layers), "
+                        f"got {spec.layers}")
     try:
         layers = spec.model_config().n_layers
     except ValueError as exc:

@@ -1,0 +1,86 @@
+"""How long a collective takes on this machine's links: the bus bandwidth `trainperf comm` measured
+per operation and size within a node, and a given per-GPU bandwidth between nodes.
+
+time = size · factor(n) / busbw(size), nccl-tests' conventions (workloads/comm.py): the bus bandwidth
+of a size between two measured ones is interpolated in log size, held at the ends. Within a node the
+measured curve of the nearest measured rank count stands for any count (NVSwitch gives every pair
+the same links). Across nodes the bus bandwidth is the lower of that curve and the network's per-GPU
+rate (a ring's slowest link), and each node the ring crosses adds `HOP_LATENCY_MS`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trainperf.core.errors import SpecError
+from trainperf.workloads.comm import BUS_FACTOR
+
+HOP_LATENCY_MS = 0.01  # a network hop of a ring across nodes (InfiniBand/RoCE: a few microseconds)
+NETWORK_EFFICIENCY = 0.9  # of a NIC's line rate a ring's bus bandwidth reaches (NCCL over InfiniBand)
+_RATE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(Gb|GB)(?:/s|ps)?\s*", flags=re.IGNORECASE)
+
+
+def parse_rate(text: str) -> float:
+    """A per-GPU network rate in GB/s: '400Gb', '400Gb/s' and '400Gbps' are bits (50 GB/s), '50GB' bytes."""
+    m = _RATE.fullmatch(text)
+    if not m or float(m.group(1)) <= 0:
+        raise SpecError(f"--inter-node {text!r}: give a rate per GPU such as 400Gb (bits) or 50GB (bytes)")
+    return float(m.group(1)) / (8 if m.group(2) == "Gb" else 1)
+
+
+@dataclass(frozen=True)
+class Links:
+    curves: Mapping[str, Mapping[int, list[tuple[int, float]]]]  # op → ranks → [(bytes, busbw GB/s)]
+    source: str  # which records the curves come from
+    inter_node_gbs: float | None = None  # per GPU, line rate
+    gpus_per_node: int = 8
+
+    def collective_ms(self, op: str, nbytes: float, ranks: int, nodes: int | None = None) -> float:
+        """One `op` of `nbytes` (nccl-tests' size) over `ranks` ranks on `nodes` nodes (default:
+        placed node by node)."""
+        if ranks <= 1 or nbytes <= 0:
+            return 0.0
+        nodes = nodes or math.ceil(ranks / self.gpus_per_node)
+        busbw = self.busbw(op, nbytes, math.ceil(ranks / nodes))
+        hops = 0.0
+        if nodes > 1:
+            if self.inter_node_gbs is None:
+                raise SpecError(f"{ranks} ranks span {nodes} nodes: give --inter-node (a GPU's network rate)")
+            busbw = min(busbw, self.inter_node_gbs * NETWORK_EFFICIENCY)
+            hops = nodes * HOP_LATENCY_MS
+        return nbytes * BUS_FACTOR[op](ranks) / (busbw * 1e9) * 1e3 + hops
+
+    def busbw(self, op: str, nbytes: float, ranks: int) -> float:
+        by_ranks = self.curves.get(op)
+        if not by_ranks:
+            raise SpecError(f"no {op} records among {self.source}: run `trainperf comm --op {op}` first")
+        nearest = min(by_ranks, key=lambda n: (abs(n - ranks), -n))
+        points = by_ranks[nearest]
+        if nbytes <= points[0][0]:
+            return points[0][1]
+        for (b0, w0), (b1, w1) in zip(points, points[1:], strict=False):
+            if nbytes <= b1:
+                x = (math.log(nbytes) - math.log(b0)) / (math.log(b1) - math.log(b0))
+                return w0 + x * (w1 - w0)
+        return points[-1][1]
+
+
+def links_from_records(records: Iterable[Mapping[str, Any]], source: str, inter_node_gbs: float | None = None,
+                       gpus_per_node: int = 8) -> Links:
+    """The bus bandwidth curves of `comm` records (ok, NCCL, back-to-back timing, all ranks)."""
+    curves: dict[str, dict[int, dict[int, float]]] = {}
+    for r in records:
+        if r.get("status") != "ok" or r.get("dist_backend") != "nccl" or r.get("timing", "loop") != "loop":
+            continue
+        if r.get("scope", "all") not in ("all", None) or not r.get("busbw_gbps"):
+            continue
+        point = curves.setdefault(str(r["op"]), {}).setdefault(int(r["world_size"]), {})
+        point[int(r["bytes"])] = max(point.get(int(r["bytes"]), 0.0), float(r["busbw_gbps"]))
+    if not curves:
+        raise SpecError(f"no NCCL `comm` records in {source}: run `trainperf comm` on these GPUs first")
+    ordered = {op: {n: sorted(pts.items()) for n, pts in by.items()} for op, by in curves.items()}
+    return Links(ordered, source, inter_node_gbs, gpus_per_node)

@@ -1,0 +1,181 @@
+"""A sharded step on N GPUs predicted from one GPU's step of the same model and choices.
+
+A rank's compute is the calibration's time per FLOP times the FLOPs of its share of the batch,
+split over the decoder units and the root by their FLOPs (the checkpointed layers' forward counted
+again in their backward); its collectives are the bytes FSDP2 (or DDP) moves per unit at the bus
+bandwidth the links give for that size and rank count (predict/links.py); predict/schedule.py
+orders them. Memory per rank: the state over the shards, plus the calibration's activations scaled
+by the activations the policy keeps (workloads/sharded.memory_needed), plus two gathered units.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from trainperf.core.errors import SpecError
+from trainperf.core.flops import peak_tflops
+from trainperf.predict.links import Links
+from trainperf.predict.schedule import Timeline, Unit, replicated_step, sharded_step, with_contention
+from trainperf.workloads.sharded import (
+    STATE_BYTES_PER_PARAM,
+    ShardSpec,
+    keeps_attention,
+    memory_needed,
+    whole_layers,
+)
+
+DDP_BUCKET_BYTES = 25 * 2**20  # PyTorch DDP's bucket_cap_mb
+GATHERED_UNITS = 2  # units FSDP2 holds unsharded at once: the one computing and the one prefetched
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One GPU's measured step of the model (or of its first `spec.layers` layers)."""
+
+    spec: ShardSpec
+    forward_backward_ms: float
+    optimizer_ms: float
+    gpu: str
+    source: str  # which record
+    peak_mem_gb: float | None = None
+    gpu_memory_gb: float | None = None  # the GPU's memory, GiB
+
+
+@dataclass(frozen=True)
+class Prediction:
+    spec: ShardSpec
+    timeline: Timeline
+    tokens_per_s_per_gpu: float
+    mfu: float | None
+    mem_gb_per_rank: float | None
+    fits: bool | None  # whether mem_gb_per_rank is within the GPU's memory
+    inputs: str
+
+
+def rank_tokens(spec: ShardSpec) -> int:
+    return spec.batch // spec.world_size * spec.seq
+
+
+def layer_params(spec: ShardSpec) -> tuple[int, int]:
+    """(parameters in a decoder layer's matrix products, in its norms)."""
+    cfg = spec.model_config()
+    return 4 * cfg.d_model**2 + 3 * cfg.d_model * cfg.d_ff, 2 * cfg.d_model
+
+
+def root_params(spec: ShardSpec) -> int:
+    cfg = spec.model_config()
+    return 2 * cfg.vocab_size * cfg.d_model + cfg.d_model  # embeddings, untied head, final norm
+
+
+def total_params(spec: ShardSpec) -> int:
+    return spec.model_config().n_layers * sum(layer_params(spec)) + root_params(spec)
+
+
+def work(spec: ShardSpec) -> tuple[list[tuple[float, float]], tuple[float, float]]:
+    """(forward, backward) FLOPs of each decoder layer and of the root, on one rank's tokens."""
+    cfg = spec.model_config()
+    tokens = rank_tokens(spec)
+    attention = 2.0 * spec.seq * cfg.d_model * tokens  # QKᵀ and P·V, causal
+    forward = 2.0 * layer_params(spec)[0] * tokens + attention
+    redone = forward - (attention if keeps_attention(spec.checkpoint) else 0.0)
+    whole = set(whole_layers(spec.checkpoint, cfg.n_layers) or ())
+    layers = [(forward, 2 * forward + (redone if i in whole else 0.0)) for i in range(cfg.n_layers)]
+    head = 2.0 * cfg.vocab_size * cfg.d_model * tokens
+    return layers, (head, 2 * head)
+
+
+def model_flops(spec: ShardSpec) -> float:
+    """The step's FLOPs on one rank without what checkpointing recomputes (what MFU counts)."""
+    layers, root = work(spec)
+    return sum(3 * f for f, _ in layers) + sum(root)
+
+
+def ms_per_flop(cal: Calibration) -> float:
+    layers, root = work(cal.spec)
+    return cal.forward_backward_ms / (sum(f + b for f, b in layers) + sum(root))
+
+
+def shard_group(spec: ShardSpec, gpus_per_node: int) -> int:
+    """Ranks one copy of the parameters is sharded over: all (full), a node or, on one node, half of
+    them (hybrid, as workloads/sharded.hybrid_groups), none (replicated)."""
+    if spec.shard == "full":
+        return spec.world_size
+    if spec.shard == "hybrid":
+        return gpus_per_node if spec.world_size > gpus_per_node else max(spec.world_size // 2, 1)
+    return 1
+
+
+def _bytes(spec: ShardSpec) -> tuple[int, int]:
+    """(bytes per matrix-product parameter gathered, bytes per gradient reduced)."""
+    gather = 4 if spec.dtype == "fp32" else (1 if spec.float8 == "torchao" else 2)
+    reduce = 4 if spec.dtype == "fp32" or spec.reduce_dtype == "fp32" else 2
+    return gather, reduce
+
+
+def _sharded_units(spec: ShardSpec, links: Links, scale: float) -> tuple[Unit, list[Unit]]:
+    layers, (head_f, head_b) = work(spec)
+    matmul, norms = layer_params(spec)
+    gather_b, reduce_b = _bytes(spec)
+    group = shard_group(spec, links.gpus_per_node)
+    replicas = spec.world_size // group
+
+    def collectives(params: int, gathered_bytes: float) -> tuple[float, float]:
+        gather = links.collective_ms("all_gather", gathered_bytes, group)
+        reduce = links.collective_ms("reduce_scatter", params * reduce_b, group)
+        if replicas > 1:
+            across = replicas if spec.world_size > links.gpus_per_node else 1
+            reduce += links.collective_ms("all_reduce", params * reduce_b / group, replicas, nodes=across)
+        return gather, reduce
+
+    units = []
+    for i in range(0, len(layers), spec.unit_layers):
+        chunk = layers[i:i + spec.unit_layers]
+        n = len(chunk)
+        gather, reduce = collectives(n * (matmul + norms), n * (matmul * gather_b + norms * 2))
+        units.append(Unit(sum(f for f, _ in chunk) * scale, sum(b for _, b in chunk) * scale, gather, reduce))
+    gather, reduce = collectives(root_params(spec), root_params(spec) * 2)
+    return Unit(head_f * scale, head_b * scale, gather, reduce), units
+
+
+def predict_sharded(spec: ShardSpec, cal: Calibration, links: Links, contention: float = 0.0) -> Prediction:
+    """The step of `spec` on its world size from `cal` (module doc)."""
+    if cal.spec.model != spec.model or cal.spec.seq != spec.seq:
+        raise SpecError(f"calibration {cal.spec.label()} is not of {spec.model} at sequence {spec.seq}")
+    scale = ms_per_flop(cal)
+    group = shard_group(spec, links.gpus_per_node)
+    optimizer = cal.optimizer_ms * total_params(spec) / total_params(cal.spec) / group
+    if spec.shard == "none":
+        layers, root = work(spec)
+        forward = (sum(f for f, _ in layers) + root[0]) * scale
+        backward = (sum(b for _, b in layers) + root[1]) * scale
+        grads = total_params(spec) * _bytes(spec)[1]
+        whole, last = divmod(grads, DDP_BUCKET_BYTES)
+        buckets = [links.collective_ms("all_reduce", DDP_BUCKET_BYTES, spec.world_size)] * int(whole)
+        buckets += [links.collective_ms("all_reduce", last, spec.world_size)] if last else []
+        timeline = replicated_step(forward, backward, buckets, optimizer)
+    else:
+        root, units = _sharded_units(spec, links, scale)
+        timeline = sharded_step(root, units, optimizer, spec.reshard_after_forward, max(spec.prefetch, 1))
+    timeline = with_contention(timeline, contention)
+    peak = peak_tflops(cal.gpu, spec.dtype)
+    tflops = model_flops(spec) / (timeline.step_ms / 1e3) / 1e12
+    inputs = f"compute: {cal.source}; links: {links.source}"
+    if links.inter_node_gbs is not None and spec.world_size > links.gpus_per_node:
+        inputs += f"; between nodes {links.inter_node_gbs:g} GB/s per GPU (given)"
+    memory = memory_gb(spec, cal, group)
+    fits = None if memory is None or cal.gpu_memory_gb is None else memory <= cal.gpu_memory_gb
+    return Prediction(spec, timeline, rank_tokens(spec) / (timeline.step_ms / 1e3),
+                      tflops / peak if peak else None, memory, fits, inputs)
+
+
+def memory_gb(spec: ShardSpec, cal: Calibration, group: int) -> float | None:
+    """Peak GB per rank (module doc); None without the calibration's peak."""
+    if cal.peak_mem_gb is None:
+        return None
+    mine = memory_needed(spec)
+    theirs = memory_needed(replace(cal.spec, world_size=1, batch=rank_tokens(cal.spec) // cal.spec.seq))
+    measured_rest = cal.peak_mem_gb * 2**30 - total_params(cal.spec) * STATE_BYTES_PER_PARAM
+    kept = (mine["activations"] + mine["logits"]) / max(theirs["activations"] + theirs["logits"], 1.0)
+    gathered = 0.0 if group == 1 else GATHERED_UNITS * spec.unit_layers * sum(layer_params(spec)) * 2
+    state = total_params(spec) * STATE_BYTES_PER_PARAM / group
+    return (state + max(measured_rest, 0.0) * kept + gathered) / 2**30
