@@ -37,7 +37,7 @@ MATCHED = ("model", "seq", "checkpoint", "compile", "float8", "cuda_graph", "dty
 OVERLAPPED = {"naive": False, "flat": False, "overlap": True, "bucketed": True, "ddp": True}
 COLUMNS = ["run", "workload", "case", "world_size", "gpu", "step_ms_measured", "step_ms_predicted",
            "step_error", "exposed_comm_ms_measured", "exposed_comm_ms_predicted", "schedule_ms",
-           "hidden_comm_ms", "contention", "compute_from", "links_from"]
+           "hidden_comm_ms", "contention", "compute_from", "links_from", "reason"]
 FITTED_ON = ("schedule_ms", "hidden_comm_ms", "step_ms_measured")
 CONTENTIONS = np.linspace(0.0, 1.0, 101)  # the slowdowns tried (predict/schedule.with_contention)
 
@@ -143,11 +143,13 @@ def check_shard(root: Path) -> Iterator[dict[str, Any]]:
     ones = ok[ok.world_size == 1]
     links = links_by_gpu(root)
     for _, row in ok[ok.world_size > 1].iterrows():
-        cal = calibration_for(row, ones)
-        link = links.get(str(row.env_gpu_name))
-        if cal is not None and link is not None:
-            p = predict_sharded(shard_spec(row), cal, link)
-            yield _compared(row, "shard", p.spec.label(), p.timeline, cal.source, link.source)
+        spec, cal, link = shard_spec(row), calibration_for(row, ones), links.get(str(row.env_gpu_name))
+        if cal is None or link is None:
+            missing = "no one-GPU shard row of its model and choices" if cal is None else "no comm records"
+            yield _compared(row, "shard", spec.label(), None, "", "", f"{missing} on {row.env_gpu_name}")
+            continue
+        p = predict_sharded(spec, cal, link)
+        yield _compared(row, "shard", spec.label(), p.timeline, cal.source, link.source)
 
 
 def check_ddp(root: Path) -> Iterator[dict[str, Any]]:
@@ -178,13 +180,16 @@ def ddp_buckets(row: pd.Series) -> int:
     return 1
 
 
-def _compared(row: pd.Series, workload: str, case: str, t: Timeline, compute_from: str,
-              links_from: str) -> dict[str, Any]:
+def _compared(row: pd.Series, workload: str, case: str, t: Timeline | None, compute_from: str,
+              links_from: str, reason: str = "") -> dict[str, Any]:
+    """A row of the check; without a timeline, one the model cannot predict, and why."""
+    nan = float("nan")
     return {"run": row.run, "workload": workload, "case": case, "world_size": int(row.world_size),
             "gpu": row.env_gpu_name, "step_ms_measured": float(row.step_ms_median),
             "exposed_comm_ms_measured": _value(row, "exposed_comm_ms"),
-            "exposed_comm_ms_predicted": t.exposed_comm_ms, "schedule_ms": t.step_ms,
-            "hidden_comm_ms": t.hidden_comm_ms, "compute_from": compute_from, "links_from": links_from}
+            "exposed_comm_ms_predicted": t.exposed_comm_ms if t else nan, "schedule_ms": t.step_ms if t else nan,
+            "hidden_comm_ms": t.hidden_comm_ms if t else nan, "compute_from": compute_from,
+            "links_from": links_from, "reason": reason}
 
 
 def fit_contention(schedule_ms: np.ndarray, hidden_ms: np.ndarray, measured_ms: np.ndarray) -> float:
@@ -194,11 +199,13 @@ def fit_contention(schedule_ms: np.ndarray, hidden_ms: np.ndarray, measured_ms: 
 
 
 def check(root: Path) -> pd.DataFrame:
-    """Predicted against measured for every row under `root` the model can predict (module doc)."""
+    """Predicted against measured for every multi-GPU row under `root` (module doc); the rows the
+    model cannot predict stay, without a prediction, with the reason."""
     frame = pd.DataFrame([*check_shard(root), *check_ddp(root)], columns=COLUMNS)
     values = [frame[c].to_numpy(float) for c in FITTED_ON]
-    frame["contention"] = [fit_contention(*(v[np.arange(len(frame)) != i] for v in values))
-                           for i in range(len(frame))]
+    known = ~np.isnan(values[0])
+    frame["contention"] = [fit_contention(*(v[known & (np.arange(len(frame)) != i)] for v in values))
+                           if known[i] else np.nan for i in range(len(frame))]
     frame["step_ms_predicted"] = frame.schedule_ms + frame.contention * frame.hidden_comm_ms
     frame["step_error"] = frame.step_ms_predicted / frame.step_ms_measured - 1
     return frame
@@ -206,23 +213,24 @@ def check(root: Path) -> pd.DataFrame:
 
 def contention_of(root: Path) -> float:
     """The contention fitted on every row under `root` the model can predict (0 where none)."""
-    frame = pd.DataFrame([*check_shard(root), *check_ddp(root)], columns=COLUMNS)
+    frame = pd.DataFrame([*check_shard(root), *check_ddp(root)], columns=COLUMNS).dropna(subset=["schedule_ms"])
     if frame.empty:
         return 0.0
     return fit_contention(*(frame[c].to_numpy(float) for c in FITTED_ON))
 
 
 def summary(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per workload and GPU, and over all: rows, median |step error|, share within 10%, median
-    |exposed communication error| in ms."""
+    """Per workload and GPU, and over all, of the rows predicted: rows, median |step error|, share
+    within 10%, median |exposed communication error| in ms."""
     def stats(rows: pd.DataFrame) -> pd.Series:
         exposed = (rows.exposed_comm_ms_predicted - rows.exposed_comm_ms_measured).abs()
         return pd.Series({"rows": len(rows), "step_error_median": rows.step_error.abs().median(),
                           "within_10pct": (rows.step_error.abs() <= 0.1).mean(),
                           "exposed_comm_error_ms_median": exposed.median()})
 
-    parts = [stats(rows).rename(key) for key, rows in frame.groupby(["workload", "gpu"])]
-    table = pd.DataFrame([*parts, stats(frame).rename(("all", "all"))])
+    predicted = frame.dropna(subset=["step_ms_predicted"])
+    parts = [stats(rows).rename(key) for key, rows in predicted.groupby(["workload", "gpu"])]
+    table = pd.DataFrame([*parts, stats(predicted).rename(("all", "all"))])
     table.index = pd.MultiIndex.from_tuples(table.index, names=["workload", "gpu"])
     return table.reset_index()
 
