@@ -145,7 +145,8 @@ def check_shard(root: Path) -> Iterator[dict[str, Any]]:
     for _, row in ok[ok.world_size > 1].iterrows():
         spec, cal, link = shard_spec(row), calibration_for(row, ones), links.get(str(row.env_gpu_name))
         if cal is None or link is None:
-            missing = "no one-GPU shard row of its model and choices" if cal is None else "no comm records"
+            choices = ", ".join(f"{name} {getattr(spec, name)}" for name in MATCHED)
+            missing = f"no one-GPU shard row with {choices}" if cal is None else "no comm records"
             yield _compared(row, "shard", spec.label(), None, "", "", f"{missing} on {row.env_gpu_name}")
             continue
         p = predict_sharded(spec, cal, link)
@@ -187,9 +188,9 @@ def _compared(row: pd.Series, workload: str, case: str, t: Timeline | None, comp
     return {"run": row.run, "workload": workload, "case": case, "world_size": int(row.world_size),
             "gpu": row.env_gpu_name, "step_ms_measured": float(row.step_ms_median),
             "exposed_comm_ms_measured": _value(row, "exposed_comm_ms"),
-            "exposed_comm_ms_predicted": t.exposed_comm_ms if t else nan, "schedule_ms": t.step_ms if t else nan,
-            "hidden_comm_ms": t.hidden_comm_ms if t else nan, "compute_from": compute_from,
-            "links_from": links_from, "reason": reason}
+            "exposed_comm_ms_predicted": t.exposed_comm_ms if t else nan,
+            "schedule_ms": t.step_ms if t else nan, "hidden_comm_ms": t.hidden_comm_ms if t else nan,
+            "compute_from": compute_from, "links_from": links_from, "reason": reason}
 
 
 def fit_contention(schedule_ms: np.ndarray, hidden_ms: np.ndarray, measured_ms: np.ndarray) -> float:
@@ -198,10 +199,14 @@ def fit_contention(schedule_ms: np.ndarray, hidden_ms: np.ndarray, measured_ms: 
     return float(CONTENTIONS[np.argmin(np.median(np.abs(predicted / measured_ms[None, :] - 1), axis=1))])
 
 
+def _scheduled(root: Path) -> pd.DataFrame:
+    return pd.DataFrame([*check_shard(root), *check_ddp(root)], columns=COLUMNS)
+
+
 def check(root: Path) -> pd.DataFrame:
     """Predicted against measured for every multi-GPU row under `root` (module doc); the rows the
     model cannot predict stay, without a prediction, with the reason."""
-    frame = pd.DataFrame([*check_shard(root), *check_ddp(root)], columns=COLUMNS)
+    frame = _scheduled(root)
     values = [frame[c].to_numpy(float) for c in FITTED_ON]
     known = ~np.isnan(values[0])
     frame["contention"] = [fit_contention(*(v[known & (np.arange(len(frame)) != i)] for v in values))
@@ -213,7 +218,7 @@ def check(root: Path) -> pd.DataFrame:
 
 def contention_of(root: Path) -> float:
     """The contention fitted on every row under `root` the model can predict (0 where none)."""
-    frame = pd.DataFrame([*check_shard(root), *check_ddp(root)], columns=COLUMNS).dropna(subset=["schedule_ms"])
+    frame = _scheduled(root).dropna(subset=["schedule_ms"])
     if frame.empty:
         return 0.0
     return fit_contention(*(frame[c].to_numpy(float) for c in FITTED_ON))
