@@ -77,6 +77,15 @@ CASES = [  # (arguments, words the one line must hold)
     (["profile", "attention", *CPU, "--seq", "10000000"], "GiB of memory on the CPU"),
     (["llama", *CPU, "--batch-seq", "1x10000000"], "GiB of memory on the CPU"),
     (["llama", *CPU, "--layers", "1000"], "--layers must be between 1 and the model's 2"),
+    (["shard", "--layers", "9"], "--layers must be from 1 to 2 (tiny's decoder layers), got 9"),
+    (["predict", "--gpus", "0"], "--gpus: 0 is not an integer from 1"),
+    (["predict", "--model", "bogus"], "--model: unknown value 'bogus'"),
+    (["predict", "--inter-node", "fast"], "--inter-node 'fast': give a rate per GPU"),
+    (["predict", "--shard", "bogus"], "--shard: unknown value 'bogus'"),
+    (["predict", "--gpus-per-node", "0"], "--gpus-per-node must be positive"),
+    (["predict", "--results", "{file}"], "not a folder of results"),
+    (["predict", "--results", "{dir}"], "no one-GPU shard record of cs336-8b"),
+    (["predict-check", "--results", "{dir}"], "no multi-GPU shard or ddp rows to check"),
 ]
 
 

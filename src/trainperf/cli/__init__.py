@@ -2,7 +2,7 @@
 
 # Importing a module registers its commands; this order is the order of --help.
 from trainperf.cli.common import app, console, err_console  # noqa: I001
-from trainperf.cli import workloads, distributed, profile, results, suites  # noqa: F401
+from trainperf.cli import workloads, distributed, predict, profile, results, suites  # noqa: F401
 from trainperf.cli.interrupts import keep_only, stop_at_second_interrupt
 from trainperf.cli.usage import run_cli
 from trainperf.core.sigint import quiet_forkserver, remember_sigint

@@ -105,6 +105,10 @@ GLOSSARY: dict[str, str] = {
               "memory), shm (through host memory, no peer to peer), socket (its socket transport alone, as "
               "hosts joined by Ethernet).",
     "--world-size": "Processes, one per GPU (or CPU process under gloo).",
+    "--gpus": "GPU counts to predict a step for, comma-separated.",
+    "--gpus-per-node": "GPUs in one node (NVLink within, the network between nodes).",
+    "--inter-node": "The network between nodes, per GPU: 400Gb (bits a second) or 50GB (bytes).",
+    "--gpu": "Which GPU's records: part of its name (H200, H100); default any.",
     "--dist-backend": "torch.distributed backend: nccl, gloo (default: nccl with GPUs, else gloo).",
     "--variant": "Gradient-sync variants.",
     "--reduce-dtype": "The gradients' dtype on the wire: fp32 (their own), bf16 (half the bytes; cast for "

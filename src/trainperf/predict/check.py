@@ -255,6 +255,8 @@ def draw(frame: pd.DataFrame, path: Path) -> Path:
     ax.fill_between(line, line * 0.9, line * 1.1, color="grey", alpha=0.15, label="±10%")
     ax.set(xscale="log", yscale="log", xlabel="measured step ms", ylabel="predicted step ms",
            title=f"step model against {len(frame)} measured multi-GPU rows")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_minor_formatter(plt.NullFormatter())
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -25,11 +25,12 @@ _RATE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(Gb|GB)(?:/s|ps)?\s*", flags=re.IGNORE
 
 
 def parse_rate(text: str) -> float:
-    """A per-GPU network rate in GB/s: '400Gb', '400Gb/s' and '400Gbps' are bits (50 GB/s), '50GB' bytes."""
+    """A per-GPU network rate in GB/s: a lower-case b counts bits ('400Gb', '400Gb/s', '400gbps': 50 GB/s),
+    an upper-case B bytes ('50GB')."""
     m = _RATE.fullmatch(text)
     if not m or float(m.group(1)) <= 0:
         raise SpecError(f"--inter-node {text!r}: give a rate per GPU such as 400Gb (bits) or 50GB (bytes)")
-    return float(m.group(1)) / (8 if m.group(2) == "Gb" else 1)
+    return float(m.group(1)) / (8 if m.group(2).endswith("b") else 1)
 
 
 @dataclass(frozen=True)
