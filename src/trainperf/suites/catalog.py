@@ -705,7 +705,9 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "keeping layers gathered for the backward), each layer compiled, beside the same step on one "
           "GPU, eager and compiled. FSDP2 runs one and four layers a unit; weak scaling also with the "
           "gradients reduced in bf16, and with each step's forward and backward replayed as a CUDA graph "
-          "(with hybrid sharding too), as the xl step at 8 x 2048 is.",
+          "(with hybrid sharding too), as the xl step at 8 x 2048 is. On one GPU, the leaderboard's step "
+          "cut to its first 12 layers (8 kept, 4 checkpointed): the calibration `trainperf predict` "
+          "scales to the whole model and to many GPUs.",
           (Part("leaderboard", ("shard",),  # what keeping attention and 8 layers' activations buy
                 gpu={**_LEADERBOARD, "--checkpoint": "full,full+attn,all-but-8+attn", "--compile": "on",
                      "--attention": "fa4"},
@@ -757,6 +759,11 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "--warmup": "2", "--iters": "5"},
                 cpu={"--model": "tiny", "--world-size": "2", "--batch-per-rank": "2",
                      "--cuda-graph": "off,on", **_TINY}),
+           Part("calibration", ("shard",),  # one GPU's share of the leaderboard's step, for predict
+                gpu={**_LEADERBOARD, "--world-size": "1", "--batch": "1", "--layers": "12",
+                     "--checkpoint": "all-but-8+attn", "--compile": "on", "--attention": "sdpa-cudnn,fa4",
+                     "--float8": "off,torchao,trainperf"},
+                cpu={"--model": "tiny", "--world-size": "1", "--layers": "1", **_TINY}),
            Part("sizes", ("shard",),
                 gpu={"--model": "xl,2.7B", "--world-size": f"1,2,{GPUS}", "--shard": "full,none",
                      "--checkpoint": "full", "--seq": "1024", "--batch": "8", "--compile": "on",
