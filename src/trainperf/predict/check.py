@@ -3,9 +3,9 @@ results tree with more than one rank that has what its prediction needs, predict
 measured apart from it, beside what was measured.
 
 shard rows: the compute from a one-GPU `shard` row of the same model and choices (the same folder
-first, then the same tokens per rank, then the same run, then the most layers), the links from
-`comm` records of that GPU (else of a GPU with the same NVLink, named in the row). ddp rows: their
-own parts, timed apart in the same case (`compute_ms`: the step without synchronisation;
+first, then the same tokens per rank, then the same run, then the most layers, then the latest),
+the links from `comm` records of that GPU (else of a GPU with the same NVLink, named in the row).
+ddp rows: their own parts, timed apart in the same case (`compute_ms`: the step without synchronisation;
 `comm_alone_ms`: its collectives without compute), put together by the variant's schedule.
 The one fitted number, the contention (predict/schedule.with_contention), is fitted for each row on
 the other rows alone, so every error is one the fit never saw.
@@ -109,7 +109,10 @@ def calibration_for(row: pd.Series, ones: pd.DataFrame) -> Calibration | None:
     fewer_layers = specs[same.index].map(lambda s: spec.model_config().n_layers - s.model_config().n_layers)
     other_tokens = same.batch // same.world_size != row.batch // row.world_size
     order = ((same.folder != row.folder) * 4 + other_tokens * 2 + (same.run != row.run)) * 1000 + fewer_layers
-    return calibration(same.loc[order.astype(int).sort_values(kind="stable").index[0]])
+    latest = same.get("created_at", pd.Series("", index=same.index)).fillna("")
+    ranked = pd.DataFrame({"order": order.astype(int), "latest": latest}).sort_values(
+        ["order", "latest"], ascending=[True, False], kind="stable")
+    return calibration(same.loc[ranked.index[0]])
 
 
 def calibration(row: pd.Series) -> Calibration:

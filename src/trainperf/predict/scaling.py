@@ -85,6 +85,9 @@ def draw(frame: pd.DataFrame, path: Path) -> Path:
     ax.set(xscale="log", xlabel="GPUs", ylabel="tokens/s per GPU (predicted)",
            title=f"{model}: predicted scaling per sharding choice")
     ax.set_ylim(bottom=0)
+    counts = sorted(frame.gpus.unique())
+    ax.set_xticks(counts, [str(n) for n in counts])
+    ax.xaxis.set_minor_formatter(plt.NullFormatter())
     ax.legend(title="shard")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
