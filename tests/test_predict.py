@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from trainperf.cli import app
 from trainperf.core.errors import SpecError
 from trainperf.predict.check import check, fit_contention, summary
-from trainperf.predict.links import Links, links_from_records, parse_rate
+from trainperf.predict.links import HOP_LATENCY_MS, Links, links_from_records, parse_rate
 from trainperf.predict.model import Calibration, model_flops, predict_sharded, total_params, work
 from trainperf.predict.schedule import Unit, replicated_step, sharded_step, with_contention
 from trainperf.workloads.comm import BUS_FACTOR
@@ -109,6 +109,28 @@ def test_links_across_nodes_need_the_network_and_are_bound_by_it():
         links.collective_ms("all_gather", 2**30, 16)
     networked = Links(links.curves, "test", inter_node_gbs=parse_rate("400Gb"), gpus_per_node=8)
     assert networked.collective_ms("all_gather", 2**30, 16) > 2 * links.collective_ms("all_gather", 2**30, 8)
+
+
+def test_links_between_nodes_come_from_cross_records_where_a_multi_node_run_made_them():
+    cross = [{**r, "scope": "cross", "group_size": 2, "world_size": 16, "nodes": 2, "busbw_gbps": 20.0}
+             for r in comm_records()]
+    mixed = [{**r, "world_size": 16, "nodes": 2, "busbw_gbps": 1.0} for r in comm_records()]  # left out
+    links = links_from_records([*comm_records(), *cross, *mixed], "test", gpus_per_node=8)
+    assert links.network() == "measured (comm --scope cross)"
+    assert links.busbw("all_gather", 2**30, 8) == 100.0
+    ms = links.collective_ms("all_gather", 2**30, 16)
+    assert ms == pytest.approx(2**30 * BUS_FACTOR["all_gather"](16) / 20e9 * 1e3 + 2 * HOP_LATENCY_MS)
+    given = links.placed(8, parse_rate("800Gb"))
+    assert given.network() == "100 GB/s per GPU (given)"
+    assert given.collective_ms("all_gather", 2**30, 16) < ms
+
+
+def test_predict_across_nodes_without_a_network_is_one_line_naming_the_option(tmp_path):
+    root = results_tree(tmp_path / "results")
+    res = CliRunner().invoke(app, ["predict", "--model", "small", "--gpus", "16", "--results", str(root),
+                                   "--out", str(tmp_path / "out")])
+    assert res.exit_code == 2
+    assert "give --inter-node" in res.output and len(res.output.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("text, gbs", [("400Gb", 50.0), ("400Gb/s", 50.0), ("400gbps", 50.0), ("50GB", 50.0)])
@@ -215,14 +237,16 @@ def test_predict_command_writes_one_row_per_choice_and_count(tmp_path):
     root = results_tree(tmp_path / "results")
     out = tmp_path / "out"
     res = CliRunner().invoke(app, ["predict", "--model", "small", "--gpus", "1,2,16", "--shard", "full,none",
-                                   "--results", str(root), "--out", str(out), "--quiet"])
+                                   "--inter-node", "400Gb", "--results", str(root), "--out", str(out),
+                                   "--quiet"])
     assert res.exit_code == 0, res.output
     frame = pd.read_csv(out / "predict.csv")
     assert list(zip(frame.shard, frame.gpus, strict=True)) == [("full", 1), ("full", 2), ("full", 16),
                                                                 ("none", 1), ("none", 2), ("none", 16)]
     assert frame.nodes.tolist() == [1, 1, 2] * 2
     assert frame.step_ms.iloc[0] == pytest.approx(128.0)  # one GPU at the calibration's batch: itself
-    assert frame.inputs.str.contains("between nodes 50 GB/s per GPU").tolist() == [False, False, True] * 2
+    given = frame.inputs.str.contains("between nodes 50 GB/s per GPU (given)", regex=False)
+    assert given.tolist() == [False, False, True] * 2
     assert (frame.mem_gb_per_rank[frame.shard == "full"].diff().dropna() < 0).all()
 
 

@@ -42,7 +42,7 @@ def predict(
     model: str = option("--model", "cs336-8b", "Here a GPT LM preset with a one-GPU shard record."),
     gpus: str = option("--gpus", "8,64,512"),
     gpus_per_node: int = option("--gpus-per-node", 8),
-    inter_node: str = option("--inter-node", "400Gb"),
+    inter_node: str = option("--inter-node", None, "Default: measured, from `comm --scope cross` records."),
     shard: str = option("--shard", "full,hybrid,none", "Comma list ok."),
     gpu: str = option("--gpu", None),
     checkpoint: str = option("--checkpoint", None, "Here: the calibration's (default: any)."),
@@ -69,7 +69,7 @@ def predict(
         raise SpecError(f"--gpus-per-node must be positive, got {gpus_per_node}")
     if batch_per_rank is not None and batch_per_rank < 1:
         raise SpecError(f"--batch-per-rank must be positive, got {batch_per_rank}")
-    rate = parse_rate(inter_node)
+    rate = None if inter_node is None else parse_rate(inter_node)
     if gpu is not None and not gpu.strip():
         raise SpecError("--gpu needs part of a GPU's name, such as H200")
     choices = {name: parse_one(text, str, f"--{name}") for name, text in

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +135,7 @@ def links_by_gpu(root: Path) -> dict[str, Links]:
         found[str(gpu)] = links_from_records(rows.to_dict("records"), f"comm {runs}")
     for gpu, other in SAME_LINKS.items():
         if gpu not in found and other in found:
-            found[gpu] = Links(found[other].curves, f"{found[other].source} ({other}'s: the same NVLink)")
+            found[gpu] = replace(found[other], source=f"{found[other].source} ({other}'s: the same NVLink)")
     return found
 
 

@@ -160,8 +160,8 @@ def predict_sharded(spec: ShardSpec, cal: Calibration, links: Links, contention:
     peak = peak_tflops(cal.gpu, spec.dtype)
     tflops = model_flops(spec) / (timeline.step_ms / 1e3) / 1e12
     inputs = f"compute: {cal.source}; links: {links.source}"
-    if links.inter_node_gbs is not None and spec.world_size > links.gpus_per_node:
-        inputs += f"; between nodes {links.inter_node_gbs:g} GB/s per GPU (given)"
+    if spec.world_size > links.gpus_per_node:
+        inputs += f"; between nodes {links.network()}"
     memory = memory_gb(spec, cal, group)
     fits = None if memory is None or cal.gpu_memory_gb is None else memory <= cal.gpu_memory_gb
     return Prediction(spec, timeline, rank_tokens(spec) / (timeline.step_ms / 1e3),

@@ -20,7 +20,6 @@ from trainperf.predict.check import (
     results_rows,
     shard_spec,
 )
-from trainperf.predict.links import Links
 from trainperf.predict.model import Calibration, predict_sharded
 
 COLUMNS = ["model", "gpus", "nodes", "shard", "batch_per_gpu", "step_ms", "tokens_per_s_per_gpu", "mfu",
@@ -56,7 +55,7 @@ def predict_scaling(root: Path, cal: Calibration, gpus: Sequence[int], shards: S
     if cal.gpu not in found:
         raise SpecError(f"no `comm` records of {cal.gpu} (or of a GPU with its NVLink) under {root}: "
                         f"run `trainperf comm` on two or more of its GPUs first")
-    links = Links(found[cal.gpu].curves, found[cal.gpu].source, inter_node_gbs, gpus_per_node)
+    links = found[cal.gpu].placed(gpus_per_node, inter_node_gbs)
     contention = contention_of(root)
     per_gpu = batch_per_gpu or cal.spec.batch // cal.spec.world_size
     rows = []
