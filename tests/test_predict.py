@@ -248,6 +248,8 @@ def test_predict_command_writes_one_row_per_choice_and_count(tmp_path):
     given = frame.inputs.str.contains("between nodes 50 GB/s per GPU (given)", regex=False)
     assert given.tolist() == [False, False, True] * 2
     assert (frame.mem_gb_per_rank[frame.shard == "full"].diff().dropna() < 0).all()
+    assert (frame.checked_rows == 2).all()  # the tree's shard and ddp rows on this GPU: the stated error
+    assert frame.checked_error_median.notna().all()
 
 
 def test_predict_check_command_writes_the_table_the_summary_and_says_what_it_could_not_predict(tmp_path):

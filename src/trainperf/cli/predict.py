@@ -92,6 +92,10 @@ def predict(
                       f"attention {c.attention}, float8 {c.float8}, compiled {c.compile}, "
                       f"graphed {c.cuda_graph}; {frame.inputs.iloc[0].split('; ', 1)[1]}; "
                       f"contention {frame.contention.iloc[0]:.2f}", soft_wrap=True, highlight=False)
+        first = frame.iloc[0]
+        console.print(f"checked error: median |predicted / measured - 1| {first.checked_error_median:.1%} "
+                      f"over {first.checked_rows} measured multi-GPU rows of {cal.gpu} (predict-check)",
+                      soft_wrap=True, highlight=False)
         shown = frame[SHOWN].assign(fits=frame.fits.map({True: "yes", False: "no"}).fillna("?"))
         console.print(frame_table(shown, title=f"trainperf predict: {model} on {gpu or cal.gpu}"))
         err_console.print(f"wrote {out / 'predict.csv'}; how good the model is: trainperf predict-check")

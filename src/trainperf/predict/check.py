@@ -219,12 +219,12 @@ def check(root: Path) -> pd.DataFrame:
     return frame
 
 
-def contention_of(root: Path) -> float:
-    """The contention fitted on every row under `root` the model can predict (0 where none)."""
-    frame = _scheduled(root).dropna(subset=["schedule_ms"])
-    if frame.empty:
+def contention_of(checked: pd.DataFrame) -> float:
+    """The contention fitted on every row of a check that has a prediction (0 where none has)."""
+    rows = checked.dropna(subset=["schedule_ms"])
+    if rows.empty:
         return 0.0
-    return fit_contention(*(frame[c].to_numpy(float) for c in FITTED_ON))
+    return fit_contention(*(rows[c].to_numpy(float) for c in FITTED_ON))
 
 
 def summary(frame: pd.DataFrame) -> pd.DataFrame:

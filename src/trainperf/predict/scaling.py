@@ -1,6 +1,7 @@
 """Predictions of a model's step on many GPUs, per sharding choice, from the records of a results
-tree: its one-GPU `shard` row (the calibration), its GPU's `comm` records, the contention fitted on
-every multi-GPU row the tree holds (predict/check.py), and a given network between nodes."""
+tree: its one-GPU `shard` row (the calibration), its GPU's `comm` records, the network between
+nodes (measured or given), and the contention fitted on every multi-GPU row the tree holds
+(predict/check.py), whose check on that GPU's rows is each prediction's stated error."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pandas as pd
 from trainperf.core.errors import SpecError
 from trainperf.predict.check import (
     calibration,
+    check,
     contention_of,
     links_by_gpu,
     measured_once,
@@ -23,7 +25,8 @@ from trainperf.predict.check import (
 from trainperf.predict.model import Calibration, predict_sharded
 
 COLUMNS = ["model", "gpus", "nodes", "shard", "batch_per_gpu", "step_ms", "tokens_per_s_per_gpu", "mfu",
-           "exposed_comm_ms", "comm_ms", "mem_gb_per_rank", "fits", "contention", "inputs"]
+           "exposed_comm_ms", "comm_ms", "mem_gb_per_rank", "fits", "contention",
+           "checked_error_median", "checked_rows", "inputs"]
 
 
 def find_calibration(root: Path, model: str, gpu: str | None, choices: Mapping[str, Any]) -> Calibration:
@@ -56,7 +59,9 @@ def predict_scaling(root: Path, cal: Calibration, gpus: Sequence[int], shards: S
         raise SpecError(f"no `comm` records of {cal.gpu} (or of a GPU with its NVLink) under {root}: "
                         f"run `trainperf comm` on two or more of its GPUs first")
     links = found[cal.gpu].placed(gpus_per_node, inter_node_gbs)
-    contention = contention_of(root)
+    checked = check(root)
+    contention = contention_of(checked)
+    mine = checked[(checked.gpu == cal.gpu) & checked.step_error.notna()]
     per_gpu = batch_per_gpu or cal.spec.batch // cal.spec.world_size
     rows = []
     for shard in shards:
@@ -68,7 +73,8 @@ def predict_scaling(root: Path, cal: Calibration, gpus: Sequence[int], shards: S
                          "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu, "mfu": p.mfu,
                          "exposed_comm_ms": p.timeline.exposed_comm_ms, "comm_ms": p.timeline.comm_ms,
                          "mem_gb_per_rank": p.mem_gb_per_rank, "fits": p.fits,
-                         "contention": contention, "inputs": p.inputs})
+                         "contention": contention, "checked_error_median": mine.step_error.abs().median(),
+                         "checked_rows": len(mine), "inputs": p.inputs})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
