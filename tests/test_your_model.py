@@ -343,3 +343,40 @@ def test_the_python_api_on_a_gpu_compiled_in_bf16(models):
     assert record.spec["dtype"] == "bf16" and record.spec["device"].startswith("cuda")
     assert 0 < record.metrics["mfu"] < 1 and record.metrics["peak_mem_gb"] > 0
     assert record.metrics["blocks_found"] == "blocks (3 x Block)"
+
+
+def test_every_family_and_the_user_s_module_shard_over_two_ranks_with_mfu(models, tmp_path):
+    """FSDP2 over the found blocks (each checkpointed) and DDP, gloo on two CPU processes."""
+    db = tmp_path / "r.db"
+    res = runner.invoke(
+        app,
+        ["shard", "--model", ",".join(models.values()), "--world-size", "2", "--shard", "full,none",
+         "--checkpoint", "full", "--seq", "16", "--batch", "4", "--iters", "2", "--warmup", "1",
+         "--peak-tflops", "1", "--db", str(db), "--out", str(tmp_path / "o"), "--quiet"],
+    )
+    assert res.exit_code == 0, res.output
+    records = Store(db).records()
+    assert len(records) == 2 * len(models)
+    for r in records:
+        name = next(n for n, m in models.items() if m == r.spec["model"])
+        assert r.status == "ok", (name, r.spec["shard"], r.reason)
+        assert r.metrics["flops_source"] == "counted (forward x 3)" and r.metrics["mfu"] > 0
+        assert r.metrics["tflops"] / 2 == pytest.approx(r.metrics["mfu"])  # per rank, over 1 TFLOP/s each
+        found = r.metrics["blocks_found"]
+        assert found.startswith(f"{BLOCKS.get(name, 'blocks')} ("), found
+    qwen = next(r for r in records if r.spec["model"] == models["qwen2"])
+    tokens = 4 * 16
+    analytic = transformer_flops(2 * (32 * 32 * 2 + 32 * 16 * 2 + 3 * 32 * 64) + 32 * 128, 2, 32, 16, tokens)
+    assert qwen.metrics["model_tflop"] * 1e12 == pytest.approx(analytic, rel=0.15)  # attention counted whole
+
+
+@pytest.mark.parametrize("option, says", [
+    (["--float8", "trainperf"], "--float8 trainperf acts on the GPT LM presets"),
+    (["--loss", "chunked"], "--loss chunked acts on the GPT LM presets"),
+    (["--layers", "1"], "--layers acts on the GPT LM presets"),
+])
+def test_shard_refuses_preset_options_for_another_model_in_one_line(models, tmp_path, option, says):
+    res = runner.invoke(app, ["shard", "--model", models["qwen2"], *option, "--db", str(tmp_path / "r.db")])
+    assert res.exit_code == 2 and says in res.output and len(res.output.strip().splitlines()) == 1, res.output
+    res = runner.invoke(app, ["shard", "--model", "tiny", "--blocks", "layers", "--db", str(tmp_path / "x")])
+    assert res.exit_code == 2 and "--blocks names a model's blocks" in res.output

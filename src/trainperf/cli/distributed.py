@@ -430,8 +430,10 @@ def draw_scaling(ok: pd.DataFrame, path: Path) -> Path:
 @cli_errors
 def shard(
     model: str = option("--model", None, "Here GPT LM presets, comma-separated (cs336-8b: the CS336 "
-                                         "leaderboard's 8B model); default cs336-8b with nccl, tiny with "
-                                         "gloo."),
+                                         "leaderboard's 8B model), or any other model; default cs336-8b "
+                                         "with nccl, tiny with gloo."),
+    blocks: str = option("--blocks", None),
+    peak_tflops: float = option("--peak-tflops", None, "Per GPU (or CPU process)."),
     world_size: str = option("--world-size", "2", "Comma-separated."),
     shard_mode: str = option("--shard", "full", "Comma list ok."),
     checkpoint: str = option("--checkpoint", "none", "Comma list ok."),
@@ -481,8 +483,14 @@ def shard(
     opts = with_defaults(DEFAULTS.get(backend, DEFAULTS["gloo"]), model=model, seq=seq, batch=batch,
                          dtype=dtype, optimizer=optimizer)  # an unknown backend is refused with the spec
     from trainperf.models.presets import PRESETS
+    from trainperf.models.source import OTHER_MODELS, is_model_source
 
-    axes = sweep(model=parse_list(opts["model"], str, "--model", PRESETS),
+    models = parse_list(opts["model"], str, "--model")
+    for name in models:
+        if name not in PRESETS and not is_model_source(name):
+            raise SpecError(f"--model: unknown value {name!r}; valid choices: {', '.join(PRESETS)}; "
+                            f"or {OTHER_MODELS}")
+    axes = sweep(model=models,
                  world_size=parse_list(world_size, positive_int, "--world-size"),
                  shard=parse_list(shard_mode, str, "--shard", SHARDS),
                  checkpoint=parse_list(checkpoint, str, "--checkpoint"),
@@ -512,8 +520,8 @@ def shard(
             a["unit_layers"] = 1
     specs = list(dict.fromkeys(
         ShardSpec(seq=opts["seq"], batch=global_batch(a["world_size"]), vocab=vocab, layers=layers,
-                  dist_backend=backend,
-                  warmup=warmup, iters=iters, **a) for a in axes))
+                  blocks=blocks, peak_tflops=peak_tflops, dist_backend=backend, warmup=warmup, iters=iters,
+                  **a) for a in axes))
     records = _validate_run_show("shard", specs, validate, SHARD_COLUMNS, backend, out, db, rerun, quiet,
                                  as_json, timeout, precheck=cannot_fit)
     from trainperf.workloads.contributions import contributions

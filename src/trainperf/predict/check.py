@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from trainperf.models.presets import get_preset
+from trainperf.models.presets import PRESETS, get_preset
 from trainperf.predict.links import Links, links_from_records
 from trainperf.predict.model import Calibration, predict_sharded
 from trainperf.predict.schedule import Timeline, replicated_step
@@ -143,9 +143,13 @@ def check_shard(root: Path) -> Iterator[dict[str, Any]]:
     ok = measured_once(results_rows(root, "shard"))
     if ok.empty:
         return
-    ones = ok[ok.world_size == 1]
+    presets = ok.model.isin(list(PRESETS))
+    ones = ok[(ok.world_size == 1) & presets]
     links = links_by_gpu(root)
-    for _, row in ok[ok.world_size > 1].iterrows():
+    for _, row in ok[(ok.world_size > 1) & ~presets].iterrows():
+        yield _compared(row, "shard", str(row.model), None, "", "",
+                        "not a GPT LM preset: the step model counts the presets' layers only")
+    for _, row in ok[(ok.world_size > 1) & presets].iterrows():
         spec, cal, link = shard_spec(row), calibration_for(row, ones), links.get(str(row.env_gpu_name))
         if cal is None or link is None:
             choices = ", ".join(f"{name} {getattr(spec, name)}" for name in MATCHED)

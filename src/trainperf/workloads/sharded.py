@@ -29,6 +29,7 @@ the part with no computation queued, the host's, profiling/overlap says how).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -53,9 +54,17 @@ from trainperf.kernels.chunked_loss import chunked_lm_loss
 from trainperf.models.lm import LMConfig, TransformerLM, float8_blocks, lm_loss
 from trainperf.models.peers import apply_float8, precompute_float8_scales
 from trainperf.models.presets import PRESETS, get_preset
+from trainperf.models.source import ModelSource, is_model_source, vocab_of
 from trainperf.workloads.ddp import OPTIMIZERS as MAKE_OPTIMIZER
 from trainperf.workloads.ddp import REDUCE_DTYPES, release_memory, seeded_tokens, send_gradients_in_bf16
-from trainperf.workloads.precision import autocast
+from trainperf.workloads.precision import autocast, compile_regions
+from trainperf.workloads.sharded_source import (
+    SourceWithLoss,
+    refuse_preset_options,
+    source_model,
+    source_parameters,
+    train_flops,
+)
 from trainperf.workloads.step import LOSSES, Phase, no_phase
 from trainperf.workloads.step_graph import SIDE_STREAM_WARMUP, GraphedIteration
 
@@ -65,6 +74,7 @@ FLOAT8 = ("off", "torchao", "trainperf")
 CHECKPOINT_HELP = ("none, full, every-K (K a positive integer), all-but-N (N fewer than the layers), ops; "
                    "full, every-K and all-but-N with +attn (attention's output kept)")
 KEEP_ATTENTION = "+attn"
+ANY_DEPTH = 10**6  # checks a policy's form before a model's depth is known
 DDP_GRAPH_WARMUP = 11
 # What a command left out of --model, --seq, --batch, --dtype means, per torch.distributed backend:
 # the CS336 leaderboard's step on GPUs, a tiny one on CPU processes.
@@ -100,6 +110,8 @@ class ShardSpec:
     vocab: int | None = None  # None: the preset's own, else 10000
     layers: int | None = None  # decoder layers built (None: the preset's): a part of a model too large
     # for one GPU, measured there to calibrate `trainperf predict`
+    blocks: str | None = None  # another model's repeated blocks (models/source.py), where not found
+    peak_tflops: float | None = None  # per GPU, what MFU divides by (None: the known-GPU table)
     warmup: int = 2
     iters: int = 5
     lr: float = 1e-4
@@ -144,7 +156,9 @@ def whole_layers(checkpoint: str, n_layers: int) -> range | None:
 
 def validate(spec: ShardSpec) -> None:
     check_choice("shard", spec.shard, SHARDS)
-    check_choice("model", spec.model, PRESETS)
+    source = is_model_source(spec.model)
+    if not source:
+        check_choice("model", spec.model, PRESETS)
     check_choice("optimizer", spec.optimizer, OPTIMIZERS)
     check_choice("dtype", spec.dtype, ("fp32", "bf16"))
     check_choice("loss", spec.loss, LOSSES)
@@ -154,7 +168,9 @@ def validate(spec: ShardSpec) -> None:
     given_vocab = ("vocab",) if spec.vocab is not None else ()
     check_positive(spec, "seq", "batch", "iters", "world_size", *given_vocab)
     check_non_negative(spec, "warmup")
-    if whole_layers(spec.checkpoint, get_preset(spec.model).n_layers) is None:
+    if spec.peak_tflops is not None and not (math.isfinite(spec.peak_tflops) and spec.peak_tflops > 0):
+        raise SpecError(f"--peak-tflops must be a positive number, got {spec.peak_tflops}")
+    if whole_layers(spec.checkpoint, ANY_DEPTH if source else get_preset(spec.model).n_layers) is None:
         raise SpecError(f"--checkpoint {spec.checkpoint!r}; valid choices: {CHECKPOINT_HELP}")
     if spec.batch % spec.world_size:
         raise SpecError(f"--batch {spec.batch} (the global batch) does not split over "
@@ -166,6 +182,15 @@ def validate(spec: ShardSpec) -> None:
                         "through the host every step: choose one")
     if spec.prefetch < 0:
         raise SpecError(f"--prefetch must be 0 (FSDP2's own) or a number of units, got {spec.prefetch}")
+    if source:  # its depth is known once built: --unit-layers and all-but-N are checked then
+        ModelSource(spec.model).check()
+        refuse_preset_options(spec)
+        if spec.dist_backend == "gloo":
+            check_fits(spec.world_size * source_parameters(spec.model) * STATE_BYTES_PER_PARAM,
+                       f"shard {spec.label()} ({spec.world_size} ranks on this CPU)")
+        return
+    if spec.blocks is not None:
+        raise SpecError(f"--blocks names a model's blocks; {spec.model} is a preset, whose blocks are known")
     preset_layers = get_preset(spec.model).n_layers if spec.model in PRESETS else None
     if spec.layers is not None and preset_layers and not 1 <= spec.layers <= preset_layers:
         raise SpecError(f"--layers must be from 1 to {preset_layers} ({spec.model}'s decoder layers), "
@@ -195,11 +220,16 @@ KEPT = {"none": (9, 3), "ops": (6, 2), "layer": (1, 0), "layer+attn": (2, 0)}
 def memory_needed(spec: ShardSpec) -> dict[str, float]:
     """A lower bound of the bytes one rank needs: `state` (fp32 weights, gradients and AdamW's
     moments over the shards), `activations` (what the checkpointing policy keeps, in the compute
-    dtype) and `logits` (the fp32 logits of `--loss torch`; the chunked loss never builds them)."""
+    dtype) and `logits` (the fp32 logits of `--loss torch`; the chunked loss never builds them).
+    Of a model not a preset, the state alone."""
+    shards = {"full": spec.world_size, "hybrid": max(spec.world_size // 2, 1), "none": 1}[spec.shard]
+    if is_model_source(spec.model):
+        params = source_parameters(spec.model)
+        return {"params": params, "shards": shards, "state": params * STATE_BYTES_PER_PARAM / shards,
+                "activations": 0.0, "logits": 0.0}
     cfg = spec.model_config()
     with torch.device("meta"):
         params = sum(p.numel() for p in TransformerLM(cfg).parameters())
-    shards = {"full": spec.world_size, "hybrid": max(spec.world_size // 2, 1), "none": 1}[spec.shard]
     tokens = spec.batch // spec.world_size * spec.seq
     whole = len(whole_layers(spec.checkpoint, cfg.n_layers))
     policy = "ops" if spec.checkpoint == "ops" else "none"
@@ -269,7 +299,7 @@ def _selective(keep: set):  # noqa: ANN202
     return partial(checkpoint_wrapper, context_fn=contexts)
 
 
-def apply_checkpointing(model: TransformerLM, checkpoint: str) -> int:
+def apply_checkpointing(layers: nn.ModuleList, checkpoint: str) -> int:
     """Wrap the decoder layers the policy names in activation checkpointing; how many were."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
@@ -278,12 +308,14 @@ def apply_checkpointing(model: TransformerLM, checkpoint: str) -> int:
     if checkpoint == "ops":
         aten = torch.ops.aten
         wrap = _selective({aten.mm.default, aten.addmm.default, aten.bmm.default} | attention_ops())
-        chosen = range(len(model.layers))
+        chosen = range(len(layers))
     else:
         wrap = _selective(attention_ops()) if keeps_attention(checkpoint) else checkpoint_wrapper
-        chosen = whole_layers(checkpoint, len(model.layers))
+        chosen = whole_layers(checkpoint, len(layers))
+        if chosen is None:
+            raise SpecError(f"--checkpoint {checkpoint}: the model has {len(layers)} blocks")
     for i in chosen:
-        model.layers[i] = wrap(model.layers[i])
+        layers[i] = wrap(layers[i])
     return len(chosen)
 
 
@@ -311,8 +343,9 @@ def hybrid_groups(world: int) -> tuple[int, int]:
     return world // group, group
 
 
-def shard_model(model: LMWithLoss, spec: ShardSpec, world: int, device: torch.device) -> nn.Module:
-    """The model as the spec shards it: FSDP2 per decoder layer and at the root, or DDP."""
+def shard_model(model: nn.Module, layers: nn.ModuleList, spec: ShardSpec, world: int,
+                device: torch.device) -> nn.Module:
+    """The model as the spec shards it: FSDP2 per unit of `layers` and at the root, or DDP."""
     wire = REDUCE_DTYPES[spec.reduce_dtype]
     if spec.shard == "none":
         ids = [device.index] if device.type == "cuda" else None
@@ -335,8 +368,10 @@ def shard_model(model: LMWithLoss, spec: ShardSpec, world: int, device: torch.de
         if device.type != "cuda":
             raise Unsupported("--offload on moves parameters from a GPU to the CPU: it needs a GPU")
         kw["offload_policy"] = fsdp.CPUOffloadPolicy()
-    return shard_decoder(model, model.lm.layers, spec.reshard_after_forward, spec.prefetch, spec.unit_layers,
-                         **kw)
+    if not 1 <= spec.unit_layers <= len(layers):
+        raise SpecError(f"--unit-layers must be a number of blocks from 1 to {len(layers)}, "
+                        f"got {spec.unit_layers}")
+    return shard_decoder(model, layers, spec.reshard_after_forward, spec.prefetch, spec.unit_layers, **kw)
 
 
 class ShardedStep:
@@ -345,30 +380,42 @@ class ShardedStep:
     def __init__(self, spec: ShardSpec, rank: int, world: int, device: torch.device) -> None:
         self.spec, self.device = spec, device
         torch.manual_seed(0)
-        with device:
-            lm = TransformerLM(spec.model_config())
-        lm.bind_attention(device)
         self.float8_sharded = spec.float8 == "torchao" and spec.shard != "none"
-        if spec.float8 == "torchao":
-            apply_float8(lm, fsdp_all_gather=self.float8_sharded)
-        elif spec.float8 == "trainperf":
-            float8_blocks(lm)
-        self.checkpointed = apply_checkpointing(lm, spec.checkpoint)
+        self.counted_flops: float | None = None  # a model not a preset: its FLOPs counted, not derived
+        self.blocks_found: str | None = None
+        per = spec.batch // world
+        if is_model_source(spec.model):
+            model, blocks = source_model(spec.model, spec.blocks, device)
+            tokens = seeded_tokens(spec.batch, spec.seq, vocab_of(model))
+            rows = tokens[rank * per:(rank + 1) * per].to(device)
+            self.counted_flops = train_flops(model, rows[:, :-1]) * world
+            self.blocks_found, layers, root = blocks.describe(), blocks.layers, SourceWithLoss(model)
+            if spec.float8 == "torchao":
+                apply_float8(model, fsdp_all_gather=self.float8_sharded)
+        else:
+            with device:
+                lm = TransformerLM(spec.model_config())
+            lm.bind_attention(device)
+            rows = global_batch_tokens(spec)[rank * per:(rank + 1) * per].to(device)
+            if spec.float8 == "torchao":
+                apply_float8(lm, fsdp_all_gather=self.float8_sharded)
+            elif spec.float8 == "trainperf":
+                float8_blocks(lm)
+            self.matmul_params = lm.matmul_params()
+            layers, root = lm.layers, LMWithLoss(lm, spec.loss)
+        self.checkpointed = apply_checkpointing(layers, spec.checkpoint)
         if spec.compile:
-            lm.compile_layers()
-        self.matmul_params = lm.matmul_params()
+            compile_regions(layers)
         if spec.cuda_graph and device.type != "cuda":
             raise Unsupported("--cuda-graph on captures the step's GPU work: it needs CUDA GPUs (NCCL)")
         # the graph's stream: DDP takes hold of the parameters' autograd nodes as it wraps them
         self.stream = torch.cuda.Stream(device) if spec.cuda_graph else None
         with torch.cuda.stream(self.stream):  # None: the current stream
-            self.model = shard_model(LMWithLoss(lm, spec.loss), spec, world, device)
+            self.model = shard_model(root, layers, spec, world, device)
         try:
             self.opt = MAKE_OPTIMIZER[spec.optimizer](self.model.parameters(), lr=spec.lr)
         except (RuntimeError, ValueError) as exc:
             raise Unsupported(f"--optimizer {spec.optimizer}: {str(exc).splitlines()[0]}") from None
-        per = spec.batch // world
-        rows = global_batch_tokens(spec)[rank * per:(rank + 1) * per].to(device)
         self.x, self.y = rows[:, :-1], rows[:, 1:]
         self.graphed: GraphedIteration | None = None
 
@@ -460,7 +507,12 @@ def measure_sharded(spec: ShardSpec, rank: int, world: int, device: torch.device
     release_memory(device)
     step = ShardedStep(spec, rank, world, device)
     per_rank, phases, memory, traced, gpu_state = _time_steps(step, spec, device)
-    model_flops, redo = flop_counts(spec, step.matmul_params, step.checkpointed)
+    if step.counted_flops is None:
+        model_flops, redo = flop_counts(spec, step.matmul_params, step.checkpointed)
+        source_fields: dict[str, Any] = {"flops_source": "analytic"}
+    else:  # what checkpointing recomputes is not counted: no hardware FLOPs for these models
+        model_flops, redo = step.counted_flops, 0.0
+        source_fields = {"flops_source": "counted (forward x 3)", "blocks_found": step.blocks_found}
     del step
     release_memory(device)
     everyone: list[Any] = [None] * world
@@ -469,14 +521,14 @@ def measure_sharded(spec: ShardSpec, rank: int, world: int, device: torch.device
     skew = [max(col) - min(col) for col in zip(*per_rank, strict=True)]  # ranks apart, per step
     tflops = model_flops / (s["median"] / 1e3) / 1e12
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    peak = peak_tflops(gpu, spec.dtype)
+    peak = spec.peak_tflops or peak_tflops(gpu, spec.dtype)
     metrics: dict[str, Any] = {
         "step_ms_median": s["median"], "step_ms_std": s["std"], "step_ms_iqr": s["iqr"], "step_ms_n": s["n"],
         "rank_skew_ms": summarize(skew)["median"],
         **{f"{name}_ms": max(p[0][name] for p in everyone) for name in phases},
         "tokens_per_s": spec.batch * spec.seq / (s["median"] / 1e3),
         "model_tflop": model_flops / 1e12, "recompute_tflop": redo / 1e12, "tflops": tflops,
-        "mfu": tflops / peak / world if peak else None,
+        "mfu": tflops / peak / world if peak else None, **source_fields,
     }
     if traced is not None:
         from trainperf.profiling.overlap import across_ranks
