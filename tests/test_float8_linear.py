@@ -127,7 +127,7 @@ def test_checkpointed_float8_layers_compile_whole_and_train_as_eager_ones(checkp
             lm = TransformerLM(cfg)
         lm.bind_attention(torch.device(DEVICE))
         float8_blocks(lm)
-        apply_checkpointing(lm, checkpoint)
+        apply_checkpointing(lm.layers, checkpoint)
         if compiled:
             counters.clear()
             lm.compile_layers()

@@ -239,7 +239,7 @@ def test_checkpointing_wraps_the_layers_its_policy_names():
                             ("all-but-1", 3), ("all-but-0", 4)):
         lm = TransformerLM(LMConfig(vocab_size=64, context_length=16, d_model=32, d_ff=64, n_layers=4,
                                     n_heads=4))
-        assert apply_checkpointing(lm, policy) == wrapped
+        assert apply_checkpointing(lm.layers, policy) == wrapped
         assert sum(type(m).__name__ == "CheckpointWrapper" for m in lm.layers) == wrapped
         if policy == "all-but-1":  # the last layer's activations are the ones kept
             assert type(lm.layers[3]).__name__ != "CheckpointWrapper"
@@ -263,7 +263,7 @@ def _attention_calls(checkpoint: str) -> int:
 
     torch.manual_seed(0)
     lm = TransformerLM(LMConfig(vocab_size=64, context_length=16, d_model=32, d_ff=64, n_layers=3, n_heads=4))
-    apply_checkpointing(lm, checkpoint)
+    apply_checkpointing(lm.layers, checkpoint)
     tokens = torch.randint(0, 64, (2, 16))
     with Count():
         lm(tokens).sum().backward()

@@ -384,6 +384,7 @@ class ShardedStep:
         self.counted_flops: float | None = None  # a model not a preset: its FLOPs counted, not derived
         self.blocks_found: str | None = None
         per = spec.batch // world
+        lm: TransformerLM | None = None
         if is_model_source(spec.model):
             model, blocks = source_model(spec.model, spec.blocks, device)
             tokens = seeded_tokens(spec.batch, spec.seq, vocab_of(model))
@@ -404,7 +405,9 @@ class ShardedStep:
             self.matmul_params = lm.matmul_params()
             layers, root = lm.layers, LMWithLoss(lm, spec.loss)
         self.checkpointed = apply_checkpointing(layers, spec.checkpoint)
-        if spec.compile:
+        if spec.compile and lm is not None:  # its own way empties Dynamo's caches first (models/lm.py)
+            lm.compile_layers()
+        elif spec.compile:
             compile_regions(layers)
         if spec.cuda_graph and device.type != "cuda":
             raise Unsupported("--cuda-graph on captures the step's GPU work: it needs CUDA GPUs (NCCL)")
