@@ -380,3 +380,37 @@ def test_shard_refuses_preset_options_for_another_model_in_one_line(models, tmp_
     assert res.exit_code == 2 and says in res.output and len(res.output.strip().splitlines()) == 1, res.output
     res = runner.invoke(app, ["shard", "--model", "tiny", "--blocks", "layers", "--db", str(tmp_path / "x")])
     assert res.exit_code == 2 and "--blocks names a model's blocks" in res.output
+
+
+def test_recipes_of_another_model_are_rows_saying_what_they_need_here(models, tmp_path):
+    """On this machine Liger and torchao's float8 cannot run (no GPU, or not installed): each is an
+    unsupported row naming why, beside the stock row that ran."""
+    db = tmp_path / "r.db"
+    res = runner.invoke(app, ["step", "--model", models["qwen2"], "--recipe", "stock,liger,float8",
+                              "--seq", "16", "--batch", "2", "--iters", "1", "--warmup", "0", "--db", str(db),
+                              "--out", str(tmp_path / "o"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    rows = {r.spec["recipe"]: r for r in Store(db).records()}
+    assert rows["stock"].status == "ok"
+    assert rows["liger"].status == "unsupported" and "liger" in rows["liger"].reason
+    assert rows["float8"].status == "unsupported" and ("torchao" in rows["float8"].reason
+                                                       or "GPU" in rows["float8"].reason)
+    res = runner.invoke(app, ["step", "--model", "tiny", "--recipe", "liger", "--db", str(tmp_path / "x")])
+    assert res.exit_code == 2 and "--recipe liger acts on a model given as hf:" in res.output
+
+
+@pytest.mark.gpu
+def test_liger_and_float8_on_another_family_run_and_liger_is_undone(models, tmp_path):
+    pytest.importorskip("liger_kernel")
+    pytest.importorskip("torchao")
+    from transformers.models.qwen2 import modeling_qwen2
+
+    before = dict(vars(modeling_qwen2))
+    db = tmp_path / "r.db"
+    res = runner.invoke(app, ["step", "--model", models["qwen2"], "--recipe", "liger,float8,stock",
+                              "--seq", "64", "--batch", "2", "--dtype", "bf16", "--iters", "2",
+                              "--warmup", "1", "--db", str(db), "--out", str(tmp_path / "o"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    for r in Store(db).records():
+        assert r.status == "ok", (r.spec["recipe"], r.reason)
+    assert {k: v for k, v in vars(modeling_qwen2).items() if k in before} == before

@@ -45,7 +45,8 @@ from trainperf.core.store import to_frame
 STEP_COLUMNS: list[report.Column] = [
     report.case("model", "model"), report.case("seq", "seq"), report.case("batch", "batch"),
     report.case("dtype", "dtype"), report.case("compile", "compile"),
-    report.case("mode", "mode"), report.Column("swaps", lambda r: _step_swaps(r.spec), "case"),
+    report.case("mode", "mode"), report.case("recipe", "recipe"),
+    report.Column("swaps", lambda r: _step_swaps(r.spec), "case"),
     ("step ms", report.timing("step")), ("tok/s", report.metric("tokens_per_s", 4)),
     ("MFU %", report.metric("mfu", 2, 100.0)), ("peak GB", report.metric("peak_mem_gb")),
     report.detail("fwd ms", report.timing("forward")), report.detail("bwd ms", report.timing("backward")),
@@ -82,10 +83,13 @@ def step_spec(axes: dict[str, Any], common: dict[str, Any], gpt: dict[str, Any],
     from trainperf.models.source import OTHER_MODELS, is_model_source
     from trainperf.workloads import model_step, step
 
-    name = axes.pop("model")
+    name, recipe = axes.pop("model"), axes.pop("recipe", "stock")
     if name in PRESETS:
         if blocks is not None:
             raise SpecError(f"--blocks names a model's blocks; {name} is a preset, whose blocks are known")
+        if recipe != "stock":
+            raise SpecError(f"--recipe {recipe} acts on a model given as hf:, py: or a config; {name} is a "
+                            "preset, which takes trainperf's swaps (--norm, --attention, ...)")
         spec = step.StepSpec.from_preset(name, **axes, **common, **gpt)
         step.validate(spec)
         return spec
@@ -93,7 +97,7 @@ def step_spec(axes: dict[str, Any], common: dict[str, Any], gpt: dict[str, Any],
         raise SpecError(f"unknown --model {name!r}; valid choices: {', '.join(PRESETS)}; or {OTHER_MODELS}")
     refuse_gpt_options(name, {**axes, **gpt})
     parts = {k: v for k, v in axes.items() if k not in STOCK_PARTS}
-    spec = model_step.ModelStepSpec(name, **parts, **common, blocks=blocks)
+    spec = model_step.ModelStepSpec(name, **parts, **common, blocks=blocks, recipe=recipe)
     model_step.validate(spec)
     return spec
 
@@ -121,12 +125,16 @@ def step(
     layers: int = option("--layers", None), heads: int = option("--heads", None, "Overrides the preset's."),
     peak_tflops: float = option("--peak-tflops", None),
     blocks: str = option("--blocks", None),
+    recipe: str = option("--recipe", "stock", "Here, for a model given as hf:, py: or a config: "
+                                              "stock, liger (Liger Kernel's patch for its family), "
+                                              "float8 (torchao's, on its Linears); comma list ok."),
     out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
     wide: bool = WideOpt,
 ) -> None:
     """Time forward, backward and optimizer steps of a model (a GPT LM preset, a transformers config,
     your own nn.Module) across a sweep."""
+    from trainperf.models.peers import ANY_MODEL_RECIPES
     from trainperf.workloads.model_step import ModelStepSpec, measure_model_step
     from trainperf.workloads.step import MODES, measure_step
 
@@ -145,6 +153,7 @@ def step(
         dtype=dtypes(opts["dtype"]),
         compile=parse_list(compile, on_off, "--compile"),
         mode=parse_list(mode, str, "--mode", MODES),
+        recipe=parse_list(recipe, str, "--recipe", ANY_MODEL_RECIPES),
         **{k: parse_list(given, str, f"--{k}", choices) for (k, choices), given in
            zip(step_parts().items(), (attention, norm, rope, swiglu, loss), strict=True)},
     )

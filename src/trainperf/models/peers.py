@@ -1,5 +1,6 @@
 """What users pick instead of trainperf's step, applied to a transformers Llama: Liger Kernel's
-patches (RoPE, RMSNorm, SwiGLU, fused linear cross-entropy) and torchao's float8 training.
+patches (RoPE, RMSNorm, SwiGLU, fused linear cross-entropy) and torchao's float8 training; and to
+any other model (`ANY_MODEL_RECIPES`): Liger's patch for its family, torchao's float8 on its Linears.
 
 Each is an optional extra; without its package a case is an `unsupported` row naming the install
 command. Liger patches the transformers Llama module as well as the model instance; the patch is
@@ -57,6 +58,55 @@ def apply_liger(model: torch.nn.Module) -> tuple[Callable[[], None], HiddenLoss]
             setattr(modeling_llama, name, value)
 
     return undo, lambda hidden, weight, targets: flce(weight, hidden, targets)
+
+
+ANY_MODEL_RECIPES = ("stock", "liger", "float8")
+# Liger's patches for a family, those its function takes; its own cross-entropy stays off (the step's
+# loss is the same for every recipe)
+_LIGER_KERNELS = {"rope": True, "rms_norm": True, "swiglu": True, "geglu": True, "layer_norm": True,
+                  "cross_entropy": False, "fused_linear_cross_entropy": False}
+
+
+def apply_recipe(model: torch.nn.Module, recipe: str) -> Callable[[], None]:
+    """`recipe` (ANY_MODEL_RECIPES) on any model; returns what undoes it when the case ends."""
+    if recipe == "liger":
+        return apply_liger_to_family(model)
+    if recipe == "float8":
+        apply_float8(model)
+        from torchao.float8 import Float8Linear
+
+        if not any(isinstance(m, Float8Linear) for m in model.modules()):
+            raise Unsupported(f"float8: {type(model).__name__} has no nn.Linear outside lm_head with dims a "
+                              "multiple of 16 (GPT-2's Conv1D products are not Linears)")
+    return lambda: None
+
+
+def apply_liger_to_family(model: torch.nn.Module) -> Callable[[], None]:
+    """Liger Kernel's patch for the model's family (its config's model_type), on the model and its
+    transformers module; returns what puts that module back, so later stock cases stay stock."""
+    import inspect
+    import sys
+
+    _need("liger_kernel", "liger")
+    if not torch.cuda.is_available() or next(model.parameters()).device.type != "cuda":
+        raise Unsupported("liger: Liger Kernel's Triton kernels need a CUDA GPU")
+    from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+
+    family = getattr(getattr(model, "config", None), "model_type", None)
+    patch = MODEL_TYPE_TO_APPLY_LIGER_FN.get(family)
+    if patch is None:
+        raise Unsupported(f"liger: Liger Kernel has no patch for {family or type(model).__name__} "
+                          f"(it has: {', '.join(sorted(MODEL_TYPE_TO_APPLY_LIGER_FN))})")
+    module = sys.modules[type(model).__module__]
+    saved = dict(vars(module))
+    takes = inspect.signature(patch).parameters
+    patch(model=model, **{k: v for k, v in _LIGER_KERNELS.items() if k in takes})
+
+    def undo() -> None:
+        for name, value in saved.items():
+            setattr(module, name, value)
+
+    return undo
 
 
 def float8_takes(products: str) -> Callable[[torch.nn.Module, str], bool]:

@@ -98,7 +98,7 @@ def _step_table(parts: dict[str, Path], metrics: tuple[tuple[str, str, int], ...
     df = _read(parts["step"], "step.csv")
     if df.empty:
         return df
-    out = df[["model", "seq", "batch", "dtype", "compile"]].copy()
+    out = df[[c for c in ("model", "seq", "batch", "dtype", "compile", "recipe") if c in df]].copy()
     out["step ms"] = _cell(df, "step_ms_median")
     for col, name, digits in metrics:
         if col in df:
@@ -113,7 +113,7 @@ def step_headline(parts: dict[str, Path]) -> pd.DataFrame:
 
 
 def your_model_headline(parts: dict[str, Path]) -> pd.DataFrame:
-    """One row per model and compile choice: its step, throughput, counted MFU, memory, blocks."""
+    """One row per model, compile choice and recipe: its step, throughput, counted MFU, memory, blocks."""
     return _step_table(parts, (("tokens_per_s", "tokens/s", 5), ("mfu", "MFU (counted FLOPs)", 3),
                                ("peak_mem_gb", "peak GB", 3)))
 
@@ -568,11 +568,18 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("your-model",
           "The training step of models trainperf did not write, at real size: Qwen2.5-1.5B and Gemma 2 "
           "2B built from their published configs (random weights), eager and with each decoder layer "
-          "compiled, their FLOPs counted with PyTorch's flop counter.",
+          "compiled, and compiled with Liger Kernel's patch for their family or torchao's float8 on "
+          "their Linears, their FLOPs counted with PyTorch's flop counter.",
           (Part("step", ("step",),
                 gpu={"--model": "hf:qwen2.5-1.5b,hf:gemma-2-2b", "--seq": "2048", "--batch": "4",
                      "--dtype": "bf16", "--compile": "off,on", "--warmup": "3", "--iters": "10"},
-                cpu={"--model": "hf:tiny", "--seq": "32", "--batch": "2", "--dtype": "fp32", **_TINY}),),
+                cpu={"--model": "hf:tiny", "--seq": "32", "--batch": "2", "--dtype": "fp32", **_TINY}),
+           Part("recipes", ("step",),
+                gpu={"--model": "hf:qwen2.5-1.5b,hf:gemma-2-2b", "--seq": "2048", "--batch": "4",
+                     "--dtype": "bf16", "--compile": "on", "--recipe": "liger,float8", "--warmup": "3",
+                     "--iters": "10"},
+                cpu={"--model": "hf:tiny", "--seq": "32", "--batch": "2", "--dtype": "fp32",
+                     "--recipe": "liger,float8", **_TINY})),
           your_model_headline,
           "Median milliseconds per AdamW training step (10 after 3 warm-up) of 4 x 2048 tokens under bf16 "
           "autocast over fp32 weights, tokens per second, MFU from the FLOPs PyTorch's flop counter "

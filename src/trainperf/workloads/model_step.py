@@ -21,6 +21,7 @@ from trainperf.core.errors import SpecError
 from trainperf.core.flops import counted_flops
 from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.models.lm import lm_loss
+from trainperf.models.peers import ANY_MODEL_RECIPES, apply_recipe
 from trainperf.models.source import Blocks, ModelSource, find_blocks, is_model_source, logits_of, vocab_of
 from trainperf.workloads.precision import autocast, check_autocast_dtype, compile_regions, grad_scaler
 from trainperf.workloads.step import MODES, Phase, no_phase, timed_steps
@@ -42,12 +43,14 @@ class ModelStepSpec:
     mode: str
     device: str
     blocks: str | None = None  # the repeated blocks' module path, where not found by themselves
+    recipe: str = "stock"  # models/peers.ANY_MODEL_RECIPES, applied after the FLOPs are counted
     warmup: int = 5
     iters: int = 10
 
     def label(self) -> str:
+        recipe = f" {self.recipe}" if self.recipe != "stock" else ""
         return (f"{self.model} seq={self.seq} batch={self.batch} {self.dtype}"
-                f"{' compiled' if self.compile else ''} {self.mode}")
+                f"{' compiled' if self.compile else ''}{recipe} {self.mode}")
 
 
 def validate(spec: ModelStepSpec) -> None:
@@ -55,6 +58,7 @@ def validate(spec: ModelStepSpec) -> None:
     check_positive(spec, "seq", "batch", "iters")
     check_non_negative(spec, "warmup")
     check_choice("mode", spec.mode, MODES)
+    check_choice("recipe", spec.recipe, ANY_MODEL_RECIPES)
     check_autocast_dtype(spec.dtype, torch.device(spec.device))
     if is_model_source(spec.model):  # not a model handed over as an object
         ModelSource(spec.model).check()
@@ -82,6 +86,8 @@ class ModelStepCase:
             raise SpecError(f"the batch is {tuple(self.x.shape)}, not (batch, seq) = "
                             f"({spec.batch}, {spec.seq})")
         self.flops = counted_flops(lambda: self.run(optimizer=False))  # eager: compile hides operators
+        # after the count: the recipe's kernels do the same math, but the counter cannot see into them
+        self.undo = apply_recipe(self.model, spec.recipe)
         if spec.compile:
             compile_regions(list(self.blocks.layers) if self.blocks else [self.model])
 
@@ -123,6 +129,9 @@ def measure_model_step(spec: ModelStepSpec, peak_override: float | None = None,
     as ModelStepCase takes them); MFU from the counted FLOPs."""
     t0 = time.perf_counter()
     case = ModelStepCase(spec, **given)
-    metrics = timed_steps(case, spec, t0, case.flops, "counted", peak_override)
+    try:
+        metrics = timed_steps(case, spec, t0, case.flops, "counted", peak_override)
+    finally:
+        case.undo()
     metrics["blocks_found"] = case.describe_blocks()
     return metrics
