@@ -73,7 +73,7 @@ def apply_recipe(model: torch.nn.Module, recipe: str) -> Callable[[], None]:
         return apply_liger_to_family(model)
     if recipe == "float8":
         apply_float8(model)
-        from torchao.float8 import Float8Linear
+        from torchao.float8.float8_linear import Float8Linear
 
         if not any(isinstance(m, Float8Linear) for m in model.modules()):
             raise Unsupported(f"float8: {type(model).__name__} has no nn.Linear outside lm_head with dims a "
