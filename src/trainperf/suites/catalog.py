@@ -93,9 +93,9 @@ def attention_headline(parts: dict[str, Path]) -> pd.DataFrame:
 
 
 def _step_table(parts: dict[str, Path], metrics: tuple[tuple[str, str, int], ...]) -> pd.DataFrame:
-    """One row per step case: what names it, its median step, then `metrics` (column, header,
-    significant digits) where they were measured."""
-    df = _read(parts["step"], "step.csv")
+    """One row per step case of every part: what names it, its median step, then `metrics`
+    (column, header, significant digits) where they were measured."""
+    df = pd.concat([_read(folder, "step.csv") for folder in parts.values()], ignore_index=True)
     if df.empty:
         return df
     out = df[[c for c in ("model", "seq", "batch", "dtype", "compile", "recipe") if c in df]].copy()
