@@ -32,7 +32,7 @@ def single_process_params(s: DDPSpec, world: int) -> torch.Tensor:
     torch.manual_seed(0)
     model = TransformerLM(s.model_config())
     opt = OPTIMIZERS[s.optimizer](model.parameters(), lr=s.lr)
-    rows = global_batch(s, world)
+    rows = global_batch(s, world, s.vocab)
     for _ in range(STEPS):
         lm_loss(model(rows[:, :-1]), rows[:, 1:]).backward()
         opt.step()

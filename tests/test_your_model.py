@@ -414,3 +414,18 @@ def test_liger_and_float8_on_another_family_run_and_liger_is_undone(models, tmp_
     for r in Store(db).records():
         assert r.status == "ok", (r.spec["recipe"], r.reason)
     assert {k: v for k, v in vars(modeling_qwen2).items() if k in before} == before
+
+
+def test_ddp_trains_another_model_per_sync_variant_over_two_ranks(models, tmp_path):
+    db = tmp_path / "r.db"
+    res = runner.invoke(app, ["ddp", "--model", models["user"], "--world-size", "2",
+                              "--variant", "bucketed,ddp,fsdp2", "--seq", "16", "--batch", "2",
+                              "--iters", "2", "--warmup", "1", "--db", str(db), "--out", str(tmp_path / "o"),
+                              "--quiet"])
+    assert res.exit_code == 0, res.output
+    records = Store(db).records()
+    assert {r.spec["variant"] for r in records} == {"bucketed", "ddp", "fsdp2"}
+    for r in records:
+        assert r.status == "ok" and r.metrics["step_ms_median"] > 0, (r.spec["variant"], r.reason)
+    res = runner.invoke(app, ["ddp", "--model", "tiny", "--blocks", "layers", "--db", str(tmp_path / "x")])
+    assert res.exit_code == 2 and "--blocks names a model's blocks" in res.output

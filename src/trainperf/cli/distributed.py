@@ -303,7 +303,9 @@ DDP_COLUMNS: list[report.Column] = [
 @app.command(cls=RenamedFlags)
 @cli_errors
 def ddp(
-    model: str = option("--model", None, "Here a GPT LM preset; default small with nccl, tiny with gloo."),
+    model: str = option("--model", None, "Here a GPT LM preset or any other model; default small with "
+                                         "nccl, tiny with gloo."),
+    blocks: str = option("--blocks", None),
     world_size: str = option("--world-size", "2", "Comma-separated."),
     variant: str = option("--variant", "naive,flat,overlap,bucketed,ddp,fsdp2", "Comma-separated."),
     bucket_mb: str = option("--bucket-mb", "25", "Comma-separated."),
@@ -341,7 +343,8 @@ def ddp(
     if rounds < 1:
         raise SpecError(f"--rounds must be positive, got {rounds}")
     opts["dtype"] = parse_one(opts["dtype"], str, "--dtype", DTYPE_CHOICES, DTYPE_ALIASES)
-    common: dict[str, Any] = dict(**opts, dist_backend=backend, warmup=warmup, iters=iters)
+    preset_or_model(opts["model"])
+    common: dict[str, Any] = dict(**opts, dist_backend=backend, warmup=warmup, iters=iters, blocks=blocks)
     specs = []
     axes = sweep(world_size=parse_list(world_size, positive_int, "--world-size"),
                  link=parse_list(link, str, "--link", LINKS),
@@ -369,6 +372,17 @@ def ddp(
         title = ("ddp in alternating rounds: step (ms) with its 95% interval; a lead over naive only "
                  "where its interval clears 1")
         console.print(frame_table(table, title=title))
+
+
+def preset_or_model(name: str) -> str:
+    """`name` where it names a GPT LM preset or any other model (models/source.py), else SpecError."""
+    from trainperf.models.presets import PRESETS
+    from trainperf.models.source import OTHER_MODELS, is_model_source
+
+    if name not in PRESETS and not is_model_source(name):
+        raise SpecError(f"--model: unknown value {name!r}; valid choices: {', '.join(PRESETS)}; "
+                        f"or {OTHER_MODELS}")
+    return name
 
 
 def _write_rounds(records: list[Record], out: Path, quiet: bool) -> pd.DataFrame:
@@ -482,15 +496,7 @@ def shard(
     backend = dist_backend_or_default(dist_backend)
     opts = with_defaults(DEFAULTS.get(backend, DEFAULTS["gloo"]), model=model, seq=seq, batch=batch,
                          dtype=dtype, optimizer=optimizer)  # an unknown backend is refused with the spec
-    from trainperf.models.presets import PRESETS
-    from trainperf.models.source import OTHER_MODELS, is_model_source
-
-    models = parse_list(opts["model"], str, "--model")
-    for name in models:
-        if name not in PRESETS and not is_model_source(name):
-            raise SpecError(f"--model: unknown value {name!r}; valid choices: {', '.join(PRESETS)}; "
-                            f"or {OTHER_MODELS}")
-    axes = sweep(model=models,
+    axes = sweep(model=[preset_or_model(name) for name in parse_list(opts["model"], str, "--model")],
                  world_size=parse_list(world_size, positive_int, "--world-size"),
                  shard=parse_list(shard_mode, str, "--shard", SHARDS),
                  checkpoint=parse_list(checkpoint, str, "--checkpoint"),

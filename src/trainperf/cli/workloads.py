@@ -80,13 +80,12 @@ def step_spec(axes: dict[str, Any], common: dict[str, Any], gpt: dict[str, Any],
     """The validated spec of one step case: a GPT LM preset's (its swaps and dimensions), or any
     other model's (models/source.py), which takes none of those."""
     from trainperf.models.presets import PRESETS
-    from trainperf.models.source import OTHER_MODELS, is_model_source
+    from trainperf.models.source import OTHER_MODELS, is_model_source, refuse_blocks_of_preset
     from trainperf.workloads import model_step, step
 
     name, recipe = axes.pop("model"), axes.pop("recipe", "stock")
     if name in PRESETS:
-        if blocks is not None:
-            raise SpecError(f"--blocks names a model's blocks; {name} is a preset, whose blocks are known")
+        refuse_blocks_of_preset(name, blocks)
         if recipe != "stock":
             raise SpecError(f"--recipe {recipe} acts on a model given as hf:, py: or a config; {name} is a "
                             "preset, which takes trainperf's swaps (--norm, --attention, ...)")

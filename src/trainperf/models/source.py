@@ -116,6 +116,12 @@ def _import(where: str, name: str) -> Any:
         raise SpecError(f"--model {name!r}: importing {where} failed: {type(exc).__name__}: {exc}") from None
 
 
+def refuse_blocks_of_preset(name: str, blocks: str | None) -> None:
+    """SpecError where --blocks is given for a preset: its blocks are known."""
+    if blocks is not None:
+        raise SpecError(f"--blocks names a model's blocks; {name} is a preset, whose blocks are known")
+
+
 def vocab_of(model: nn.Module) -> int:
     """The vocabulary a model reads: its config's, a `vocab_size` attribute, or its first
     embedding's rows."""

@@ -50,7 +50,9 @@ from trainperf.distributed.sharded_optim import ShardedOptimizer, optimizer_stat
 from trainperf.distributed.timing import per_rank_loop_times, slowest
 from trainperf.models.lm import LMConfig, TransformerLM, lm_loss
 from trainperf.models.presets import PRESETS, get_preset
-from trainperf.workloads.precision import autocast
+from trainperf.models.source import ModelSource, is_model_source, logits_of, refuse_blocks_of_preset, vocab_of
+from trainperf.workloads.precision import autocast, compile_regions
+from trainperf.workloads.sharded_source import STATE_BYTES_PER_PARAM, source_model, source_parameters
 
 VARIANTS = ("naive", "flat", "overlap", "bucketed", "ddp", "fsdp2")
 REDUCE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -88,6 +90,7 @@ class DDPSpec:
     round: int = 1  # which of the alternating rounds (workloads/ddp_rounds.py)
     compile: bool = False  # each decoder layer compiled: far fewer kernel launches from the host
     reduce_dtype: str = "fp32"  # the gradients' dtype on the wire
+    blocks: str | None = None  # another model's repeated blocks (models/source.py), where not found
 
     def label(self) -> str:
         bucket = f" {self.bucket_mb:g}MB" if self.bucket_mb else ""
@@ -108,7 +111,12 @@ def validate(spec: DDPSpec) -> None:
     check_choice("variant", spec.variant, VARIANTS)
     check_choice("dist_backend", spec.dist_backend, ("nccl", "gloo"))
     check_link(spec.link, spec.dist_backend)
-    check_choice("model", spec.model, PRESETS)
+    source = is_model_source(spec.model)
+    if source:
+        ModelSource(spec.model).check()
+    else:
+        check_choice("model", spec.model, PRESETS)
+        refuse_blocks_of_preset(spec.model, spec.blocks)
     check_choice("optimizer", spec.optimizer, OPTIMIZERS)
     if spec.variant == "fsdp2" and spec.shard_optimizer:
         raise SpecError("--shard-optimizer on with fsdp2: FSDP2 already shards optimizer state")
@@ -120,7 +128,10 @@ def validate(spec: DDPSpec) -> None:
         raise SpecError(f"--bucket-mb must be positive, got {spec.bucket_mb}")
     if spec.world_size < 2:
         raise SpecError(f"--world-size must be at least 2, got {spec.world_size}")
-    if spec.dist_backend == "gloo":  # every rank on this host's CPU: refused, not ended by the OOM killer
+    if spec.dist_backend == "gloo" and source:  # its state at the least, on every rank of this CPU
+        check_fits(spec.world_size * source_parameters(spec.model) * STATE_BYTES_PER_PARAM,
+                   f"ddp {spec.label()} ({spec.world_size} ranks on this CPU)")
+    elif spec.dist_backend == "gloo":  # every rank on this host's CPU: refused, not ended by the OOM killer
         c = spec.model_config()
         check_fits(spec.world_size * lm_step_bytes(c.d_model, c.d_ff, c.n_layers, c.n_heads, c.vocab_size,
                                                    spec.batch, spec.seq),
@@ -133,9 +144,9 @@ def seeded_tokens(rows: int, seq: int, vocab: int) -> torch.Tensor:
     return torch.randint(0, vocab, (rows, seq + 1), generator=g)
 
 
-def global_batch(spec: DDPSpec, world: int) -> torch.Tensor:
+def global_batch(spec: DDPSpec, world: int, vocab: int) -> torch.Tensor:
     """The [world·batch, seq+1] global batch every rank takes its slice of."""
-    return seeded_tokens(world * spec.batch, spec.seq, spec.vocab)
+    return seeded_tokens(world * spec.batch, spec.seq, vocab)
 
 
 class DataParallelStep:
@@ -144,13 +155,20 @@ class DataParallelStep:
     def __init__(self, spec: DDPSpec, rank: int, world: int, device: torch.device, variant: str) -> None:
         self.spec, self.device = spec, device
         torch.manual_seed(0)
-        with device:
-            model = TransformerLM(spec.model_config())
+        if is_model_source(spec.model):
+            model, blocks = source_model(spec.model, spec.blocks, device)
+            layers, vocab = blocks.layers, vocab_of(model)
+        else:
+            with device:
+                model = TransformerLM(spec.model_config())
+            layers, vocab = model.layers, spec.vocab
         with torch.no_grad():
             for p in model.parameters():
                 dist.broadcast(p, src=0)
-        if spec.compile:  # before the sync wraps or hooks it
+        if spec.compile and isinstance(model, TransformerLM):  # before the sync wraps or hooks it
             model.compile_layers()
+        elif spec.compile:
+            compile_regions(layers)
         self.sync: GradSync
         wire = REDUCE_DTYPES[spec.reduce_dtype]
         compressed = wire != torch.float32
@@ -167,7 +185,7 @@ class DataParallelStep:
             policy = {"mp_policy": fsdp2().MixedPrecisionPolicy(reduce_dtype=wire)} if compressed else {}
             try:
                 # FSDP2's default mesh is on the GPU whenever one is visible, even under gloo
-                shard_decoder(model, model.layers, mesh=init_device_mesh(device.type, (world,)), **policy)
+                shard_decoder(model, layers, mesh=init_device_mesh(device.type, (world,)), **policy)
             except Exception as exc:  # noqa: BLE001 - FSDP2 support varies by backend and version
                 raise Unsupported(f"fsdp2 on {spec.dist_backend}: {str(exc).splitlines()[0]}") from None
             self.sync = GradSync(model)
@@ -179,12 +197,12 @@ class DataParallelStep:
         opt_cls = OPTIMIZERS[spec.optimizer]
         self.opt = (ShardedOptimizer(model.parameters(), opt_cls, lr=spec.lr) if spec.shard_optimizer
                     else opt_cls(model.parameters(), lr=spec.lr))
-        rows = global_batch(spec, world)[rank * spec.batch:(rank + 1) * spec.batch].to(device)
+        rows = global_batch(spec, world, vocab)[rank * spec.batch:(rank + 1) * spec.batch].to(device)
         self.x, self.y = rows[:, :-1], rows[:, 1:]
 
     def __call__(self) -> torch.Tensor:
         with autocast(self.device, self.spec.dtype):
-            loss = lm_loss(self.model(self.x), self.y)
+            loss = lm_loss(logits_of(self.model, self.x).float(), self.y)
         loss.backward()
         self.sync.finish()
         self.opt.step()

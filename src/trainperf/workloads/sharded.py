@@ -54,11 +54,12 @@ from trainperf.kernels.chunked_loss import chunked_lm_loss
 from trainperf.models.lm import LMConfig, TransformerLM, float8_blocks, lm_loss
 from trainperf.models.peers import apply_float8, precompute_float8_scales
 from trainperf.models.presets import PRESETS, get_preset
-from trainperf.models.source import ModelSource, is_model_source, vocab_of
+from trainperf.models.source import ModelSource, is_model_source, refuse_blocks_of_preset, vocab_of
 from trainperf.workloads.ddp import OPTIMIZERS as MAKE_OPTIMIZER
 from trainperf.workloads.ddp import REDUCE_DTYPES, release_memory, seeded_tokens, send_gradients_in_bf16
 from trainperf.workloads.precision import autocast, compile_regions
 from trainperf.workloads.sharded_source import (
+    STATE_BYTES_PER_PARAM,
     SourceWithLoss,
     refuse_preset_options,
     source_model,
@@ -189,8 +190,7 @@ def validate(spec: ShardSpec) -> None:
             check_fits(spec.world_size * source_parameters(spec.model) * STATE_BYTES_PER_PARAM,
                        f"shard {spec.label()} ({spec.world_size} ranks on this CPU)")
         return
-    if spec.blocks is not None:
-        raise SpecError(f"--blocks names a model's blocks; {spec.model} is a preset, whose blocks are known")
+    refuse_blocks_of_preset(spec.model, spec.blocks)
     preset_layers = get_preset(spec.model).n_layers if spec.model in PRESETS else None
     if spec.layers is not None and preset_layers and not 1 <= spec.layers <= preset_layers:
         raise SpecError(f"--layers must be from 1 to {preset_layers} ({spec.model}'s decoder layers), "
@@ -208,7 +208,6 @@ def validate(spec: ShardSpec) -> None:
                    f"shard {spec.label()} ({spec.world_size} ranks on this CPU)")
 
 
-STATE_BYTES_PER_PARAM = 16  # fp32 weight, gradient and AdamW's two moments
 # Values a decoder layer keeps for its backward, per token, at the least (d: model width, f: MLP
 # width): with no checkpointing its input, both norms' outputs, q, k, v, rotated q and k, the
 # attention output, the second residual, gate, up and their SwiGLU product (9 of d, 3 of f; the

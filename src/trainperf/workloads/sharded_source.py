@@ -17,6 +17,7 @@ from trainperf.core.flops import PASSES, counted_flops
 from trainperf.models.lm import lm_loss
 from trainperf.models.source import Blocks, ModelSource, find_blocks, logits_of
 
+STATE_BYTES_PER_PARAM = 16  # fp32 weight, gradient and AdamW's two moments
 # What the GPT LM presets take and another model does not: the option, and whether a spec gives it
 PRESET_ONLY: tuple[tuple[str, Callable[[Any], bool]], ...] = (
     ("--layers", lambda s: s.layers is not None), ("--float8 trainperf", lambda s: s.float8 == "trainperf"),
