@@ -139,6 +139,7 @@ def test_a_second_sigint_stops_a_command_at_once_inside_native_code(tmp_path):
     proc = python(IN_NATIVE_CODE, "native", cwd=tmp_path)
     try:
         watcher = int(proc.stdout.readline())
+        time.sleep(0.5)  # into the native call: a Ctrl-C before it is an ordinary KeyboardInterrupt
         proc.send_signal(signal.SIGINT)
         time.sleep(1.5)
         assert proc.poll() is None  # the first Ctrl-C waits for the native call, and kills nothing

@@ -579,7 +579,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "--dtype": "bf16", "--compile": "on", "--recipe": "liger,float8", "--warmup": "3",
                      "--iters": "10"},
                 cpu={"--model": "hf:tiny", "--seq": "32", "--batch": "2", "--dtype": "fp32",
-                     "--recipe": "liger,float8", **_TINY})),
+                     "--recipe": "stock,liger,float8", **_TINY})),
           your_model_headline,
           "Median milliseconds per AdamW training step (10 after 3 warm-up) of 4 x 2048 tokens under bf16 "
           "autocast over fp32 weights, tokens per second, MFU from the FLOPs PyTorch's flop counter "
