@@ -137,7 +137,7 @@ def test_every_family_and_the_user_s_module_steps_with_mfu_and_its_blocks(models
         assert r.metrics["blocks_found"].startswith(f"{expected} ("), r.metrics["blocks_found"]
 
 
-@pytest.mark.parametrize("family", ["gpt2", "user"])
+@pytest.mark.parametrize("family", [*FAMILIES, "user"])
 def test_profile_and_memory_of_any_model_have_per_layer_ranges(models, tmp_path, family):
     out = tmp_path / "o"
     res = runner.invoke(
