@@ -429,3 +429,28 @@ def test_ddp_trains_another_model_per_sync_variant_over_two_ranks(models, tmp_pa
         assert r.status == "ok" and r.metrics["step_ms_median"] > 0, (r.spec["variant"], r.reason)
     res = runner.invoke(app, ["ddp", "--model", "tiny", "--blocks", "layers", "--db", str(tmp_path / "x")])
     assert res.exit_code == 2 and "--blocks names a model's blocks" in res.output
+
+
+def test_trainperf_recipe_swaps_the_rmsnorms_it_reproduces_and_keeps_the_gradients(models):
+    """trainperf's Triton RMSNorm replaces Qwen2's five (two a layer and the final one); the loss
+    and every gradient stay those of the model as transformers builds it (fp32, Triton's interpreter
+    on the CPU). Gemma 2's RMSNorm scales by 1 + weight: none is swapped, and the recipe says so."""
+    from trainperf.core.errors import Unsupported
+    from trainperf.models.lm import lm_loss
+    from trainperf.models.norms import TritonRMSNorm
+    from trainperf.models.peers import swap_rmsnorms
+
+    source = ModelSource(models["qwen2"])
+    stock, swapped = source.build(torch.device("cpu")), source.build(torch.device("cpu"))
+    swapped.load_state_dict(stock.state_dict())
+    assert swap_rmsnorms(swapped) == 5
+    assert sum(isinstance(m, TritonRMSNorm) for m in swapped.modules()) == 5
+    ids = torch.randint(0, 128, (2, 17))
+    losses = [lm_loss(m(ids[:, :-1]).logits, ids[:, 1:]) for m in (stock, swapped)]
+    for loss in losses:
+        loss.backward()
+    assert losses[1].item() == pytest.approx(losses[0].item(), rel=1e-5)
+    for (name, a), b in zip(stock.named_parameters(), swapped.parameters(), strict=True):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6), name
+    with pytest.raises(Unsupported, match="Gemma's scales by 1 \\+ weight"):
+        swap_rmsnorms(ModelSource(models["gemma2"]).build(torch.device("cpu")))

@@ -1,6 +1,7 @@
 """What users pick instead of trainperf's step, applied to a transformers Llama: Liger Kernel's
 patches (RoPE, RMSNorm, SwiGLU, fused linear cross-entropy) and torchao's float8 training; and to
-any other model (`ANY_MODEL_RECIPES`): Liger's patch for its family, torchao's float8 on its Linears.
+any other model (`ANY_MODEL_RECIPES`): Liger's patch for its family, torchao's float8 on its Linears,
+trainperf's own RMSNorm kernel where the model's RMSNorm computes what it computes.
 
 Each is an optional extra; without its package a case is an `unsupported` row naming the install
 command. Liger patches the transformers Llama module as well as the model instance; the patch is
@@ -60,7 +61,7 @@ def apply_liger(model: torch.nn.Module) -> tuple[Callable[[], None], HiddenLoss]
     return undo, lambda hidden, weight, targets: flce(weight, hidden, targets)
 
 
-ANY_MODEL_RECIPES = ("stock", "liger", "float8")
+ANY_MODEL_RECIPES = ("stock", "liger", "float8", "trainperf")
 # Liger's patches for a family, those its function takes; its own cross-entropy stays off (the step's
 # loss is the same for every recipe)
 _LIGER_KERNELS = {"rope": True, "rms_norm": True, "swiglu": True, "geglu": True, "layer_norm": True,
@@ -71,6 +72,8 @@ def apply_recipe(model: torch.nn.Module, recipe: str) -> Callable[[], None]:
     """`recipe` (ANY_MODEL_RECIPES) on any model; returns what undoes it when the case ends."""
     if recipe == "liger":
         return apply_liger_to_family(model)
+    if recipe == "trainperf":
+        swap_rmsnorms(model)
     if recipe == "float8":
         apply_float8(model)
         from torchao.float8.float8_linear import Float8Linear
@@ -79,6 +82,36 @@ def apply_recipe(model: torch.nn.Module, recipe: str) -> Callable[[], None]:
             raise Unsupported(f"float8: {type(model).__name__} has no nn.Linear outside lm_head with dims a "
                               "multiple of 16 (GPT-2's Conv1D products are not Linears)")
     return lambda: None
+
+
+def swap_rmsnorms(model: torch.nn.Module) -> int:
+    """trainperf's Triton RMSNorm (models/norms.TritonRMSNorm, the same weight) in place of each
+    module named *RMSNorm whose output it reproduces on a random input; how many it replaced.
+    Unsupported where none does (Gemma's RMSNorm scales by 1 + weight; GPT-2 has LayerNorms)."""
+    from trainperf.kernels import require_triton
+    from trainperf.models.norms import TritonRMSNorm
+
+    require_triton(next(model.parameters()).device, "--recipe trainperf")
+    swapped = 0
+    for name, module in list(model.named_modules()):
+        weight = getattr(module, "weight", None)
+        eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+        named_rmsnorm = type(module).__name__.endswith("RMSNorm")
+        if not named_rmsnorm or weight is None or weight.dim() != 1 or eps is None:
+            continue
+        ours = TritonRMSNorm(weight.numel(), float(eps))
+        ours.weight = weight
+        x = torch.randn(4, weight.numel(), device=weight.device, dtype=weight.dtype)
+        with torch.no_grad():
+            if not torch.allclose(ours(x), module(x), rtol=1e-4, atol=1e-5):
+                continue
+        parent, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, attr, ours)
+        swapped += 1
+    if not swapped:
+        raise Unsupported(f"trainperf: no RMSNorm of {type(model).__name__} computes what trainperf's kernel "
+                          "does (x / rms(x) * weight): Gemma's scales by 1 + weight, GPT-2 has LayerNorms")
+    return swapped
 
 
 def apply_liger_to_family(model: torch.nn.Module) -> Callable[[], None]:
