@@ -191,8 +191,8 @@ def validate(spec: ShardSpec) -> None:
                        f"shard {spec.label()} ({spec.world_size} ranks on this CPU)")
         return
     refuse_blocks_of_preset(spec.model, spec.blocks)
-    preset_layers = get_preset(spec.model).n_layers if spec.model in PRESETS else None
-    if spec.layers is not None and preset_layers and not 1 <= spec.layers <= preset_layers:
+    preset_layers = get_preset(spec.model).n_layers
+    if spec.layers is not None and not 1 <= spec.layers <= preset_layers:
         raise SpecError(f"--layers must be from 1 to {preset_layers} ({spec.model}'s decoder layers), "
                         f"got {spec.layers}")
     try:
