@@ -97,11 +97,11 @@ def shard_spec(row: pd.Series) -> ShardSpec:
     return ShardSpec(**given)
 
 
-def calibration_for(row: pd.Series, ones: pd.DataFrame) -> Calibration | None:
-    """The one-GPU row that calibrates `row` (module doc), or None."""
+def calibration_for(row: pd.Series, ones: pd.DataFrame, specs: pd.Series) -> Calibration | None:
+    """The one-GPU row (of `ones`, whose ShardSpecs are `specs`) that calibrates `row` (module
+    doc), or None."""
     spec = shard_spec(row)
     wanted = [getattr(spec, name) for name in MATCHED]
-    specs = ones.apply(shard_spec, axis=1) if not ones.empty else pd.Series(dtype=object)
     same = ones[(ones.env_gpu_name == row.env_gpu_name)
                 & specs.map(lambda s: [getattr(s, name) for name in MATCHED] == wanted)]
     if same.empty:
@@ -145,12 +145,13 @@ def check_shard(root: Path) -> Iterator[dict[str, Any]]:
         return
     presets = ok.model.isin(list(PRESETS))
     ones = ok[(ok.world_size == 1) & presets]
+    specs = ones.apply(shard_spec, axis=1) if not ones.empty else pd.Series(dtype=object)
     links = links_by_gpu(root)
     for _, row in ok[(ok.world_size > 1) & ~presets].iterrows():
         yield _compared(row, "shard", str(row.model), None, "", "",
                         "not a GPT LM preset: the step model counts the presets' layers only")
     for _, row in ok[(ok.world_size > 1) & presets].iterrows():
-        spec, cal, link = shard_spec(row), calibration_for(row, ones), links.get(str(row.env_gpu_name))
+        spec, cal, link = shard_spec(row), calibration_for(row, ones, specs), links.get(str(row.env_gpu_name))
         if cal is None or link is None:
             choices = ", ".join(f"{name} {getattr(spec, name)}" for name in MATCHED)
             missing = f"no one-GPU shard row with {choices}" if cal is None else "no comm records"

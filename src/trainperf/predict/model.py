@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from trainperf.core.errors import SpecError
-from trainperf.core.flops import peak_tflops
+from trainperf.core.flops import peak_tflops, transformer_flops
 from trainperf.predict.links import Links
 from trainperf.predict.schedule import Timeline, Unit, replicated_step, sharded_step, with_contention
 from trainperf.workloads.sharded import (
@@ -75,12 +75,15 @@ def work(spec: ShardSpec) -> tuple[list[tuple[float, float]], tuple[float, float
     """(forward, backward) FLOPs of each decoder layer and of the root, on one rank's tokens."""
     cfg = spec.model_config()
     tokens = rank_tokens(spec)
-    attention = 2.0 * spec.seq * cfg.d_model * tokens  # QKᵀ and P·V, causal
-    forward = 2.0 * layer_params(spec)[0] * tokens + attention
+
+    def forward_flops(matmul_params: int, layers: int) -> float:  # core/flops.py's count
+        return transformer_flops(matmul_params, layers, cfg.d_model, spec.seq, tokens, mode="forward")
+
+    forward, attention = forward_flops(layer_params(spec)[0], 1), forward_flops(0, 1)
     redone = forward - (attention if keeps_attention(spec.checkpoint) else 0.0)
     whole = set(whole_layers(spec.checkpoint, cfg.n_layers) or ())
     layers = [(forward, 2 * forward + (redone if i in whole else 0.0)) for i in range(cfg.n_layers)]
-    head = 2.0 * cfg.vocab_size * cfg.d_model * tokens
+    head = forward_flops(cfg.vocab_size * cfg.d_model, 0)
     return layers, (head, 2 * head)
 
 

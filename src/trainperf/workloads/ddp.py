@@ -51,8 +51,13 @@ from trainperf.distributed.timing import per_rank_loop_times, slowest
 from trainperf.models.lm import LMConfig, TransformerLM, lm_loss
 from trainperf.models.presets import PRESETS, get_preset
 from trainperf.models.source import ModelSource, is_model_source, logits_of, refuse_blocks_of_preset, vocab_of
-from trainperf.workloads.precision import autocast, compile_regions
-from trainperf.workloads.sharded_source import STATE_BYTES_PER_PARAM, source_model, source_parameters
+from trainperf.workloads.precision import autocast
+from trainperf.workloads.sharded_source import (
+    STATE_BYTES_PER_PARAM,
+    compile_blocks,
+    source_model,
+    source_parameters,
+)
 
 VARIANTS = ("naive", "flat", "overlap", "bucketed", "ddp", "fsdp2")
 REDUCE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -165,10 +170,8 @@ class DataParallelStep:
         with torch.no_grad():
             for p in model.parameters():
                 dist.broadcast(p, src=0)
-        if spec.compile and isinstance(model, TransformerLM):  # before the sync wraps or hooks it
-            model.compile_layers()
-        elif spec.compile:
-            compile_regions(layers)
+        if spec.compile:  # before the sync wraps or hooks it
+            compile_blocks(model, layers)
         self.sync: GradSync
         wire = REDUCE_DTYPES[spec.reduce_dtype]
         compressed = wire != torch.float32

@@ -57,10 +57,11 @@ from trainperf.models.presets import PRESETS, get_preset
 from trainperf.models.source import ModelSource, is_model_source, refuse_blocks_of_preset, vocab_of
 from trainperf.workloads.ddp import OPTIMIZERS as MAKE_OPTIMIZER
 from trainperf.workloads.ddp import REDUCE_DTYPES, release_memory, seeded_tokens, send_gradients_in_bf16
-from trainperf.workloads.precision import autocast, compile_regions
+from trainperf.workloads.precision import autocast
 from trainperf.workloads.sharded_source import (
     STATE_BYTES_PER_PARAM,
     SourceWithLoss,
+    compile_blocks,
     refuse_preset_options,
     source_model,
     source_parameters,
@@ -383,7 +384,6 @@ class ShardedStep:
         self.counted_flops: float | None = None  # a model not a preset: its FLOPs counted, not derived
         self.blocks_found: str | None = None
         per = spec.batch // world
-        lm: TransformerLM | None = None
         if is_model_source(spec.model):
             model, blocks = source_model(spec.model, spec.blocks, device)
             tokens = seeded_tokens(spec.batch, spec.seq, vocab_of(model))
@@ -394,7 +394,7 @@ class ShardedStep:
                 apply_float8(model, fsdp_all_gather=self.float8_sharded)
         else:
             with device:
-                lm = TransformerLM(spec.model_config())
+                model = lm = TransformerLM(spec.model_config())
             lm.bind_attention(device)
             rows = global_batch_tokens(spec)[rank * per:(rank + 1) * per].to(device)
             if spec.float8 == "torchao":
@@ -404,10 +404,8 @@ class ShardedStep:
             self.matmul_params = lm.matmul_params()
             layers, root = lm.layers, LMWithLoss(lm, spec.loss)
         self.checkpointed = apply_checkpointing(layers, spec.checkpoint)
-        if spec.compile and lm is not None:  # its own way empties Dynamo's caches first (models/lm.py)
-            lm.compile_layers()
-        elif spec.compile:
-            compile_regions(layers)
+        if spec.compile:
+            compile_blocks(model, layers)
         if spec.cuda_graph and device.type != "cuda":
             raise Unsupported("--cuda-graph on captures the step's GPU work: it needs CUDA GPUs (NCCL)")
         # the graph's stream: DDP takes hold of the parameters' autograd nodes as it wraps them

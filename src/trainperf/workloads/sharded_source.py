@@ -14,8 +14,9 @@ from torch import nn
 
 from trainperf.core.errors import SpecError
 from trainperf.core.flops import PASSES, counted_flops
-from trainperf.models.lm import lm_loss
+from trainperf.models.lm import TransformerLM, lm_loss
 from trainperf.models.source import Blocks, ModelSource, find_blocks, logits_of
+from trainperf.workloads.precision import compile_regions
 
 STATE_BYTES_PER_PARAM = 16  # fp32 weight, gradient and AdamW's two moments
 # What the GPT LM presets take and another model does not: the option, and whether a spec gives it
@@ -44,6 +45,15 @@ def source_model(name: str, blocks: str | None, device: torch.device) -> tuple[n
         raise SpecError(f"--model {name}: no repeated blocks found to shard unit by unit; name them "
                         "with --blocks (a ModuleList's path, e.g. model.layers)")
     return model, found
+
+
+def compile_blocks(model: nn.Module, layers: nn.ModuleList) -> None:
+    """Each block compiled: the GPT LM its own way (Dynamo's caches emptied first, models/lm.py),
+    any other model by regions."""
+    if isinstance(model, TransformerLM):
+        model.compile_layers()
+    else:
+        compile_regions(layers)
 
 
 def source_parameters(name: str) -> int:
