@@ -112,3 +112,24 @@ def test_wide_shows_every_column(name, monkeypatch):
     _, table = render(rows(), columns, 100)
     expected = [c.header for c in map(lambda c: report.Column(*c), columns) if c.role != "notes"]
     assert [c.header for c in table.columns][:len(expected)] == expected
+
+
+def test_the_contributions_table_names_its_shape_once_and_keeps_its_answer_at_100_columns():
+    import pandas as pd
+
+    from trainperf.cli.common import frame_table
+    from trainperf.workloads.contributions import CONTRIBUTION_CASE, contributions
+
+    frame = pd.DataFrame([{**SHARD_SPEC, "checkpoint": ckpt, "attention": att, "status": "ok",
+                           "step_ms_median": ms}
+                          for ckpt, att, ms in (("all-but-8+attn", "fa4", 3764.2),
+                                                ("full", "fa4", 4102.0), ("all-but-8+attn", "sdpa", 3990.5))])
+    console = Console(width=100, file=io.StringIO(), record=True)
+    console.print(frame_table(contributions(frame), title="t", case=CONTRIBUTION_CASE))
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= 100 for line in lines), "\n".join(lines)
+    header = next(line for line in lines if line.startswith("┃"))
+    assert "model" not in header and "setting" in header and "slower_by" in header, header
+    shared = "every case: model cs336-8b, world_size 2, batch 2, seq 32768"
+    assert any(line.startswith(shared) for line in lines)
+    assert sum(line.startswith("│") for line in lines) == 2

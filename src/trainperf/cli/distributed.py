@@ -530,7 +530,7 @@ def shard(
                   **a) for a in axes))
     records = _validate_run_show("shard", specs, validate, SHARD_COLUMNS, backend, out, db, rerun, quiet,
                                  as_json, timeout, precheck=cannot_fit)
-    from trainperf.workloads.contributions import contributions
+    from trainperf.workloads.contributions import CONTRIBUTION_CASE, contributions
 
     frame = to_frame(records)
     made = contributions(frame)
@@ -538,7 +538,7 @@ def shard(
         made.to_csv(out / "shard_contributions.csv", index=False)
         if not (quiet or as_json):
             title = "what each choice of the fastest case contributed: the same case with one setting changed"
-            console.print(frame_table(made, title=title))
+            console.print(frame_table(made, title=title, case=CONTRIBUTION_CASE))
     ok = frame[frame.status == "ok"] if not frame.empty else frame
     if not ok.empty and ok.world_size.nunique() > 1 and plots_available(quiet or as_json):
         path = draw_scaling(ok, out / "shard_scaling.png")

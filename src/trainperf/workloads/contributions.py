@@ -15,6 +15,8 @@ from collections.abc import Sequence
 import pandas as pd
 
 SHAPE = ["model", "world_size", "batch", "seq"]
+# the columns that name a row of the table; its answer is slower_by (then the two times and the status)
+CONTRIBUTION_CASE = [*SHAPE, "setting", "fastest", "instead"]
 SETTINGS = ["shard", "checkpoint", "compile", "attention", "loss", "float8", "optimizer", "dtype", "prefetch",
             "reshard_after_forward", "offload"]
 
@@ -40,7 +42,7 @@ def contributions(df: pd.DataFrame, settings: Sequence[str] = SETTINGS,
                 ran = row.status == "ok"
                 rows.append({**dict(zip(shape, key if isinstance(key, tuple) else (key,), strict=True)),
                              "setting": setting, "fastest": best[setting], "instead": row[setting],
-                             "status": row.status, "fastest_step_ms": best.step_ms_median,
+                             "slower_by": row.step_ms_median / best.step_ms_median if ran else math.nan,
                              "step_ms": row.step_ms_median if ran else math.nan,
-                             "slower_by": row.step_ms_median / best.step_ms_median if ran else math.nan})
+                             "fastest_step_ms": best.step_ms_median, "status": row.status})
     return pd.DataFrame(rows)
