@@ -454,3 +454,42 @@ def test_trainperf_recipe_swaps_the_rmsnorms_it_reproduces_and_keeps_the_gradien
         assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6), name
     with pytest.raises(Unsupported, match="Gemma's scales by 1 \\+ weight"):
         swap_rmsnorms(ModelSource(models["gemma2"]).build(torch.device("cpu")))
+
+
+@pytest.mark.parametrize("name", ["user", "qwen2"])
+def test_parity_trains_another_model_s_recipe_from_stock_s_weights_and_batches(models, tmp_path, name):
+    db = tmp_path / "r.db"
+    res = runner.invoke(app, ["parity", "--model", models[name], "--recipe", "compile", "--train-steps", "12",
+                              "--batch", "2", "--seq", "16", "--dtype", "fp32", "--stock-seeds", "2",
+                              "--db", str(db), "--out", str(tmp_path / "o"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    runs = {(r.spec["recipe"], r.spec["seed"]): r for r in Store(db).records()}
+    assert set(runs) == {("stock", 0), ("compile", 0), ("stock", 1)}
+    assert all(r.status == "ok" for r in runs.values()), [r.reason for r in runs.values()]
+    stock, compiled, other = runs["stock", 0], runs["compile", 0], runs["stock", 1]
+    curve = [float(x) for x in stock.metrics["loss_curve"].split(",")]
+    assert len(curve) == 12 and curve[-1] < curve[0]  # it learns the task
+    assert compiled.metrics["loss_first"] == pytest.approx(stock.metrics["loss_first"], rel=1e-5)
+    assert other.metrics["loss_first"] != pytest.approx(stock.metrics["loss_first"], rel=1e-5)
+    assert compiled.metrics["swaps"] == "compile" and stock.spec["sdpa_backend"] == "own"
+    assert "compile" in (tmp_path / "o" / "parity_band.csv").read_text()
+
+
+@pytest.mark.parametrize("command, name, extra, says", [
+    ("parity", "qwen2", ["--recipe", "fast"],
+     "--recipe: unknown value 'fast'; valid choices: stock, compile, liger, float8, trainperf"),
+    ("parity", "qwen2", ["--layers", "1"], "--layers sets a Llama's depth"),
+    ("parity", "user", ["--sdpa-backend", "MATH"], "--sdpa-backend picks a Llama's attention"),
+    ("llama", "user", [], "swaps parts of a transformers Llama; your own nn.Module goes through"),
+])
+def test_a_command_that_cannot_take_a_model_says_so_in_one_line(models, tmp_path, command, name, extra, says):
+    res = runner.invoke(app, [command, "--model", models[name], *extra, "--db", str(tmp_path / "r.db"),
+                              "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and says in " ".join(res.output.split()), res.output
+    assert not (tmp_path / "r.db").exists()
+
+
+def test_the_llama_commands_take_a_preset_named_as_hf_too():
+    from trainperf.models.hf_llama import load_config
+
+    assert load_config("hf:tiny").to_dict() == load_config("tiny").to_dict()

@@ -494,9 +494,11 @@ PARITY_COLUMNS: list[report.Column] = [
 @cli_errors
 def parity(
     recipe: str = option("--recipe", None, "Comma-separated; stock is always run, as the reference "
-                                           "(default: every recipe on a GPU, stock and fast on the CPU)."),
-    model: str = option("--model", None, "Here a Llama preset, config or hub id (default llama-3.2-1b on a "
-                                         "GPU, tiny on the CPU)."),
+                                           "(default: every recipe on a GPU; on the CPU stock and fast, "
+                                           "or stock and compile for a model other than a Llama). A "
+                                           "Llama takes the llama command's recipes; any other model "
+                                           "stock, compile (its blocks compiled) and step's recipes."),
+    model: str = option("--model", None, "Default llama-3.2-1b on a GPU, tiny on the CPU."),
     layers: int = option("--layers", None, "Default: the model's full depth."),
     batch: int = option("--batch", None, "Default 8 on a GPU, 4 on the CPU."),
     seq: int = option("--seq", None, "Default 1024 on a GPU, 64 on the CPU."),
@@ -510,35 +512,45 @@ def parity(
                                      "after warm-up, with adamw-pretrain."),
     optimizer: str = option("--optimizer", "adamw-pretrain", "Here adamw-pretrain or adamw (torch's "
                                                              "defaults)."),
-    dtype: str = option("--dtype", "bf16", "The weights' own."),
-    sdpa_backend: str = option("--sdpa-backend", None, "One; default CUDNN_ATTENTION on a GPU, MATH on the "
-                                                       "CPU."),
+    dtype: str = option("--dtype", "bf16", "A Llama's weights' own; any other model's autocast, over "
+                                           "fp32 weights."),
+    sdpa_backend: str = option("--sdpa-backend", None, "A Llama's attention, one; default CUDNN_ATTENTION "
+                                                       "on a GPU, MATH on the CPU."),
     out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
     wide: bool = WideOpt,
 ) -> None:
     """Loss curves of training recipes from the same weights and batches, beside stock's."""
-    from trainperf.workloads.llama_sdpa import RECIPES
     from trainperf.workloads.parity import (
         ParitySpec,
         curves,
+        is_llama,
         measure_parity,
         parity_table,
+        recipes_of,
         validate,
     )
     from trainperf.workloads.parity_band import MIN_SEEDS, band_table
 
     dev = device_or_fail(device)
     gpu = dev.type == "cuda"
-    defaults = ({"recipe": ",".join(RECIPES), "model": "llama-3.2-1b", "batch": 8, "seq": 1024,
-                 "train_steps": 300, "lr": 3e-4, "sdpa_backend": "CUDNN_ATTENTION", "stock_seeds": 4}
-                if gpu else {"recipe": "stock,fast", "model": "tiny", "batch": 4, "seq": 64,
-                             "train_steps": 30, "lr": 3e-3, "sdpa_backend": "MATH", "stock_seeds": 3})
-    opts = with_defaults(defaults, recipe=recipe, model=model, layers=layers, batch=batch, seq=seq,
+    defaults = ({"model": "llama-3.2-1b", "batch": 8, "seq": 1024, "train_steps": 300, "lr": 3e-4,
+                 "sdpa_backend": "CUDNN_ATTENTION", "stock_seeds": 4}
+                if gpu else {"model": "tiny", "batch": 4, "seq": 64, "train_steps": 30, "lr": 3e-3,
+                             "sdpa_backend": "MATH", "stock_seeds": 3})
+    opts = with_defaults(defaults, model=model, layers=layers, batch=batch, seq=seq,
                          train_steps=train_steps, lr=lr, sdpa_backend=sdpa_backend, stock_seeds=stock_seeds)
     opts["optimizer"] = optimizer
     seeds = opts.pop("stock_seeds")
-    recipes = parse_list(opts.pop("recipe"), str, "--recipe", RECIPES)
+    llama = is_llama(opts["model"])
+    if not llama:
+        if sdpa_backend is not None:
+            raise SpecError(f"--sdpa-backend picks a Llama's attention; {opts['model']} keeps its own")
+        opts["sdpa_backend"] = "own"
+    choices = recipes_of(opts["model"])
+    if recipe is None:
+        recipe = ",".join(choices) if gpu else "stock,fast" if llama else "stock,compile"
+    recipes = parse_list(recipe, str, "--recipe", choices)
     recipes = ["stock", *[r for r in recipes if r != "stock"]]
     dtype = parse_one(dtype, str, "--dtype", DTYPE_CHOICES, DTYPE_ALIASES)
     for name, value in (("--repeats", repeats), ("--draws", draws)):

@@ -72,6 +72,10 @@ def load_config(model: str = "llama-3.2-1b", layers: int | None = None):
     install without it."""
     if not model.strip():
         raise ValueError("--model needs a preset, a config.json or model folder, or a hub id")
+    if model.startswith("py:"):
+        raise ValueError(f"--model {model!r}: this command swaps parts of a transformers Llama; your own "
+                         "nn.Module goes through step, profile, memory, shard, ddp and parity")
+    model = model.removeprefix("hf:")
     hub_id = re.fullmatch(r"[\w.-]+/[\w.-]+", model) and not model.endswith(".json")
     if model not in PRESETS and not Path(model).exists() and not hub_id:
         raise ValueError(f"unknown --model {model!r}: not a preset ({', '.join(PRESETS)}), an existing "

@@ -10,6 +10,12 @@ each run beside stock's run of the same number. Repeats make the same draw of th
 `--draws N` trains every recipe on N draws of the task (another language and its batches each),
 beside stock's runs of the same draw.
 
+A transformers Llama (a preset, config or hub id) trains with the Llama recipes of `llama`
+(workloads/llama_sdpa.RECIPES) on its weights' dtype. Any other model (another family's config,
+or `py:` an nn.Module of the user's) trains as `step` trains it (workloads/model_step.py: fp32
+weights, autocast to the dtype) with the recipes any model takes: stock, compile (its blocks
+compiled), liger, float8 and trainperf (models/peers.py).
+
 The language: a fixed random Markov chain over the first 512 token ids, each token followed by
 one of four successors with fixed probabilities, so the loss falls from ln(vocab) towards the
 chain's entropy (about 1 nat) within a few hundred steps.
@@ -26,6 +32,7 @@ task and the band decides (benchmarks/results/parity/h100-2026-11-28).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -37,6 +44,8 @@ import torch
 
 from trainperf.core.errors import SpecError
 from trainperf.core.spec import check_choice, check_positive
+from trainperf.models.peers import ANY_MODEL_RECIPES
+from trainperf.models.source import ModelSource, vocab_of
 from trainperf.workloads.llama_sdpa import (
     RECIPES,
     LlamaSpec,
@@ -46,6 +55,8 @@ from trainperf.workloads.llama_sdpa import (
     setup_spec,
 )
 from trainperf.workloads.llama_sdpa import validate as validate_llama
+from trainperf.workloads.model_step import ModelStepCase, ModelStepSpec
+from trainperf.workloads.model_step import validate as validate_model_step
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -54,6 +65,25 @@ LANGUAGE_TOKENS = 512
 SUCCESSORS = 4
 OPTIMIZERS = ("adamw-pretrain", "adamw")
 SMOOTH = 5  # steps in the rolling mean the deviation is taken on
+# the recipes of a model other than a transformers Llama (module doc)
+ANY_MODEL_PARITY_RECIPES = ("stock", "compile", *(r for r in ANY_MODEL_RECIPES if r != "stock"))
+
+
+@functools.lru_cache(maxsize=16)
+def is_llama(model: str) -> bool:
+    """Whether `model` names a transformers Llama, which trains with the Llama recipes; a name that
+    gives no model counts as one, for the Llama path's validation to say what is wrong."""
+    if model.startswith("py:"):
+        return False
+    try:
+        return getattr(ModelSource(model).config(), "model_type", "llama") == "llama"
+    except SpecError:
+        return True
+
+
+def recipes_of(model: str) -> tuple[str, ...]:
+    """The recipes parity trains `model` with."""
+    return tuple(RECIPES) if is_llama(model) else ANY_MODEL_PARITY_RECIPES
 
 
 @dataclass(frozen=True)
@@ -78,6 +108,12 @@ class ParitySpec:
         seeded = f" seed {self.seed}" if self.seed else ""
         return f"{self.recipe} {self.train_steps} steps {self.batch}x{self.seq} lr={self.lr:g}{again}{seeded}"
 
+    def model_step_spec(self) -> ModelStepSpec:
+        """The step of a model other than a Llama (module doc); compile is a recipe of its own."""
+        return ModelStepSpec(self.model, seq=self.seq, batch=self.batch, dtype=self.dtype,
+                             compile=self.recipe == "compile", mode="train", device=self.device,
+                             recipe="stock" if self.recipe == "compile" else self.recipe)
+
     def llama_spec(self) -> LlamaSpec:
         setup = recipe_setup(self.recipe, self.device, replayed=False, seq=self.seq)  # new batches
         return setup_spec(setup, self.sdpa_backend, batch=self.batch, seq=self.seq, dtype=self.dtype,
@@ -86,12 +122,19 @@ class ParitySpec:
 
 
 def validate(spec: ParitySpec) -> None:
-    check_choice("recipe", spec.recipe, RECIPES)
     check_choice("optimizer", spec.optimizer, OPTIMIZERS)
     check_positive(spec, "train_steps")
     if not (math.isfinite(spec.lr) and spec.lr > 0):
         raise SpecError(f"--lr must be a positive number, got {spec.lr}")
-    validate_llama(spec.llama_spec())
+    if is_llama(spec.model):
+        check_choice("recipe", spec.recipe, RECIPES)
+        validate_llama(spec.llama_spec())
+        return
+    check_choice("recipe", spec.recipe, ANY_MODEL_PARITY_RECIPES)
+    if spec.layers is not None:
+        raise SpecError(f"--layers sets a Llama's depth; {spec.model} trains at the depth its config "
+                        "or factory gives")
+    validate_model_step(spec.model_step_spec())
 
 
 def markov_batches(vocab: int, batch: int, seq: int, steps: int, seed: int = 0,
@@ -124,10 +167,17 @@ class PretrainAdamW:
         warmup = max(steps // 10, 1)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.adamw, lambda i: min(1.0, (i + 1) / warmup))
 
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # what a GradScaler unscales (fp16)
+        return self.adamw.param_groups
+
     def step(self) -> None:
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.adamw.step()
         self.schedule.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.adamw.zero_grad(set_to_none=set_to_none)
 
 
 def make_optimizer(spec: ParitySpec, params: Iterable[torch.nn.Parameter]) -> Any:  # noqa: ANN401
@@ -139,6 +189,8 @@ def make_optimizer(spec: ParitySpec, params: Iterable[torch.nn.Parameter]) -> An
 
 def measure_parity(spec: ParitySpec) -> dict[str, Any]:
     """Train `spec.train_steps` optimizer steps; the loss of every step, as a comma-joined string."""
+    if not is_llama(spec.model):
+        return _train_any_model(spec)
     device = torch.device(spec.device)
     llama = spec.llama_spec()
     step = LlamaStep(llama, device, seed=spec.seed)
@@ -154,11 +206,40 @@ def measure_parity(spec: ParitySpec) -> dict[str, Any]:
             step.inputs = {"input_ids": tokens[:, :-1], "attention_mask": mask}
             step.targets = tokens[:, 1:].contiguous()
             losses.append(step().detach())
-        curve = torch.stack(losses).float().cpu().tolist()
+            curve = torch.stack(losses).float().cpu().tolist()
     finally:
         step.close()
+    return _curve_metrics(curve, ",".join(step.swaps) or "none")
+
+
+def _curve_metrics(curve: list[float], swaps: str) -> dict[str, Any]:
     return {"loss_first": curve[0], "loss_last": curve[-1], "loss_curve": ",".join(f"{x:.8g}" for x in curve),
-            "swaps": ",".join(step.swaps) or "none"}
+            "swaps": swaps}
+
+
+def _train_any_model(spec: ParitySpec) -> dict[str, Any]:
+    """measure_parity for a model other than a Llama: `step`'s training step (module doc), the
+    weights drawn from `spec.seed`."""
+    device = torch.device(spec.device)
+    torch.manual_seed(spec.seed)
+    model = ModelSource(spec.model).build(device)
+    batches = [t.to(device) for t in markov_batches(vocab_of(model), spec.batch, spec.seq, spec.train_steps,
+                                                    seed=spec.draw - 1, order=spec.seed)]
+
+    def pair(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return tokens[:, :-1], tokens[:, 1:].contiguous()
+
+    case = ModelStepCase(spec.model_step_spec(), model=model, batch=lambda: pair(batches[0]),
+                         optimizer=lambda params: make_optimizer(spec, params))
+    try:
+        losses = []
+        for tokens in batches:
+            case.x, case.y = pair(tokens)
+            losses.append(case.run().detach())
+        curve = torch.stack(losses).float().cpu().tolist()
+    finally:
+        case.undo()
+    return _curve_metrics(curve, spec.recipe)
 
 
 def column(recipe: str, run: int) -> str:
