@@ -373,10 +373,13 @@ def test_every_family_and_the_user_s_module_shard_over_two_ranks_with_mfu(models
 @pytest.mark.parametrize("option, says", [
     (["--float8", "trainperf"], "--float8 trainperf acts on the GPT LM presets"),
     (["--loss", "chunked"], "--loss chunked acts on the GPT LM presets"),
-    (["--layers", "1"], "--layers acts on the GPT LM presets"),
+    (["--layers", "3"], "--layers must be between 1 and the model's 2, got 3"),
+    (["--layers", "1", "--user"], "--layers sets a transformers config's depth"),
 ])
 def test_shard_refuses_preset_options_for_another_model_in_one_line(models, tmp_path, option, says):
-    res = runner.invoke(app, ["shard", "--model", models["qwen2"], *option, "--db", str(tmp_path / "r.db")])
+    name = "user" if "--user" in option else "qwen2"
+    option = [o for o in option if o != "--user"]
+    res = runner.invoke(app, ["shard", "--model", models[name], *option, "--db", str(tmp_path / "r.db")])
     assert res.exit_code == 2 and says in res.output and len(res.output.strip().splitlines()) == 1, res.output
     res = runner.invoke(app, ["shard", "--model", "tiny", "--blocks", "layers", "--db", str(tmp_path / "x")])
     assert res.exit_code == 2 and "--blocks names a model's blocks" in res.output
@@ -478,7 +481,7 @@ def test_parity_trains_another_model_s_recipe_from_stock_s_weights_and_batches(m
 @pytest.mark.parametrize("command, name, extra, says", [
     ("parity", "qwen2", ["--recipe", "fast"],
      "--recipe: unknown value 'fast'; valid choices: stock, compile, liger, float8, trainperf"),
-    ("parity", "qwen2", ["--layers", "1"], "--layers sets a Llama's depth"),
+    ("parity", "user", ["--layers", "1"], "--layers sets a transformers config's depth"),
     ("parity", "user", ["--sdpa-backend", "MATH"], "--sdpa-backend picks a Llama's attention"),
     ("llama", "user", [], "swaps parts of a transformers Llama; your own nn.Module goes through"),
 ])

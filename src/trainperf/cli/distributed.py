@@ -471,8 +471,9 @@ def shard(
     float8: str = option("--float8", "off", "Here off, torchao (gathered in float8 where sharded) or "
                                            "trainperf (every decoder product); comma list ok."),
     vocab: int = option("--vocab", None, "Default: the preset's own (cs336-8b), else 10000."),
-    layers: int = option("--layers", None, "Fewer than the preset's: a part of a model too large for one "
-                                           "GPU, to calibrate `trainperf predict`."),
+    layers: int = option("--layers", None, "Fewer than the model's (a preset or a transformers config): "
+                                           "a part of a model too large for one GPU, to calibrate "
+                                           "`trainperf predict`."),
     dist_backend: str = option("--dist-backend", None),
     warmup: int = option("--warmup", 2), iters: int = option("--iters", 5),
     timeout: float = TimeoutOpt, out: Path = OutOpt, db: Path = DbOpt, rerun: bool = RerunOpt,

@@ -44,6 +44,7 @@ class ModelSource:
     """A model named by the user (not a preset): how to build it, checked before any work."""
 
     name: str
+    layers: int | None = None  # a transformers config's first `layers` blocks (a part of a model too large)
 
     @property
     def kind(self) -> str:
@@ -52,6 +53,9 @@ class ModelSource:
     def check(self) -> None:
         """SpecError, in one line, for a name that cannot give a model (nothing built yet)."""
         if self.kind == "py":
+            if self.layers is not None:
+                raise SpecError(f"--layers sets a transformers config's depth; --model {self.name} builds "
+                                "as its factory does")
             self.factory()
         else:
             self.config()
@@ -64,7 +68,7 @@ class ModelSource:
         if self.name.endswith(".json") and not Path(target).is_file():
             raise SpecError(f"--model {self.name!r}: no such file")
         try:
-            return load_config(target)
+            return load_config(target, self.layers)
         except ValueError as exc:
             raise SpecError(str(exc)) from None
 

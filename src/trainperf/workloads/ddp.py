@@ -134,7 +134,7 @@ def validate(spec: DDPSpec) -> None:
     if spec.world_size < 2:
         raise SpecError(f"--world-size must be at least 2, got {spec.world_size}")
     if spec.dist_backend == "gloo" and source:  # its state at the least, on every rank of this CPU
-        check_fits(spec.world_size * source_parameters(spec.model) * STATE_BYTES_PER_PARAM,
+        check_fits(spec.world_size * source_parameters(ModelSource(spec.model)) * STATE_BYTES_PER_PARAM,
                    f"ddp {spec.label()} ({spec.world_size} ranks on this CPU)")
     elif spec.dist_backend == "gloo":  # every rank on this host's CPU: refused, not ended by the OOM killer
         c = spec.model_config()
@@ -161,7 +161,7 @@ class DataParallelStep:
         self.spec, self.device = spec, device
         torch.manual_seed(0)
         if is_model_source(spec.model):
-            model, blocks = source_model(spec.model, spec.blocks, device)
+            model, blocks = source_model(ModelSource(spec.model), spec.blocks, device)
             layers, vocab = blocks.layers, vocab_of(model)
         else:
             with device:

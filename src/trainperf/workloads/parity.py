@@ -131,9 +131,7 @@ def validate(spec: ParitySpec) -> None:
         validate_llama(spec.llama_spec())
         return
     check_choice("recipe", spec.recipe, ANY_MODEL_PARITY_RECIPES)
-    if spec.layers is not None:
-        raise SpecError(f"--layers sets a Llama's depth; {spec.model} trains at the depth its config "
-                        "or factory gives")
+    ModelSource(spec.model, spec.layers).check()
     validate_model_step(spec.model_step_spec())
 
 
@@ -222,7 +220,7 @@ def _train_any_model(spec: ParitySpec) -> dict[str, Any]:
     weights drawn from `spec.seed`."""
     device = torch.device(spec.device)
     torch.manual_seed(spec.seed)
-    model = ModelSource(spec.model).build(device)
+    model = ModelSource(spec.model, spec.layers).build(device)
     batches = [t.to(device) for t in markov_batches(vocab_of(model), spec.batch, spec.seq, spec.train_steps,
                                                     seed=spec.draw - 1, order=spec.seed)]
 

@@ -126,6 +126,10 @@ class ShardSpec:
         return (f"{model} n={self.world_size} shard={self.shard} ckpt={self.checkpoint} "
                 f"{self.batch}x{self.seq} {self.dtype} {self.optimizer}{extras}")
 
+    def source(self) -> ModelSource:
+        """A model not a preset (is_model_source), to its --layers."""
+        return ModelSource(self.model, self.layers)
+
     def model_config(self) -> LMConfig:
         p = get_preset(self.model)
         vocab = self.vocab or p.vocab or 10_000
@@ -185,10 +189,10 @@ def validate(spec: ShardSpec) -> None:
     if spec.prefetch < 0:
         raise SpecError(f"--prefetch must be 0 (FSDP2's own) or a number of units, got {spec.prefetch}")
     if source:  # its depth is known once built: --unit-layers and all-but-N are checked then
-        ModelSource(spec.model).check()
+        spec.source().check()
         refuse_preset_options(spec)
         if spec.dist_backend == "gloo":
-            check_fits(spec.world_size * source_parameters(spec.model) * STATE_BYTES_PER_PARAM,
+            check_fits(spec.world_size * source_parameters(spec.source()) * STATE_BYTES_PER_PARAM,
                        f"shard {spec.label()} ({spec.world_size} ranks on this CPU)")
         return
     refuse_blocks_of_preset(spec.model, spec.blocks)
@@ -224,7 +228,7 @@ def memory_needed(spec: ShardSpec) -> dict[str, float]:
     Of a model not a preset, the state alone."""
     shards = {"full": spec.world_size, "hybrid": max(spec.world_size // 2, 1), "none": 1}[spec.shard]
     if is_model_source(spec.model):
-        params = source_parameters(spec.model)
+        params = source_parameters(spec.source())
         return {"params": params, "shards": shards, "state": params * STATE_BYTES_PER_PARAM / shards,
                 "activations": 0.0, "logits": 0.0}
     cfg = spec.model_config()
@@ -385,7 +389,7 @@ class ShardedStep:
         self.blocks_found: str | None = None
         per = spec.batch // world
         if is_model_source(spec.model):
-            model, blocks = source_model(spec.model, spec.blocks, device)
+            model, blocks = source_model(spec.source(), spec.blocks, device)
             tokens = seeded_tokens(spec.batch, spec.seq, vocab_of(model))
             rows = tokens[rank * per:(rank + 1) * per].to(device)
             self.counted_flops = train_flops(model, rows[:, :-1]) * world

@@ -21,7 +21,7 @@ from trainperf.workloads.precision import compile_regions
 STATE_BYTES_PER_PARAM = 16  # fp32 weight, gradient and AdamW's two moments
 # What the GPT LM presets take and another model does not: the option, and whether a spec gives it
 PRESET_ONLY: tuple[tuple[str, Callable[[Any], bool]], ...] = (
-    ("--layers", lambda s: s.layers is not None), ("--float8 trainperf", lambda s: s.float8 == "trainperf"),
+    ("--float8 trainperf", lambda s: s.float8 == "trainperf"),
     ("--loss chunked", lambda s: s.loss == "chunked"), ("--attention", lambda s: s.attention != "sdpa"))
 
 
@@ -36,10 +36,11 @@ class SourceWithLoss(nn.Module):
         return lm_loss(logits_of(self.model, tokens).float(), targets)
 
 
-def source_model(name: str, blocks: str | None, device: torch.device) -> tuple[nn.Module, Blocks]:
-    """The model `name` on `device` and its repeated blocks; a SpecError where none are found,
+def source_model(source: ModelSource, blocks: str | None, device: torch.device) -> tuple[nn.Module, Blocks]:
+    """The model of `source` on `device` and its repeated blocks; a SpecError where none are found,
     since they are what sharding splits into units."""
-    model = ModelSource(name).build(device)
+    name = source.name
+    model = source.build(device)
     found = find_blocks(model, blocks)
     if found is None:
         raise SpecError(f"--model {name}: no repeated blocks found to shard unit by unit; name them "
@@ -56,9 +57,9 @@ def compile_blocks(model: nn.Module, layers: nn.ModuleList) -> None:
         compile_regions(layers)
 
 
-def source_parameters(name: str) -> int:
-    """The parameters of `name`, counted on the meta device (nothing allocated)."""
-    return sum(p.numel() for p in ModelSource(name).build(torch.device("meta")).parameters())
+def source_parameters(source: ModelSource) -> int:
+    """The parameters of `source`'s model, counted on the meta device (nothing allocated)."""
+    return sum(p.numel() for p in source.build(torch.device("meta")).parameters())
 
 
 def train_flops(model: nn.Module, tokens: torch.Tensor) -> float:
