@@ -3,17 +3,21 @@ links' bandwidth, a prediction that reproduces its own calibration, the check ag
 rows of a results tree, and the two commands."""
 
 import math
+from dataclasses import replace
 
 import pandas as pd
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from trainperf.cli import app
 from trainperf.core.errors import SpecError
 from trainperf.predict.check import check, fit_contention, summary
 from trainperf.predict.links import HOP_LATENCY_MS, Links, links_from_records, parse_rate
-from trainperf.predict.model import Calibration, model_flops, predict_sharded, total_params, work
+from trainperf.predict.model import Calibration, model_flops, predict_sharded
+from trainperf.predict.model import work as work_of
 from trainperf.predict.schedule import Unit, replicated_step, sharded_step, with_contention
+from trainperf.predict.shape import parameters_of, shape_of
 from trainperf.workloads.comm import BUS_FACTOR
 from trainperf.workloads.sharded import ShardSpec
 
@@ -149,6 +153,10 @@ def spec(**kw) -> ShardSpec:
     return ShardSpec(**{**base, **kw})
 
 
+def work(s: ShardSpec):
+    return work_of(s, shape_of(s))
+
+
 def test_a_prediction_of_its_own_calibration_is_the_calibration():
     cal = Calibration(spec(), forward_backward_ms=120.0, optimizer_ms=8.0, gpu=H200, source="test",
                       peak_mem_gb=10.0, gpu_memory_gb=139.8)
@@ -157,7 +165,7 @@ def test_a_prediction_of_its_own_calibration_is_the_calibration():
     assert p.timeline.exposed_comm_ms == pytest.approx(0.0, abs=1e-9)
     assert p.mem_gb_per_rank == pytest.approx(10.0)
     assert p.fits is True
-    assert p.mfu == pytest.approx(model_flops(cal.spec) / 0.128 / 1e12 / 989.4)
+    assert p.mfu == pytest.approx(model_flops(cal.spec, shape_of(cal.spec)) / 0.128 / 1e12 / 989.4)
 
 
 def test_full_sharding_splits_the_batch_and_the_optimizer_over_the_ranks():
@@ -176,8 +184,8 @@ def test_a_truncated_calibration_scales_by_the_flops_of_the_whole_model():
     whole = spec(checkpoint="all-but-2")
     p = predict_sharded(whole, cal, links_from_records(comm_records(), "test"))
     flops = [sum(f + b for f, b in layers) + sum(root) for layers, root in (work(whole), work(part))]
-    assert p.timeline.compute_ms == pytest.approx(100.0 * flops[0] / flops[1] + 4.0 * total_params(whole)
-                                                  / total_params(part))
+    params = [parameters_of(s).total for s in (whole, part)]
+    assert p.timeline.compute_ms == pytest.approx(100.0 * flops[0] / flops[1] + 4.0 * params[0] / params[1])
 
 
 def test_checkpointing_adds_the_recomputed_forward_to_the_backward():
@@ -262,3 +270,71 @@ def test_predict_check_command_writes_the_table_the_summary_and_says_what_it_cou
     assert {"step_ms_predicted", "step_ms_measured", "exposed_comm_ms_predicted",
             "exposed_comm_ms_measured"} <= set(frame.columns)
     assert len(pd.read_csv(out / "predict_check_summary.csv")) == 3  # shard, ddp, all
+
+
+QWEN = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False)
+
+
+@pytest.fixture(scope="module")
+def qwen_config(tmp_path_factory):
+    from transformers import AutoConfig
+
+    path = tmp_path_factory.mktemp("qwen") / "config.json"
+    AutoConfig.for_model("qwen2", **QWEN).to_json_file(str(path))
+    return str(path)
+
+
+def test_another_model_s_shape_splits_its_counted_flops_into_layers_attention_and_head(qwen_config):
+    """The parameters counted on the meta device match the built model's; from the flop counter's
+    count of one forward, the attention left over is the counter's own count of it (whole)."""
+    from trainperf.core.flops import counted_flops
+    from trainperf.models.source import ModelSource, logits_of
+
+    model = ModelSource(qwen_config).build(torch.device("cpu"))
+    s = ShardSpec(model=qwen_config, world_size=1, shard="full", checkpoint="none", seq=16, batch=2)
+    params = parameters_of(s)
+    assert params.total == sum(p.numel() for p in model.parameters())
+    layer = model.model.layers[0]
+    linears = [m for m in layer.modules() if isinstance(m, torch.nn.Linear)]
+    assert params.layer_matmul == sum(m.weight.numel() for m in linears)
+    assert params.head == 128 * 32 and params.n_layers == 3
+    with torch.no_grad():
+        per_token = counted_flops(lambda: logits_of(model, torch.zeros(2, 16, dtype=torch.long))) / 32
+    shape = shape_of(s, (per_token, s))
+    d_attention = 4 * 8  # heads x head dim
+    assert shape.layer_attention == pytest.approx(4 * 16 * d_attention)  # QK^T and PV over 16 keys, whole
+    assert shape.head_forward == 2 * 128 * 32
+    deeper = replace(s, layers=None)
+    assert shape_of(deeper, (per_token, replace(s, layers=2))).layer_forward > shape.layer_forward
+    with pytest.raises(SpecError, match="counted FLOPs"):
+        shape_of(s)
+
+
+def test_predict_takes_another_model_calibrated_with_counted_flops(tmp_path, qwen_config):
+    root = results_tree(tmp_path / "results")
+    run = root / "your-model" / "h200-2026-01-01"
+    run.mkdir(parents=True)
+    row = {**SHARD_ROW, "model": qwen_config, "seq": 16, "world_size": 1, "batch": 4, "step_ms_median": 50.0,
+           "optimizer_ms": 5.0, "peak_mem_gb": 2.0, "flops_source": "counted (forward x 3)",
+           "model_tflop": 3 * 4 * 16 * 1e6 / 1e12, "created_at": "2026-01-01T00:00:00"}
+    two = {**row, "world_size": 2, "step_ms_median": 40.0, "created_at": "2026-01-01T00:01:00"}
+    pd.DataFrame([row, two]).to_csv(run / "shard.csv", index=False)
+    (run / "env.json").write_text('{"gpu_memory_gb": 139.8}')
+    checked = check(root)
+    mine = checked[checked.case.str.startswith(qwen_config)].iloc[0]
+    assert mine.reason == "" and mine.compute_from == "your-model/h200-2026-01-01 (1 GPU)"
+    assert mine.schedule_ms > 45.0 / 2 + 5.0 / 2  # half the batch's compute and half the optimizer, and waits
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["predict", "--model", qwen_config, "--gpus", "1,2,4", "--shard",
+                                   "full,none", "--results", str(root), "--out", str(out), "--quiet"])
+    assert res.exit_code == 0, res.output
+    frame = pd.read_csv(out / "predict.csv")
+    assert frame.step_ms.iloc[0] == pytest.approx(50.0)  # one GPU at the calibration's batch: itself
+    assert frame.mem_gb_per_rank.iloc[0] == pytest.approx(2.0)
+    full = frame[frame.shard == "full"]
+    assert (full.mem_gb_per_rank.diff().dropna() < 0).all()  # the state spread over more ranks
+    assert frame.tokens_per_s_per_gpu.gt(0).all() and frame.mfu.gt(0).all()
+    missing = CliRunner().invoke(app, ["predict", "--model", "py:nowhere.py:make", "--results", str(root),
+                                       "--out", str(out)])
+    assert missing.exit_code == 2 and "no such file" in missing.output

@@ -39,7 +39,8 @@ def _results_dir(results: Path) -> Path:
 @app.command(cls=RenamedFlags)
 @cli_errors
 def predict(
-    model: str = option("--model", "cs336-8b", "Here a GPT LM preset with a one-GPU shard record."),
+    model: str = option("--model", "cs336-8b", "Here any model with a one-GPU shard record (a GPT LM "
+                                               "preset, hf:, a config.json)."),
     gpus: str = option("--gpus", "8,64,512"),
     gpus_per_node: int = option("--gpus-per-node", 8),
     inter_node: str = option("--inter-node", None, "Default: measured, from `comm --scope cross` records."),
@@ -58,11 +59,15 @@ def predict(
     tokens/s per GPU, MFU, exposed communication and memory per rank, from its one-GPU step and
     this machine's collectives in the results, with the error the model showed on measured rows."""
     from trainperf.models.presets import PRESETS
+    from trainperf.models.source import ModelSource, is_model_source
     from trainperf.predict.links import parse_rate
     from trainperf.predict.scaling import draw, find_calibration, predict_scaling
     from trainperf.workloads.sharded import SHARDS
 
-    model = parse_one(model, str, "--model", PRESETS)
+    if is_model_source(model):
+        ModelSource(model).check()
+    else:
+        model = parse_one(model, str, "--model", PRESETS)
     counts = parse_list(gpus, positive_int, "--gpus")
     shards = parse_list(shard, str, "--shard", SHARDS)
     if gpus_per_node < 1:

@@ -23,10 +23,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from trainperf.models.presets import PRESETS, get_preset
+from trainperf.core.errors import SpecError
+from trainperf.core.flops import PASSES
+from trainperf.models.presets import get_preset
+from trainperf.models.source import is_model_source
 from trainperf.predict.links import Links, links_from_records
 from trainperf.predict.model import Calibration, predict_sharded
 from trainperf.predict.schedule import Timeline, replicated_step
+from trainperf.predict.shape import counted_parameters, parameters_of, preset_parameters
 from trainperf.workloads.sharded import ShardSpec
 
 # GPUs whose NVLink (and NVSwitch) is another's: its `comm` records stand in where a GPU has none.
@@ -106,7 +110,8 @@ def calibration_for(row: pd.Series, ones: pd.DataFrame, specs: pd.Series) -> Cal
                 & specs.map(lambda s: [getattr(s, name) for name in MATCHED] == wanted)]
     if same.empty:
         return None
-    fewer_layers = specs[same.index].map(lambda s: spec.model_config().n_layers - s.model_config().n_layers)
+    depth = parameters_of(spec).n_layers
+    fewer_layers = specs[same.index].map(lambda s: depth - parameters_of(s).n_layers)
     other_tokens = same.batch // same.world_size != row.batch // row.world_size
     order = ((same.folder != row.folder) * 4 + other_tokens * 2 + (same.run != row.run)) * 1000 + fewer_layers
     latest = same.get("created_at", pd.Series("", index=same.index)).fillna("")
@@ -117,11 +122,16 @@ def calibration_for(row: pd.Series, ones: pd.DataFrame, specs: pd.Series) -> Cal
 
 def calibration(row: pd.Series) -> Calibration:
     """A one-GPU `shard` row as a Calibration: its forward and backward (the step less the
-    optimizer where the row has no phase of its own), its optimizer, its peak memory."""
+    optimizer where the row has no phase of its own), its optimizer, its peak memory, and for a
+    model not a preset its counted FLOPs a token."""
     optimizer = _value(row, "optimizer_ms") or 0.0
     forward_backward = _value(row, "forward_backward_ms") or row.step_ms_median - optimizer
+    per_token = None
+    if str(_value(row, "flops_source") or "").startswith("counted"):
+        per_token = row.model_tflop * 1e12 / PASSES["train"] / (row.batch * row.seq)
     return Calibration(shard_spec(row), forward_backward, optimizer, str(row.env_gpu_name),
-                       f"{row.folder} (1 GPU)", _value(row, "peak_mem_gb"), _value(row, "gpu_memory_gb"))
+                       f"{row.folder} (1 GPU)", _value(row, "peak_mem_gb"), _value(row, "gpu_memory_gb"),
+                       per_token)
 
 
 def links_by_gpu(root: Path) -> dict[str, Links]:
@@ -143,15 +153,16 @@ def check_shard(root: Path) -> Iterator[dict[str, Any]]:
     ok = measured_once(results_rows(root, "shard"))
     if ok.empty:
         return
-    presets = ok.model.isin(list(PRESETS))
-    ones = ok[(ok.world_size == 1) & presets]
+    ones = ok[ok.world_size == 1]
     specs = ones.apply(shard_spec, axis=1) if not ones.empty else pd.Series(dtype=object)
     links = links_by_gpu(root)
-    for _, row in ok[(ok.world_size > 1) & ~presets].iterrows():
-        yield _compared(row, "shard", str(row.model), None, "", "",
-                        "not a GPT LM preset: the step model counts the presets' layers only")
-    for _, row in ok[(ok.world_size > 1) & presets].iterrows():
-        spec, cal, link = shard_spec(row), calibration_for(row, ones, specs), links.get(str(row.env_gpu_name))
+    for _, row in ok[ok.world_size > 1].iterrows():
+        spec = shard_spec(row)
+        try:
+            cal, link = calibration_for(row, ones, specs), links.get(str(row.env_gpu_name))
+        except SpecError as exc:  # a model that cannot be built here (a py: file not in this tree)
+            yield _compared(row, "shard", spec.label(), None, "", "", str(exc))
+            continue
         if cal is None or link is None:
             choices = ", ".join(f"{name} {getattr(spec, name)}" for name in MATCHED)
             missing = f"no one-GPU shard row with {choices}" if cal is None else "no comm records"
@@ -179,13 +190,16 @@ def check_ddp(root: Path) -> Iterator[dict[str, Any]]:
 def ddp_buckets(row: pd.Series) -> int:
     """How many all-reduces a `ddp` variant's gradients leave in: one per parameter (overlap), per
     bucket (bucketed, ddp), or one (naive's all come after the backward; flat's are one buffer)."""
-    p = get_preset(str(row.model))
+    model = str(row.model)
+    if is_model_source(model):
+        params = counted_parameters(model, None, _value(row, "blocks"))
+    else:
+        vocab = get_preset(model).vocab or int(row.vocab)
+        params = preset_parameters(ShardSpec(model, 1, "none", "none", int(row.seq), 1, vocab=vocab))
     if row.variant == "overlap":
-        return 9 * p.n_layers + 3  # q, k, v, o, 3 MLP matrices, 2 norms a layer; embeddings, head, norm
+        return params.tensors
     if row.variant in ("bucketed", "ddp"):
-        vocab = p.vocab or int(row.vocab)
-        params = p.n_layers * (4 * p.d_model**2 + 3 * p.d_model * p.d_ff) + 2 * vocab * p.d_model
-        return max(1, math.ceil(params * 4 / (float(row.bucket_mb) * 2**20)))
+        return max(1, math.ceil(params.total * 4 / (float(row.bucket_mb) * 2**20)))
     return 1
 
 

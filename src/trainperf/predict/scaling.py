@@ -23,6 +23,7 @@ from trainperf.predict.check import (
     shard_spec,
 )
 from trainperf.predict.model import Calibration, predict_sharded
+from trainperf.predict.shape import parameters_of
 
 COLUMNS = ["model", "gpus", "nodes", "shard", "batch_per_gpu", "step_ms", "tokens_per_s_per_gpu", "mfu",
            "exposed_comm_ms", "comm_ms", "mem_gb_per_rank", "fits", "contention",
@@ -45,7 +46,7 @@ def find_calibration(root: Path, model: str, gpu: str | None, choices: Mapping[s
         where = f" on a GPU named like {gpu!r}" if gpu else ""
         raise SpecError(f"no one-GPU shard record of {model}{where}{given} under {root}: run `trainperf "
                         f"shard --world-size 1 --model {model}{given}` (--layers K if it does not fit) first")
-    layers = ones.apply(lambda r: shard_spec(r).model_config().n_layers, axis=1)
+    layers = ones.apply(lambda r: parameters_of(shard_spec(r)).n_layers, axis=1)
     latest = ones.assign(_layers=layers).sort_values(["_layers", "created_at"], kind="stable").iloc[-1]
     return calibration(latest)
 
