@@ -42,7 +42,8 @@ CONFIG_DIR = Path(__file__).parent / "configs"
 PRESETS = {"llama-3.2-1b": CONFIG_DIR / "llama-3.2-1b.json", "llama-3.1-8b": CONFIG_DIR / "llama-3.1-8b.json",
            "tiny": CONFIG_DIR / "llama-tiny.json",
            # other families at real size, their configs as published (no weights): `--model hf:NAME`
-           "qwen2.5-1.5b": CONFIG_DIR / "qwen2.5-1.5b.json", "gemma-2-2b": CONFIG_DIR / "gemma-2-2b.json"}
+           "qwen2.5-1.5b": CONFIG_DIR / "qwen2.5-1.5b.json", "qwen2.5-7b": CONFIG_DIR / "qwen2.5-7b.json",
+           "gemma-2-2b": CONFIG_DIR / "gemma-2-2b.json"}
 BACKENDS = ("CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "FLASH_ATTENTION", "MATH", "CUDNN_FE", "FA4")
 # Beside PyTorch's SDPA backends, attention that trainperf calls directly: CUDNN_FE is the cuDNN
 # frontend's SDPA graphs without PyTorch's dispatch (attention/cudnn_fe.py), FA4 FlashAttention 4's

@@ -92,20 +92,26 @@ def attention_headline(parts: dict[str, Path]) -> pd.DataFrame:
                           sort=False).reset_index()
 
 
-def _step_table(parts: dict[str, Path], metrics: tuple[tuple[str, str, int], ...]) -> pd.DataFrame:
-    """One row per step case of every part: what names it, its median step, then `metrics`
-    (column, header, significant digits) where they were measured."""
-    df = pd.concat([_read(folder, "step.csv") for folder in parts.values()], ignore_index=True)
+def _step_table(parts: dict[str, Path], metrics: tuple[tuple[str, str, int], ...],
+                files: tuple[str, ...] = ("step.csv",)) -> pd.DataFrame:
+    """One row per step case of every part (its `files`): what names it, its median step, then
+    `metrics` (column, header, significant digits) where they were measured. A `shard` row says
+    how it was sharded."""
+    df = pd.concat([_read(folder, name) for folder in parts.values() for name in files], ignore_index=True)
     if df.empty:
         return df
     out = df[[c for c in ("model", "seq", "batch", "dtype", "compile", "recipe") if c in df]].copy()
+    if "world_size" in df:
+        sharded = df.world_size.notna()
+        out["sharded"] = (df.shard.astype(str) + " over " + df.world_size.astype("Int64").astype(str)
+                          + " ranks, checkpoint " + df.checkpoint.astype(str)).where(sharded, "")
     out["step ms"] = _cell(df, "step_ms_median")
     for col, name, digits in metrics:
         if col in df:
             out[name] = df[col].map(lambda v, d=digits: f"{v:.{d}g}" if pd.notna(v) else "")
     if "blocks_found" in df:
         out["blocks"] = df["blocks_found"].fillna("")
-    return out
+    return out.drop_duplicates()  # a case two parts share is one row
 
 
 def step_headline(parts: dict[str, Path]) -> pd.DataFrame:
@@ -113,9 +119,10 @@ def step_headline(parts: dict[str, Path]) -> pd.DataFrame:
 
 
 def your_model_headline(parts: dict[str, Path]) -> pd.DataFrame:
-    """One row per model, compile choice and recipe: its step, throughput, counted MFU, memory, blocks."""
+    """One row per model, compile choice, recipe and sharding: its step, throughput, counted MFU,
+    memory, blocks."""
     return _step_table(parts, (("tokens_per_s", "tokens/s", 5), ("mfu", "MFU (counted FLOPs)", 3),
-                               ("peak_mem_gb", "peak GB", 3)))
+                               ("peak_mem_gb", "peak GB", 3)), files=("step.csv", "shard.csv"))
 
 
 def peers_headline(parts: dict[str, Path]) -> pd.DataFrame:
@@ -569,7 +576,9 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "The training step of models trainperf did not write, at real size: Qwen2.5-1.5B and Gemma 2 "
           "2B built from their published configs (random weights), eager and with each decoder layer "
           "compiled, and compiled with Liger Kernel's patch for their family or torchao's float8 on "
-          "their Linears, their FLOPs counted with PyTorch's flop counter.",
+          "their Linears, their FLOPs counted with PyTorch's flop counter; and Qwen2.5-7B sharded with "
+          "FSDP2 over every GPU of the machine (2 x 4096 tokens a GPU, each block compiled and "
+          "checkpointed, keeping its attention's output or not).",
           (Part("step", ("step",),
                 gpu={"--model": "hf:qwen2.5-1.5b,hf:gemma-2-2b", "--seq": "2048", "--batch": "4",
                      "--dtype": "bf16", "--compile": "off,on", "--warmup": "3", "--iters": "10"},
@@ -579,12 +588,19 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "--dtype": "bf16", "--compile": "on", "--recipe": "liger,float8", "--warmup": "3",
                      "--iters": "10"},
                 cpu={"--model": "hf:tiny", "--seq": "32", "--batch": "2", "--dtype": "fp32",
-                     "--recipe": "stock,liger,float8", **_TINY})),
+                     "--recipe": "stock,liger,float8", **_TINY}),
+           Part("shard", ("shard",),
+                gpu={"--model": "hf:qwen2.5-7b", "--world-size": GPUS, "--seq": "4096",
+                     "--batch-per-rank": "2", "--checkpoint": "full,full+attn", "--compile": "on",
+                     "--warmup": "2", "--iters": "5"},
+                cpu={"--model": "hf:tiny", "--world-size": "2", "--seq": "16", "--batch-per-rank": "2",
+                     "--checkpoint": "full", "--peak-tflops": "1", **_TINY})),
           your_model_headline,
           "Median milliseconds per AdamW training step (10 after 3 warm-up) of 4 x 2048 tokens under bf16 "
           "autocast over fp32 weights, tokens per second, MFU from the FLOPs PyTorch's flop counter "
           "counted (causal attention counted whole) against the GPU's dense bf16 peak, peak memory, and "
-          "the repeated blocks trainperf found and compiled."),
+          "the repeated blocks trainperf found and compiled; the sharded rows: the median of 5 steps "
+          "after 2 (FSDP2 with bf16 compute and fp32 gradients, fused AdamW), peak memory per GPU."),
     Suite("peers",
           "Llama-3.2-1B with what users pick instead of trainperf's step (torch.compile, Liger Kernel, "
           "Liger + compile, FlashAttention 4, Liger + FlashAttention 4) beside stock and trainperf's "
