@@ -575,8 +575,9 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("your-model",
           "The training step of models trainperf did not write, at real size: Qwen2.5-1.5B and Gemma 2 "
           "2B built from their published configs (random weights), eager and with each decoder layer "
-          "compiled, and compiled with Liger Kernel's patch for their family or torchao's float8 on "
-          "their Linears, their FLOPs counted with PyTorch's flop counter; and Qwen2.5-7B sharded with "
+          "compiled, and compiled with Liger Kernel's patch for their family, torchao's float8 on "
+          "their Linears or trainperf's RMSNorm kernel where the model's computes the same, their FLOPs "
+          "counted with PyTorch's flop counter; and Qwen2.5-7B sharded with "
           "FSDP2 over every GPU of the machine (2 x 4096 tokens a GPU, each block compiled and "
           "checkpointed, keeping its attention's output or not).",
           (Part("step", ("step",),
@@ -585,8 +586,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                 cpu={"--model": "hf:tiny", "--seq": "32", "--batch": "2", "--dtype": "fp32", **_TINY}),
            Part("recipes", ("step",),
                 gpu={"--model": "hf:qwen2.5-1.5b,hf:gemma-2-2b", "--seq": "2048", "--batch": "4",
-                     "--dtype": "bf16", "--compile": "on", "--recipe": "liger,float8", "--warmup": "3",
-                     "--iters": "10"},
+                     "--dtype": "bf16", "--compile": "on", "--recipe": "liger,float8,trainperf",
+                     "--warmup": "3", "--iters": "10"},
                 cpu={"--model": "hf:tiny", "--seq": "32", "--batch": "2", "--dtype": "fp32",
                      "--recipe": "stock,liger,float8", **_TINY}),
            Part("shard", ("shard",),
