@@ -76,7 +76,7 @@ def sharded_step(root: Unit, units: Sequence[Unit], optimizer_ms: float = 0.0,
     reduced = max(reduced, now) + root.reduce_ms
     compute = sum(u.forward_ms + u.backward_ms for u in (root, *units)) + optimizer_ms
     step = max(now, reduced) + optimizer_ms
-    return Timeline(step, compute, comm, step - compute)
+    return Timeline(step, compute, comm, max(step - compute, 0.0))  # not below 0 by rounding
 
 
 def replicated_step(forward_ms: float, backward_ms: float, buckets_ms: Sequence[float],
@@ -89,7 +89,7 @@ def replicated_step(forward_ms: float, backward_ms: float, buckets_ms: Sequence[
         done = max(done, ready_from + spread * (k + 1) / len(buckets_ms)) + ms
     compute = forward_ms + backward_ms + optimizer_ms
     step = max(forward_ms + backward_ms, done) + optimizer_ms
-    return Timeline(step, compute, sum(buckets_ms), step - compute)
+    return Timeline(step, compute, sum(buckets_ms), max(step - compute, 0.0))
 
 
 def with_contention(timeline: Timeline, slowdown: float) -> Timeline:
