@@ -22,6 +22,7 @@ from trainperf.core.errors import SpecError, Unsupported
 from trainperf.core.library_noise import VERBOSE_ENV, quiet_libraries
 from trainperf.core.record import Record, case_key_for
 from trainperf.core.runner import run_sweep
+from trainperf.core.sigint import end_worker_processes
 from trainperf.core.spec import MAX_INT, parse_list, positive_int
 from trainperf.core.store import DEFAULT_DB, Store, path_problem, to_frame
 from trainperf.version import __version__
@@ -130,6 +131,7 @@ def cli_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             where = f"{exc}; " if str(exc) else ""
             err_console.print(f"[yellow]interrupted[/yellow]: {where}every finished case is in the store; "
                               "run the same command again to resume.", soft_wrap=True, highlight=False)
+            end_worker_processes()
             raise typer.Exit(130) from None
     return wrapper
 

@@ -1,20 +1,27 @@
 """A Ctrl-C that a library swallowed still stops the sweep, after the case in flight.
 
 Python raises KeyboardInterrupt wherever the main thread is when SIGINT arrives. Inside a weakref
-callback or a `__del__` (torch.compile's caches run many) the interpreter prints "Exception
-ignored in ..." and carries on, and the command with it. This handler remembers the signal as it
-raises, so the sweep stops at the end of the case in flight (`swallowed`).
+callback or a `__del__` (torch.compile's caches run many) the interpreter hands it to
+`sys.unraisablehook`, which prints "Exception ignored in ..." with a traceback, and carries on,
+and the command with it. This handler remembers the signal as it raises, so the sweep stops at the
+end of the case in flight (`swallowed`); the hook is wrapped so that such a KeyboardInterrupt is
+remembered and not printed.
 
 A Ctrl-C in a terminal (and `timeout -s INT`) reaches the whole process group, the workers of a
 library's process pool included. Inductor's workers ignore it; others (quack's compile pool, which
 FlashAttention 4's kernels bring) print a KeyboardInterrupt traceback each. `quiet_forkserver`
 starts multiprocessing's fork server with SIGINT ignored, so every process forked from it ignores
-the signal and trainperf alone decides what a Ctrl-C stops; the pools end with trainperf.
+the signal and trainperf alone decides what a Ctrl-C stops. Those workers go on with the work
+they were given, for the case the Ctrl-C stopped, and at exit the interpreter waits for all of it
+(minutes of kernel compiles): `end_worker_processes` ends them once the command has said what it
+kept.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from types import FrameType
@@ -41,6 +48,29 @@ def remember_sigint(on_first: Callable[[], None] | None = None) -> None:
         if on_first is not None:
             _on_first.append(on_first)
         signal.signal(signal.SIGINT, _remember_and_raise)
+        if not getattr(sys.unraisablehook, "remembers_sigint", False):
+            sys.unraisablehook = _remembering(sys.unraisablehook)
+
+
+def _remembering(previous: Callable[[object], None]) -> Callable[[object], None]:
+    """`previous`, except for a KeyboardInterrupt the interpreter could not raise (module doc):
+    remembered as a Ctrl-C, not printed."""
+    def hook(unraisable: object) -> None:
+        global _seen
+        if isinstance(getattr(unraisable, "exc_value", None), KeyboardInterrupt):
+            _seen = True
+            return
+        previous(unraisable)
+
+    hook.remembers_sigint = True  # type: ignore[attr-defined]
+    return hook
+
+
+def end_worker_processes() -> None:
+    """End the worker processes this process started through multiprocessing (a library's pool:
+    quack's compile pool), whose work was for the case a Ctrl-C stopped (module doc)."""
+    for child in multiprocessing.active_children():
+        child.terminate()
 
 
 def quiet_forkserver() -> None:
