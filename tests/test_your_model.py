@@ -496,3 +496,44 @@ def test_the_llama_commands_take_a_preset_named_as_hf_too():
     from trainperf.models.hf_llama import load_config
 
     assert load_config("hf:tiny").to_dict() == load_config("tiny").to_dict()
+
+
+def test_trainperf_recipe_takes_the_loss_from_the_hidden_states_where_it_is_the_model_s_own(models):
+    """Through trainperf's chunked loss Qwen2's loss and every gradient are the model's own (fp32);
+    Gemma 2's soft-capped logits and a module without a decoder are refused, saying why; the
+    check leaves the model as it was."""
+    from trainperf.core.errors import Unsupported
+    from trainperf.models.head_loss import chunked_head_loss
+    from trainperf.models.lm import lm_loss
+
+    source = ModelSource(models["qwen2"])
+    stock, ours = source.build(torch.device("cpu")), source.build(torch.device("cpu"))
+    ours.load_state_dict(stock.state_dict())
+    loss = chunked_head_loss(ours)
+    assert ours.training
+    for (name, a), b in zip(stock.state_dict().items(), ours.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name  # the check scaled the head and put it back exactly
+    ids = torch.randint(0, 128, (2, 17))
+    losses = [lm_loss(stock(ids[:, :-1]).logits, ids[:, 1:]), loss(ids[:, :-1], ids[:, 1:])]
+    for value in losses:
+        value.backward()
+    assert losses[1].item() == pytest.approx(losses[0].item(), rel=1e-5)
+    for (name, a), b in zip(stock.named_parameters(), ours.parameters(), strict=True):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6), name
+    with pytest.raises(Unsupported, match="soft-capped"):
+        chunked_head_loss(ModelSource(models["gemma2"]).build(torch.device("cpu")))
+    with pytest.raises(Unsupported, match="get_decoder"):
+        chunked_head_loss(ModelSource(models["user"]).build(torch.device("cpu")))
+
+
+def test_the_trainperf_recipe_row_says_what_it_swapped_or_why_nothing(models, tmp_path):
+    db = tmp_path / "r.db"
+    both = f"{models['qwen2']},{models['user']}"
+    res = runner.invoke(app, ["step", "--model", both, "--recipe", "trainperf", "--seq", "16", "--batch", "2",
+                              "--iters", "1", "--warmup", "0", "--db", str(db),
+                              "--out", str(tmp_path / "o"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    rows = {r.spec["model"]: r for r in Store(db).records()}
+    qwen, user = rows[models["qwen2"]], rows[models["user"]]
+    assert qwen.status == "ok" and qwen.metrics["swaps"].startswith("loss=chunked"), qwen.reason
+    assert user.status == "unsupported" and "get_decoder" in user.reason

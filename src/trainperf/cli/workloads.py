@@ -126,8 +126,9 @@ def step(
     blocks: str = option("--blocks", None),
     recipe: str = option("--recipe", "stock", "Here, for a model given as hf:, py: or a config: "
                                               "stock, liger (Liger Kernel's patch for its family), "
-                                              "float8 (torchao's, on its Linears), trainperf (its Triton "
-                                              "RMSNorm where the model's computes the same); comma list ok."),
+                                              "float8 (torchao's, on its Linears), trainperf (its chunked "
+                                              "loss and, in eager blocks, its Triton RMSNorm, where they "
+                                              "compute what the model does); comma list ok."),
     out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
     wide: bool = WideOpt,

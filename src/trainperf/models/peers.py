@@ -1,7 +1,12 @@
 """What users pick instead of trainperf's step, applied to a transformers Llama: Liger Kernel's
 patches (RoPE, RMSNorm, SwiGLU, fused linear cross-entropy) and torchao's float8 training; and to
 any other model (`ANY_MODEL_RECIPES`): Liger's patch for its family, torchao's float8 on its Linears,
-trainperf's own RMSNorm kernel where the model's RMSNorm computes what it computes.
+and trainperf's own kernels where they compute what the model's modules do: its chunked LM-head
+loss (models/head_loss.py) and, in blocks that run eagerly, its RMSNorm. In compiled blocks the
+norms stay the model's: Inductor fuses them with the residual adds and casts around them, which a
+Triton kernel of its own would stop (measured: Qwen2.5-1.5B's compiled step 180 ms, 204 ms with
+trainperf's RMSNorm; benchmarks/results/your-model/h200-2026-11-29d), as trainperf's fastest Llama
+step leaves them to Inductor too.
 
 Each is an optional extra; without its package a case is an `unsupported` row naming the install
 command. Liger patches the transformers Llama module as well as the model instance; the patch is
@@ -11,6 +16,7 @@ undone when the case ends, so that the stock rows of the same run stay stock.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib.util import find_spec
 
 import torch
@@ -68,12 +74,23 @@ _LIGER_KERNELS = {"rope": True, "rms_norm": True, "swiglu": True, "geglu": True,
                   "cross_entropy": False, "fused_linear_cross_entropy": False}
 
 
-def apply_recipe(model: torch.nn.Module, recipe: str) -> Callable[[], None]:
-    """`recipe` (ANY_MODEL_RECIPES) on any model; returns what undoes it when the case ends."""
+@dataclass(frozen=True)
+class Applied:
+    """A recipe on a model: what undoes it when the case ends, the loss it computes instead of the
+    model's logits' (None: those), and what it swapped, for the record."""
+
+    undo: Callable[[], None]
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    swaps: str = ""
+
+
+def apply_recipe(model: torch.nn.Module, recipe: str, compiled: bool = False) -> Applied:
+    """`recipe` (ANY_MODEL_RECIPES) on any model, whose blocks are compiled after it where
+    `compiled` (module doc)."""
     if recipe == "liger":
-        return apply_liger_to_family(model)
+        return Applied(apply_liger_to_family(model), swaps="liger")
     if recipe == "trainperf":
-        swap_rmsnorms(model)
+        return apply_trainperf(model, compiled)
     if recipe == "float8":
         apply_float8(model)
         from torchao.float8.float8_linear import Float8Linear
@@ -81,7 +98,29 @@ def apply_recipe(model: torch.nn.Module, recipe: str) -> Callable[[], None]:
         if not any(isinstance(m, Float8Linear) for m in model.modules()):
             raise Unsupported(f"float8: {type(model).__name__} has no nn.Linear outside lm_head with dims a "
                               "multiple of 16 (GPT-2's Conv1D products are not Linears)")
-    return lambda: None
+        return Applied(lambda: None, swaps="float8=torchao")
+    return Applied(lambda: None)
+
+
+def apply_trainperf(model: torch.nn.Module, compiled: bool) -> Applied:
+    """trainperf's chunked loss and, in eager blocks, its RMSNorm, each where it computes what the
+    model does (module doc); Unsupported, with each reason, where neither does."""
+    from trainperf.models.head_loss import chunked_head_loss
+
+    swaps, why, loss = [], [], None
+    try:
+        loss = chunked_head_loss(model)
+        swaps.append("loss=chunked")
+    except Unsupported as exc:
+        why.append(str(exc))
+    if not compiled:
+        try:
+            swaps.append(f"norm=triton x{swap_rmsnorms(model)}")
+        except Unsupported as exc:
+            why.append(str(exc))
+    if not swaps:
+        raise Unsupported("; ".join(why))
+    return Applied(lambda: None, loss, ",".join(swaps))
 
 
 def swap_rmsnorms(model: torch.nn.Module) -> int:

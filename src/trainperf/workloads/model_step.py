@@ -21,7 +21,7 @@ from trainperf.core.errors import SpecError
 from trainperf.core.flops import counted_flops
 from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.models.lm import lm_loss
-from trainperf.models.peers import ANY_MODEL_RECIPES, apply_recipe
+from trainperf.models.peers import ANY_MODEL_RECIPES, Applied, apply_recipe
 from trainperf.models.source import Blocks, ModelSource, find_blocks, is_model_source, logits_of, vocab_of
 from trainperf.workloads.precision import autocast, check_autocast_dtype, compile_regions, grad_scaler
 from trainperf.workloads.step import MODES, Phase, no_phase, timed_steps
@@ -85,9 +85,11 @@ class ModelStepCase:
         if self.x.shape != (spec.batch, spec.seq):
             raise SpecError(f"the batch is {tuple(self.x.shape)}, not (batch, seq) = "
                             f"({spec.batch}, {spec.seq})")
+        self.recipe = Applied(lambda: None)  # stock while the FLOPs are counted
         self.flops = counted_flops(lambda: self.run(optimizer=False))  # eager: compile hides operators
         # after the count: the recipe's kernels do the same math, but the counter cannot see into them
-        self.undo = apply_recipe(self.model, spec.recipe)
+        self.recipe = apply_recipe(self.model, spec.recipe, compiled=spec.compile)
+        self.undo = self.recipe.undo
         if spec.compile:
             compile_regions(list(self.blocks.layers) if self.blocks else [self.model])
 
@@ -101,8 +103,10 @@ class ModelStepCase:
         spec = self.spec
         grad = torch.no_grad if spec.mode == "forward" else torch.enable_grad
         with phase("forward"), grad(), autocast(self.device, spec.dtype):
-            logits = logits_of(self.model, self.x)
-            loss = lm_loss(logits.float(), self.y)
+            if self.recipe.loss is None:
+                loss = lm_loss(logits_of(self.model, self.x).float(), self.y)
+            else:  # the recipe's, from the hidden states: no whole logits
+                loss = self.recipe.loss(self.x, self.y)
         if until == "forward":
             return loss
         if spec.mode != "forward":
@@ -134,4 +138,6 @@ def measure_model_step(spec: ModelStepSpec, peak_override: float | None = None,
     finally:
         case.undo()
     metrics["blocks_found"] = case.describe_blocks()
+    if case.recipe.swaps:
+        metrics["swaps"] = case.recipe.swaps
     return metrics
