@@ -576,7 +576,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "The training step of models trainperf did not write, at real size: Qwen2.5-1.5B and Gemma 2 "
           "2B built from their published configs (random weights), eager and with each decoder layer "
           "compiled, and compiled with Liger Kernel's patch for their family, torchao's float8 on "
-          "their Linears or trainperf's RMSNorm kernel where the model's computes the same, their FLOPs "
+          "their Linears or trainperf's chunked LM-head loss where it computes the model's, their FLOPs "
           "counted with PyTorch's flop counter; and Qwen2.5-7B sharded with "
           "FSDP2 over every GPU of the machine (2 x 4096 tokens a GPU, each block compiled and "
           "checkpointed, keeping its attention's output or not).",
