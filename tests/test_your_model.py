@@ -414,8 +414,10 @@ def test_liger_and_float8_on_another_family_run_and_liger_is_undone(models, tmp_
                               "--seq", "64", "--batch", "2", "--dtype", "bf16", "--iters", "2",
                               "--warmup", "1", "--db", str(db), "--out", str(tmp_path / "o"), "--quiet"])
     assert res.exit_code == 0, res.output
-    for r in Store(db).records():
-        assert r.status == "ok", (r.spec["recipe"], r.reason)
+    rows = {r.spec["recipe"]: r for r in Store(db).records()}
+    for recipe, r in rows.items():
+        assert r.status == "ok", (recipe, r.reason)
+    assert rows["liger"].metrics["swaps"] == "liger,loss=liger-flce"  # its fused linear cross-entropy too
     assert {k: v for k, v in vars(modeling_qwen2).items() if k in before} == before
 
 

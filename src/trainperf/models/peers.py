@@ -1,7 +1,8 @@
 """What users pick instead of trainperf's step, applied to a transformers Llama: Liger Kernel's
 patches (RoPE, RMSNorm, SwiGLU, fused linear cross-entropy) and torchao's float8 training; and to
-any other model (`ANY_MODEL_RECIPES`): Liger's patch for its family, torchao's float8 on its Linears,
-and trainperf's own kernels where they compute what the model's modules do: its chunked LM-head
+any other model (`ANY_MODEL_RECIPES`): Liger's patch for its family with its fused linear
+cross-entropy (models/head_loss.py: where it computes the model's own loss), torchao's float8 on
+its Linears, and trainperf's own kernels where they compute what the model's modules do: its chunked LM-head
 loss (models/head_loss.py) and, in blocks that run eagerly, its RMSNorm. In compiled blocks the
 norms stay the model's: Inductor fuses them with the residual adds and casts around them, which a
 Triton kernel of its own would stop (measured: Qwen2.5-1.5B's compiled step 180 ms, 204 ms with
@@ -68,8 +69,8 @@ def apply_liger(model: torch.nn.Module) -> tuple[Callable[[], None], HiddenLoss]
 
 
 ANY_MODEL_RECIPES = ("stock", "liger", "float8", "trainperf")
-# Liger's patches for a family, those its function takes; its own cross-entropy stays off (the step's
-# loss is the same for every recipe)
+# Liger's patches for a family, those its function takes; its losses are not patched in (its fused
+# linear cross-entropy is taken from the hidden states, as trainperf's chunked loss is)
 _LIGER_KERNELS = {"rope": True, "rms_norm": True, "swiglu": True, "geglu": True, "layer_norm": True,
                   "cross_entropy": False, "fused_linear_cross_entropy": False}
 
@@ -88,7 +89,7 @@ def apply_recipe(model: torch.nn.Module, recipe: str, compiled: bool = False) ->
     """`recipe` (ANY_MODEL_RECIPES) on any model, whose blocks are compiled after it where
     `compiled` (module doc)."""
     if recipe == "liger":
-        return Applied(apply_liger_to_family(model), swaps="liger")
+        return apply_liger_recipe(model)
     if recipe == "trainperf":
         return apply_trainperf(model, compiled)
     if recipe == "float8":
@@ -100,6 +101,23 @@ def apply_recipe(model: torch.nn.Module, recipe: str, compiled: bool = False) ->
                               "multiple of 16 (GPT-2's Conv1D products are not Linears)")
         return Applied(lambda: None, swaps="float8=torchao")
     return Applied(lambda: None)
+
+
+def apply_liger_recipe(model: torch.nn.Module) -> Applied:
+    """Liger's patch for the model's family and, where it computes the model's own loss, its fused
+    linear cross-entropy."""
+    from trainperf.models.head_loss import head_loss
+
+    undo = apply_liger_to_family(model)  # Unsupported, naming why, where Liger cannot run
+    from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+
+    flce = LigerFusedLinearCrossEntropyLoss()
+    try:
+        loss = head_loss(model, lambda hidden, weight, targets: flce(weight, hidden, targets),
+                         "liger fused linear cross-entropy")
+    except Unsupported:  # the kernels stay, the loss is the model's
+        return Applied(undo, swaps="liger")
+    return Applied(undo, loss, "liger,loss=liger-flce")
 
 
 def apply_trainperf(model: torch.nn.Module, compiled: bool) -> Applied:
