@@ -131,7 +131,9 @@ def apply_trainperf(model: torch.nn.Module, compiled: bool) -> Applied:
         swaps.append("loss=chunked")
     except Unsupported as exc:
         why.append(str(exc))
-    if not compiled:
+    if compiled:
+        why.append("trainperf: its RMSNorm goes only into blocks that run eagerly (--compile off)")
+    else:
         try:
             swaps.append(f"norm=triton x{swap_rmsnorms(model)}")
         except Unsupported as exc:
