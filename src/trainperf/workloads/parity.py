@@ -204,7 +204,7 @@ def measure_parity(spec: ParitySpec) -> dict[str, Any]:
             step.inputs = {"input_ids": tokens[:, :-1], "attention_mask": mask}
             step.targets = tokens[:, 1:].contiguous()
             losses.append(step().detach())
-            curve = torch.stack(losses).float().cpu().tolist()
+        curve = torch.stack(losses).float().cpu().tolist()
     finally:
         step.close()
     return _curve_metrics(curve, ",".join(step.swaps) or "none")
