@@ -154,7 +154,8 @@ def test_iteration_plot_has_one_series_per_backend(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--sdpa-backend", "TURBO"], "valid choices: CUDNN_ATTENTION"),
     (["--batch-seq", "1x0"], "--batch-seq: 0 is not an integer from 1 to 2,147,483,647"),
-    (["--model", "llama-99b"], "not a preset (llama-3.2-1b, llama-3.1-8b, tiny, qwen2.5-1.5b, qwen2.5-7b, gemma-2-2b)"),
+    (["--model", "llama-99b"],
+     "not a preset (llama-3.2-1b, llama-3.1-8b, tiny, qwen2.5-1.5b, qwen2.5-7b, gemma-2-2b)"),
     (["--model", "/nonexistent/config.json"], "an existing config.json or model folder"),
     (["--graph", "always"], "valid choices: off, step"),
     (["--graph", "step"], "graph=step replays a CUDA graph: it needs a CUDA GPU, not cpu"),

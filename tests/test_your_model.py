@@ -372,7 +372,7 @@ def test_every_family_and_the_user_s_module_shard_over_two_ranks_with_mfu(models
 
 @pytest.mark.parametrize("option, says", [
     (["--float8", "trainperf"], "--float8 trainperf acts on the GPT LM presets"),
-    (["--loss", "chunked"], "--loss chunked acts on the GPT LM presets"),
+    (["--attention", "triton-fa2"], "--attention acts on the GPT LM presets"),
     (["--layers", "3"], "--layers must be between 1 and the model's 2, got 3"),
     (["--layers", "1", "--user"], "--layers sets a transformers config's depth"),
 ])
@@ -539,3 +539,47 @@ def test_the_trainperf_recipe_row_says_what_it_swapped_or_why_nothing(models, tm
     qwen, user = rows[models["qwen2"]], rows[models["user"]]
     assert qwen.status == "ok" and qwen.metrics["swaps"].startswith("loss=chunked"), qwen.reason
     assert user.status == "unsupported" and "get_decoder" in user.reason
+
+
+def _sharded_losses(rank, world, cases, out_path):
+    """Per case: the global loss of each of three steps, and the parameters after them."""
+    import torch.distributed as dist
+
+    from trainperf.workloads.sharded import ShardedStep
+
+    results = {}
+    for name, s in cases:
+        step = ShardedStep(s, rank, world, torch.device("cpu"))
+        losses = []
+        for _ in range(3):
+            loss = step().detach()
+            dist.all_reduce(loss)
+            losses.append(loss.item() / world)
+        full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in step.model.parameters()]
+        results[name] = (losses, torch.cat([p.detach().flatten() for p in full]))
+    if rank == 0:
+        torch.save(results, out_path)
+
+
+def test_shard_takes_trainperf_s_chunked_loss_for_another_model_and_trains_the_same(models, tmp_path):
+    """FSDP2 over two gloo ranks: Qwen2 with the loss from its hidden states (trainperf's chunked
+    loss inside the sharded root) trains step by step as with its own logits; Gemma 2's
+    soft-capped logits make the chunked case an unsupported row saying why."""
+    from trainperf.distributed.launch import launch
+    from trainperf.workloads.sharded import ShardSpec
+
+    base = dict(model=models["qwen2"], world_size=2, shard="full", checkpoint="none", seq=16, batch=4,
+                dtype="fp32", dist_backend="gloo", warmup=0, iters=1, lr=1e-2)
+    cases = [(loss, ShardSpec(**base, loss=loss)) for loss in ("torch", "chunked")]
+    out = tmp_path / "r.pt"
+    launch(_sharded_losses, 2, "gloo", args=(cases, str(out)))
+    results = torch.load(out)
+    assert results["chunked"][0] == pytest.approx(results["torch"][0], rel=1e-5)
+    torch.testing.assert_close(results["chunked"][1], results["torch"][1], rtol=1e-4, atol=1e-4)
+    db = tmp_path / "r.db"
+    res = runner.invoke(app, ["shard", "--model", models["gemma2"], "--world-size", "2", "--loss", "chunked",
+                              "--seq", "16", "--batch", "4", "--iters", "1", "--warmup", "0", "--db", str(db),
+                              "--out", str(tmp_path / "o"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    [row] = Store(db).records()
+    assert row.status == "unsupported" and "soft-capped" in row.reason, row.reason

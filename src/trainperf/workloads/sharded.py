@@ -51,6 +51,7 @@ from trainperf.core.timing import PhaseTimer
 from trainperf.distributed.fsdp import fsdp2, shard_decoder
 from trainperf.distributed.timing import per_rank_times, slowest
 from trainperf.kernels.chunked_loss import chunked_lm_loss
+from trainperf.models.head_loss import chunked_head_loss
 from trainperf.models.lm import LMConfig, TransformerLM, float8_blocks, lm_loss
 from trainperf.models.peers import apply_float8, precompute_float8_scales
 from trainperf.models.presets import PRESETS, get_preset
@@ -393,7 +394,8 @@ class ShardedStep:
             tokens = seeded_tokens(spec.batch, spec.seq, vocab_of(model))
             rows = tokens[rank * per:(rank + 1) * per].to(device)
             self.counted_flops = train_flops(model, rows[:, :-1]) * world
-            self.blocks_found, layers, root = blocks.describe(), blocks.layers, SourceWithLoss(model)
+            loss = chunked_head_loss(model) if spec.loss == "chunked" else None  # checked before sharding
+            self.blocks_found, layers, root = blocks.describe(), blocks.layers, SourceWithLoss(model, loss)
             if spec.float8 == "torchao":
                 apply_float8(model, fsdp_all_gather=self.float8_sharded)
         else:

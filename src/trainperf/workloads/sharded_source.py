@@ -1,6 +1,8 @@
 """Any causal LM (models/source.py: hf:, a config.json or folder, py:) as `trainperf shard` trains
 it: its repeated blocks are FSDP2's units and what checkpointing and compile act on, its logits go
-through the next-token loss inside the root module (so the sharded root gathers the head for it),
+through the next-token loss inside the root module (so the sharded root gathers the head for it;
+`--loss chunked`: trainperf's chunked loss from the hidden states, where it computes the model's
+own, models/head_loss.py),
 and its FLOPs are counted by PyTorch's flop counter on one forward before sharding (× 3 for the
 step, as 6·N·tokens counts a forward's 2·N·tokens three times)."""
 
@@ -14,6 +16,7 @@ from torch import nn
 
 from trainperf.core.errors import SpecError
 from trainperf.core.flops import PASSES, counted_flops
+from trainperf.models.head_loss import HeadLoss
 from trainperf.models.lm import TransformerLM, lm_loss
 from trainperf.models.source import Blocks, ModelSource, find_blocks, logits_of
 from trainperf.workloads.precision import compile_regions
@@ -22,17 +25,20 @@ STATE_BYTES_PER_PARAM = 16  # fp32 weight, gradient and AdamW's two moments
 # What the GPT LM presets take and another model does not: the option, and whether a spec gives it
 PRESET_ONLY: tuple[tuple[str, Callable[[Any], bool]], ...] = (
     ("--float8 trainperf", lambda s: s.float8 == "trainperf"),
-    ("--loss chunked", lambda s: s.loss == "chunked"), ("--attention", lambda s: s.attention != "sdpa"))
+    ("--attention", lambda s: s.attention != "sdpa"))
 
 
 class SourceWithLoss(nn.Module):
-    """A model and its next-token loss as one module: FSDP2's root, DDP's module."""
+    """A model and its next-token loss as one module: FSDP2's root, DDP's module. `loss` computes
+    it from the token ids instead of the model's logits (chunked_head_loss's)."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, loss: HeadLoss | None = None) -> None:
         super().__init__()
-        self.model = model
+        self.model, self.loss = model, loss
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if self.loss is not None:
+            return self.loss(tokens, targets)
         return lm_loss(logits_of(self.model, tokens).float(), targets)
 
 
