@@ -104,7 +104,8 @@ def _step_table(parts: dict[str, Path], metrics: tuple[tuple[str, str, int], ...
     if "world_size" in df:
         sharded = df.world_size.notna()
         out["sharded"] = (df.shard.astype(str) + " over " + df.world_size.astype("Int64").astype(str)
-                          + " ranks, checkpoint " + df.checkpoint.astype(str)).where(sharded, "")
+                          + " ranks, checkpoint " + df.checkpoint.astype(str)
+                          + ", loss " + df["loss"].astype(str)).where(sharded, "")
     out["step ms"] = _cell(df, "step_ms_median")
     for col, name, digits in metrics:
         if col in df:
@@ -579,7 +580,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "their Linears or trainperf's chunked LM-head loss where it computes the model's, their FLOPs "
           "counted with PyTorch's flop counter; and Qwen2.5-7B sharded with "
           "FSDP2 over every GPU of the machine (2 x 4096 tokens a GPU, each block compiled and "
-          "checkpointed, keeping its attention's output or not).",
+          "checkpointed, keeping its attention's output or not; its loss from its logits or from its "
+          "hidden states by trainperf's chunked loss).",
           (Part("step", ("step",),
                 gpu={"--model": "hf:qwen2.5-1.5b,hf:gemma-2-2b", "--seq": "2048", "--batch": "4",
                      "--dtype": "bf16", "--compile": "off,on", "--warmup": "3", "--iters": "10"},
@@ -593,9 +595,9 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
            Part("shard", ("shard",),
                 gpu={"--model": "hf:qwen2.5-7b", "--world-size": GPUS, "--seq": "4096",
                      "--batch-per-rank": "2", "--checkpoint": "full,full+attn", "--compile": "on",
-                     "--warmup": "2", "--iters": "5"},
+                     "--loss": "torch,chunked", "--warmup": "2", "--iters": "5"},
                 cpu={"--model": "hf:tiny", "--world-size": "2", "--seq": "16", "--batch-per-rank": "2",
-                     "--checkpoint": "full", "--peak-tflops": "1", **_TINY})),
+                     "--checkpoint": "full", "--loss": "torch,chunked", "--peak-tflops": "1", **_TINY})),
           your_model_headline,
           "Median milliseconds per AdamW training step (10 after 3 warm-up) of 4 x 2048 tokens under bf16 "
           "autocast over fp32 weights, tokens per second, MFU from the FLOPs PyTorch's flop counter "
