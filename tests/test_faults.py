@@ -569,10 +569,17 @@ NOISY_COMPILE = """
 """
 
 
-def test_a_ctrl_c_during_a_compile_prints_trainperf_s_line_and_nothing_of_a_library_s(tmp_path):
-    proc = python(NOISY_COMPILE, "step", "--model", "tiny", "--seq", "32", "--batch", "2", "--compile", "on",
-                  "--device", "cpu", "--quiet", "--db", str(tmp_path / "r.db"), "--out", str(tmp_path / "o"),
-                  cwd=tmp_path, new_session=True)  # its own group, as a terminal's foreground job
+COMMANDS = {"step": ["step", "--model", "tiny", "--seq", "32", "--batch", "2", "--compile", "on", "--device",
+                      "cpu", "--quiet", "--db", "r.db", "--out", "o"],
+            # a suite's console is teed to its console.txt through Python's streams too
+            "suite": ["suite", "run", "peers", "--part", "llama", "--quiet", "--db", "r.db",
+                      "--results", "res"]}
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_ctrl_c_during_a_compile_prints_trainperf_s_line_and_nothing_of_a_library_s(tmp_path, command):
+    proc = python(NOISY_COMPILE, *COMMANDS[command], cwd=tmp_path,
+                  new_session=True)  # its own group, as a terminal's foreground job
     try:
         wait_for(lambda: (tmp_path / "compiling").exists(), proc)
         time.sleep(0.5)  # inside Inductor's compile, its compiler running
@@ -583,7 +590,13 @@ def test_a_ctrl_c_during_a_compile_prints_trainperf_s_line_and_nothing_of_a_libr
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, err
     lines = [line for line in (out + err).splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("interrupted: "), "\n".join(lines[:20])
+    if command == "step":
+        assert len(lines) == 1 and lines[0].startswith("interrupted: "), "\n".join(lines[:20])
+        return
+    kept = [*lines, *(tmp_path / "res").rglob("console.txt").__next__().read_text().splitlines()]
+    noise = [line for line in kept if any(word in line for word in (".reg", "ptxas", "g++", "print"))]
+    assert not noise, "\n".join(noise[:20])
+    assert lines[-1].startswith("interrupted: suite peers stopped in part llama"), "\n".join(lines[:20])
 
 
 def test_a_rank_waited_for_in_a_synchronize_while_its_peers_sit_in_a_collective_is_named():

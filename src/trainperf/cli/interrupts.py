@@ -70,22 +70,32 @@ def stop_at_second_interrupt() -> subprocess.Popen | None:
 
 def keep_only(*consoles: Console) -> None:
     """From now on only `consoles` reach the terminal: file descriptors 1 and 2 point at /dev/null
-    (a library's log handlers, its tracebacks, a compiler's output written through them), each
-    console that wrote to one of them at a copy of it (one that writes elsewhere, a suite's log
-    among them, stays as it is)."""
-    try:
-        for console in consoles:
-            fd = console.file.fileno()
-            if fd in (1, 2):
-                console.file = os.fdopen(os.dup(fd), "w", buffering=1, encoding="utf-8", errors="replace")
-        for stream in (sys.stdout, sys.stderr):
+    (a library's log handlers, its tracebacks, a compiler's output written through them), and so do
+    Python's sys.stdout and sys.stderr (a library's print, or its writes to a suite's tee of them);
+    each console that wrote to descriptor 1 or 2 writes to a copy of it, and one that writes
+    elsewhere (a suite's tee of the terminal and its log) keeps writing there."""
+    for console in consoles:
+        target = console.file
+        try:
+            fd = target.fileno()
+        except (AttributeError, OSError, ValueError):  # not a descriptor's (a captured stream)
+            fd = None
+        try:
+            console.file = (os.fdopen(os.dup(fd), "w", buffering=1, encoding="utf-8", errors="replace")
+                            if fd in (1, 2) else target)
+        except OSError:
+            continue
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
+    try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         for fd in (1, 2):
             os.dup2(devnull, fd)
         os.close(devnull)
-    except (OSError, ValueError, AttributeError):  # no descriptors to move (a captured stream)
+    except OSError:  # no descriptors to move
         return
+    sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the process's life
 
 
 def _unwatched() -> None:

@@ -35,13 +35,20 @@ class _Log:
 
 
 class _Tee:
+    """A stream that writes to `stream` and the log; once the run ends (`detach`), to the stream it
+    stood in for alone, for a console that a Ctrl-C pinned to it (cli/interrupts.keep_only)."""
+
     def __init__(self, stream: IO[str], log: _Log) -> None:
         self.stream, self.log = stream, log
 
     def write(self, text: str) -> int:
         self.stream.write(text)
-        self.log.write(text)
+        if self.log is not None:
+            self.log.write(text)
         return len(text)
+
+    def detach(self, stream: IO[str]) -> None:
+        self.stream, self.log = stream, None
 
     def flush(self) -> None:
         self.stream.flush()
@@ -96,6 +103,7 @@ def console_to(path: Path) -> Iterator[None]:
                 tee.flush()
                 if tee.stream is not stream:
                     tee.stream.close()
+                tee.detach(stream)
 
 
 def _terminal_stream(stream: IO[str], fd: int) -> IO[str]:
