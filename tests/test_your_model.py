@@ -436,6 +436,20 @@ def test_ddp_trains_another_model_per_sync_variant_over_two_ranks(models, tmp_pa
     assert res.exit_code == 2 and "--blocks names a model's blocks" in res.output
 
 
+def assert_same_loss_and_gradients(stock, ours, loss) -> None:
+    """`loss(ids, targets)` on `ours` (stock's weights, a part swapped) gives stock's loss and
+    every gradient of stock's, on one batch of token ids."""
+    from trainperf.models.lm import lm_loss
+
+    ids = torch.randint(0, 128, (2, 17))
+    losses = [lm_loss(stock(ids[:, :-1]).logits, ids[:, 1:]), loss(ids[:, :-1], ids[:, 1:])]
+    for value in losses:
+        value.backward()
+    assert losses[1].item() == pytest.approx(losses[0].item(), rel=1e-5)
+    for (name, a), b in zip(stock.named_parameters(), ours.parameters(), strict=True):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6), name
+
+
 def test_trainperf_recipe_swaps_the_rmsnorms_it_reproduces_and_keeps_the_gradients(models):
     """trainperf's Triton RMSNorm replaces Qwen2's five (two a layer and the final one); the loss
     and every gradient stay those of the model as transformers builds it (fp32, Triton's interpreter
@@ -450,13 +464,7 @@ def test_trainperf_recipe_swaps_the_rmsnorms_it_reproduces_and_keeps_the_gradien
     swapped.load_state_dict(stock.state_dict())
     assert swap_rmsnorms(swapped) == 5
     assert sum(isinstance(m, TritonRMSNorm) for m in swapped.modules()) == 5
-    ids = torch.randint(0, 128, (2, 17))
-    losses = [lm_loss(m(ids[:, :-1]).logits, ids[:, 1:]) for m in (stock, swapped)]
-    for loss in losses:
-        loss.backward()
-    assert losses[1].item() == pytest.approx(losses[0].item(), rel=1e-5)
-    for (name, a), b in zip(stock.named_parameters(), swapped.parameters(), strict=True):
-        assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6), name
+    assert_same_loss_and_gradients(stock, swapped, lambda ids, targets: lm_loss(swapped(ids).logits, targets))
     with pytest.raises(Unsupported, match="Gemma's scales by 1 \\+ weight"):
         swap_rmsnorms(ModelSource(models["gemma2"]).build(torch.device("cpu")))
 
@@ -506,7 +514,6 @@ def test_trainperf_recipe_takes_the_loss_from_the_hidden_states_where_it_is_the_
     check leaves the model as it was."""
     from trainperf.core.errors import Unsupported
     from trainperf.models.head_loss import chunked_head_loss
-    from trainperf.models.lm import lm_loss
 
     source = ModelSource(models["qwen2"])
     stock, ours = source.build(torch.device("cpu")), source.build(torch.device("cpu"))
@@ -515,13 +522,7 @@ def test_trainperf_recipe_takes_the_loss_from_the_hidden_states_where_it_is_the_
     assert ours.training
     for (name, a), b in zip(stock.state_dict().items(), ours.state_dict().values(), strict=True):
         assert torch.equal(a, b), name  # the check scaled the head and put it back exactly
-    ids = torch.randint(0, 128, (2, 17))
-    losses = [lm_loss(stock(ids[:, :-1]).logits, ids[:, 1:]), loss(ids[:, :-1], ids[:, 1:])]
-    for value in losses:
-        value.backward()
-    assert losses[1].item() == pytest.approx(losses[0].item(), rel=1e-5)
-    for (name, a), b in zip(stock.named_parameters(), ours.parameters(), strict=True):
-        assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6), name
+    assert_same_loss_and_gradients(stock, ours, loss)
     with pytest.raises(Unsupported, match="soft-capped"):
         chunked_head_loss(ModelSource(models["gemma2"]).build(torch.device("cpu")))
     with pytest.raises(Unsupported, match="get_decoder"):
