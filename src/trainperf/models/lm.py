@@ -59,6 +59,11 @@ class LMConfig:
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
+    @property
+    def layer_matmul_params(self) -> int:
+        """A decoder layer's parameters in matrix products: q, k, v, o and the SwiGLU's three."""
+        return 4 * self.d_model**2 + 3 * self.d_model * self.d_ff
+
 
 class Rope(nn.Module):
     """Rotary position embedding (rotate-half form) applied to q and k."""

@@ -57,7 +57,7 @@ def preset_parameters(spec: ShardSpec) -> Parameters:
     cfg = spec.model_config()
     d = cfg.d_model
     tensors = (MATRICES_PER_LAYER + NORMS_PER_LAYER) * cfg.n_layers + 3  # and embeddings, head, final norm
-    return Parameters(cfg.n_layers, 4 * d**2 + 3 * d * cfg.d_ff, NORMS_PER_LAYER * d,
+    return Parameters(cfg.n_layers, cfg.layer_matmul_params, NORMS_PER_LAYER * d,
                       2 * cfg.vocab_size * d + d, tensors, cfg.vocab_size * d)
 
 

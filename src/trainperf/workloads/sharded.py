@@ -472,10 +472,9 @@ def flop_counts(spec: ShardSpec, matmul_params: int, checkpointed_layers: int) -
     model = transformer_flops(matmul_params, cfg.n_layers, cfg.d_model, spec.seq, tokens)
     if spec.checkpoint in ("none", "ops"):
         return model, 0.0
-    layer_params = 4 * cfg.d_model**2 + 3 * cfg.d_model * cfg.d_ff
     attention_redone = 0 if keeps_attention(spec.checkpoint) else checkpointed_layers
-    redo = transformer_flops(layer_params * checkpointed_layers, attention_redone, cfg.d_model, spec.seq,
-                             tokens, mode="forward")
+    redo = transformer_flops(cfg.layer_matmul_params * checkpointed_layers, attention_redone, cfg.d_model,
+                             spec.seq, tokens, mode="forward")
     return model, redo
 
 
