@@ -603,7 +603,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "autocast over fp32 weights, tokens per second, MFU from the FLOPs PyTorch's flop counter "
           "counted (causal attention counted whole) against the GPU's dense bf16 peak, peak memory, and "
           "the repeated blocks trainperf found and compiled; the sharded rows: the median of 5 steps "
-          "after 2 (FSDP2 with bf16 compute and fp32 gradients, fused AdamW), peak memory per GPU."),
+          "after 2 (FSDP2 with bf16 compute and fp32 gradients, fused AdamW), peak memory per GPU.",
+          multi_gpu=True),
     Suite("peers",
           "Llama-3.2-1B with what users pick instead of trainperf's step (torch.compile, Liger Kernel, "
           "Liger + compile, FlashAttention 4, Liger + FlashAttention 4) beside stock and trainperf's "
