@@ -194,21 +194,24 @@ def _parity_losses(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def band_verdicts(folder: Path) -> pd.Series:
     """Per recipe, its runs judged against stock's band (the part's parity_band.csv): "within in
-    all 2 runs", "outside in 1 of 2 runs (from step 40)", and how many were undecided (stock's band
-    deciding nothing); empty without the file."""
+    all 2 run(s)", or how many were within, outside (from which step) and undecided (stock's band
+    deciding nothing): "within in 3 of 4 run(s); undecided in 1 (...)"; empty without the file."""
     judged = _read(folder, "parity_band.csv")
     if judged.empty:
         return pd.Series(dtype=str)
 
     def summary(runs: pd.DataFrame) -> str:
+        within = runs.verdict.str.startswith("within").sum()
+        if within == len(runs):
+            return f"within in all {len(runs)} run(s)"
         out = runs[runs.verdict.str.startswith("outside")]
-        undecided = runs.verdict.str.startswith("undecided").sum()
-        said = []
-        if len(out):
-            said.append(f"outside in {len(out)} of {len(runs)} run(s) (from step {int(out.left_at.min())})")
-        if undecided:
-            said.append(f"undecided in {undecided} of {len(runs)} run(s) (stock's band decides nothing)")
-        return "; ".join(said) or f"within in all {len(runs)} run(s)"
+        counts = [(within, "within", ""),
+                  (len(out), "outside", f" (from step {int(out.left_at.min())})" if len(out) else ""),
+                  (runs.verdict.str.startswith("undecided").sum(), "undecided",
+                   " (stock's band decides nothing)")]
+        said = [(n, f"{verdict} in {n}", why) for n, verdict, why in counts if n]
+        return "; ".join(f"{text}{f' of {len(runs)} run(s)' if i == 0 else ''}{why}"
+                         for i, (_, text, why) in enumerate(said))
 
     return judged.groupby("recipe", sort=False)[["verdict", "left_at"]].apply(summary)
 
