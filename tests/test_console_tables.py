@@ -133,3 +133,29 @@ def test_the_contributions_table_names_its_shape_once_and_keeps_its_answer_at_10
     shared = "every case: model cs336-8b, world_size 2, batch 2, seq 32768"
     assert any(line.startswith(shared) for line in lines)
     assert sum(line.startswith("│") for line in lines) == 2
+
+
+def test_the_parity_band_table_keeps_each_run_s_verdict_at_100_columns_and_says_why_undecided():
+    import pandas as pd
+
+    from trainperf.cli.common import frame_table
+    from trainperf.workloads.parity_band import verdicts_first
+
+    undecided = "undecided: stock's band decides nothing (seed 1 outside the others from step 46)"
+    judged = pd.DataFrame([{"recipe": r, "run": d, "draw": d, "seeds": 4, "band_dev_max": 1.89 + d,
+                            "band_dev_final": -0.225, "final_diff": -0.00118, "final_ci": 0.0207,
+                            "left_at": 40.0 if r == "fp8" else float("nan"),
+                            "verdict": undecided if d == 2 else "outside it from step 40" if r == "fp8"
+                            else "within stock's noise"}
+                           for d in (1, 2) for r in ("liger-compile", "fp8")])
+    console = Console(width=100, file=io.StringIO(), record=True)
+    console.print(frame_table(verdicts_first(judged), case=("recipe", "run", "draw"), notes=("why",)))
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= 100 for line in lines), "\n".join(lines)
+    header = next(line for line in lines if line.startswith("┃"))
+    assert "verdict" in header and "why" not in header, header
+    rows = [line for line in lines if line.startswith("│")]
+    assert [row.split("│")[4].strip() for row in rows] == [
+        "within stock's noise", "outside it from step 40", "undecided", "undecided"], rows
+    assert [row.split("│")[-2].strip() for row in rows] == ["", "", "[1]", "[1]"], rows
+    assert "[1] stock's band decides nothing (seed 1 outside the others from step 46)" in lines

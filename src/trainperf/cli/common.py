@@ -288,9 +288,12 @@ def batch_seq_pair(text: str) -> tuple[int, int]:
     return positive_int(b), positive_int(n)
 
 
-def frame_table(df, title: str = "", case: Sequence[str] = ()):
+def frame_table(df, title: str = "", case: Sequence[str] = (), notes: Sequence[str] = ()):
     """A rich table of a DataFrame, every cell formatted like the workload tables; the `case`
-    columns name a row (said once above the table where every row shares them, never dropped)."""
-    cols = [report.Column(c, (lambda r, c=c: report.fmt(r[c])), "case" if c in case else "frame")
-            for c in df.columns]
+    columns name a row (said once above the table where every row shares them, never dropped),
+    the `notes` columns' text (empty for none) are numbered footnotes under it."""
+    def role(c: str) -> str:
+        return "case" if c in case else "notes" if c in notes else "frame"
+
+    cols = [report.Column(c, (lambda r, c=c: report.fmt(r[c])), role(c)) for c in df.columns]
     return report.rich_table([row for _, row in df.iterrows()], cols, title=title, width=console.width)

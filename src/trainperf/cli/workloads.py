@@ -531,7 +531,7 @@ def parity(
         recipes_of,
         validate,
     )
-    from trainperf.workloads.parity_band import MIN_SEEDS, band_table
+    from trainperf.workloads.parity_band import MIN_SEEDS, band_table, verdicts_first
 
     dev = device_or_fail(device)
     gpu = dev.type == "cuda"
@@ -580,9 +580,10 @@ def parity(
         console.print(frame_table(table, title="relative deviation from stock's run of the same weights and "
                                                "batches (smoothed)"))
         if not judged.empty:
-            console.print(frame_table(judged, title="loss parity: each run against stock's band (its runs "
-                                                    "from other weights and batch orders); deviations in "
-                                                    "units of stock's spread"))
+            console.print(frame_table(verdicts_first(judged), case=("recipe", "run", "draw"), notes=("why",),
+                                      title="loss parity: each run against stock's band (its runs from "
+                                            "other weights and batch orders); deviations in units of "
+                                            "stock's spread"))
     if plots_available(quiet or as_json):
         from trainperf.workloads.parity import plot_parity
         from trainperf.workloads.parity_band import plot_band

@@ -145,6 +145,16 @@ def band_table(records: list) -> pd.DataFrame:
                                        "final_diff", "final_ci", "left_at", "verdict"])
 
 
+def verdicts_first(judged: pd.DataFrame) -> pd.DataFrame:
+    """band_table's rows for the console: what names the run, its short verdict ("within stock's
+    noise", "outside it from step 40", "undecided"), the numbers, and why a verdict is undecided
+    (`why`, a footnote), so that the verdict is the last column a narrow terminal loses."""
+    parts = judged.verdict.str.partition(": ")
+    short, why = parts[0], parts[2]
+    numbers = [c for c in judged.columns if c not in ("recipe", "run", "draw", "verdict")]
+    return judged[["recipe", "run", "draw"]].assign(verdict=short).join(judged[numbers]).assign(why=why)
+
+
 def plot_band(records: list, path) -> bool:  # noqa: ANN001 - a path
     """One panel per draw: stock's band (its mean ± k·s, smoothed) and every other run's smoothed
     loss over it, a dotted line where a run left the band, and in the title why a band decides
