@@ -10,11 +10,13 @@ remembered and not printed.
 A Ctrl-C in a terminal (and `timeout -s INT`) reaches the whole process group, the workers of a
 library's process pool included. Inductor's workers ignore it; others (quack's compile pool, which
 FlashAttention 4's kernels bring) print a KeyboardInterrupt traceback each. `quiet_forkserver`
-starts multiprocessing's fork server with SIGINT ignored, so every process forked from it ignores
-the signal and trainperf alone decides what a Ctrl-C stops. Those workers go on with the work
-they were given, for the case the Ctrl-C stopped, and at exit the interpreter waits for all of it
-(minutes of kernel compiles): `end_worker_processes` ends them once the command has said what it
-kept.
+starts multiprocessing's fork server with SIGINT blocked, so that no process forked from it ever
+takes the signal and trainperf alone decides what a Ctrl-C stops. Blocked rather than ignored,
+because a pool may start the server from any thread: any thread may block a signal for itself (the
+server and its children inherit the mask), only the main thread may set a handler. Those workers
+go on with the work they were given, for the case the Ctrl-C stopped, and at exit the interpreter
+waits for all of it (minutes of kernel compiles): `end_worker_processes` ends them once the
+command has said what it kept.
 """
 
 from __future__ import annotations
@@ -74,8 +76,8 @@ def end_worker_processes() -> None:
 
 
 def quiet_forkserver() -> None:
-    """Have multiprocessing start its fork server with SIGINT ignored (a child keeps an ignored
-    signal ignored, and Python then installs no KeyboardInterrupt handler in it)."""
+    """Have multiprocessing start its fork server with SIGINT blocked (module doc); a SIGINT that
+    arrives at the starting thread meanwhile waits until the server has started."""
     from multiprocessing import forkserver
 
     start = forkserver.ForkServer.ensure_running
@@ -83,13 +85,11 @@ def quiet_forkserver() -> None:
         return
 
     def ensure_running(self: forkserver.ForkServer) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return start(self)
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             return start(self)
         finally:
-            signal.signal(signal.SIGINT, previous)
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
     ensure_running.ignores_sigint = True  # type: ignore[attr-defined]
     forkserver.ForkServer.ensure_running = ensure_running  # type: ignore[method-assign]
