@@ -159,3 +159,17 @@ def test_the_parity_band_table_keeps_each_run_s_verdict_at_100_columns_and_says_
         "within stock's noise", "outside it from step 40", "undecided", "undecided"], rows
     assert [row.split("│")[-2].strip() for row in rows] == ["", "", "[1]", "[1]"], rows
     assert "[1] stock's band decides nothing (seed 1 outside the others from step 46)" in lines
+
+
+def test_a_step_recipe_row_names_what_its_recipe_swapped_in():
+    spec = dict(model="hf:qwen2.5-1.5b", seq=2048, batch=4, dtype="bf16", compile=True, mode="train")
+    rows = [Record("step", {**spec, "recipe": recipe}, "ok", {"step_ms_median": ms, "swaps": swaps})
+            for recipe, swaps, ms in (("liger", "liger,loss=liger-flce", 213.4),
+                                      ("float8", "float8=torchao", 169.6))]
+    rows.append(Record("step", {**spec, "recipe": "stock", "loss": "chunked"}, "ok",
+                       {"step_ms_median": 180.0}))
+    lines, table = render(rows, STEP_COLUMNS, 160)
+    body = [line for line in lines if line.startswith("│")]
+    assert [c.header for c in table.columns][:2] == ["recipe", "swaps"], lines
+    assert [row.split("│")[2].strip() for row in body] == ["liger,loss=liger-flce", "float8=torchao",
+                                                              "loss=chunked"], lines

@@ -46,7 +46,7 @@ STEP_COLUMNS: list[report.Column] = [
     report.case("model", "model"), report.case("seq", "seq"), report.case("batch", "batch"),
     report.case("dtype", "dtype"), report.case("compile", "compile"),
     report.case("mode", "mode"), report.case("recipe", "recipe"),
-    report.Column("swaps", lambda r: _step_swaps(r.spec), "case"),
+    report.Column("swaps", lambda r: r.metrics.get("swaps") or _step_swaps(r.spec), "case"),
     ("step ms", report.timing("step")), ("tok/s", report.metric("tokens_per_s", 4)),
     ("MFU %", report.metric("mfu", 2, 100.0)), ("peak GB", report.metric("peak_mem_gb")),
     report.detail("fwd ms", report.timing("forward")), report.detail("bwd ms", report.timing("backward")),
@@ -60,7 +60,8 @@ STOCK_PARTS = {"attention": "sdpa", "norm": "torch", "rope": "torch", "swiglu": 
 
 
 def _step_swaps(spec: dict) -> str:
-    """The parts of a step case that are not the stock ones, e.g. 'norm=triton loss=chunked'."""
+    """The parts of a step case that are not the stock ones, e.g. 'norm=triton loss=chunked' (of a
+    recipe: what it swapped in, its record's `swaps`)."""
     return " ".join(f"{k}={spec[k]}" for k, v in STOCK_PARTS.items() if spec.get(k, v) != v) or "none"
 
 
