@@ -76,18 +76,18 @@ def test_the_suite_pages_sum_up_each_recipe_s_runs_against_the_band(tmp_path):
                   "verdict": ["within stock's noise"] * 3 + ["outside it from step 40"],
                   "left_at": [None, None, None, 40]}).to_csv(tmp_path / "parity_band.csv", index=False)
     assert band_verdicts(tmp_path).to_dict() == {
-        "fast": "within in all 2 run(s)", "fp8": "within in 1 of 2 run(s); outside in 1 (from step 40)"}
+        "fast": "within in all 2 run(s)", "fp8": "of 2 run(s): 1 within, 1 outside (from step 40)"}
     undecided = "undecided: stock's band decides nothing (seed 3 outside the others from step 90)"
     pd.DataFrame({"recipe": ["fa4", "fa4"], "left_at": [None, None],
                   "verdict": [undecided,
                               "within stock's noise"]}).to_csv(tmp_path / "parity_band.csv", index=False)
     assert band_verdicts(tmp_path).to_dict() == {
-        "fa4": "within in 1 of 2 run(s); undecided in 1 (stock's band decides nothing)"}
+        "fa4": "of 2 run(s): 1 within, 1 undecided (stock's band decides nothing)"}
     pd.DataFrame({"recipe": ["fp8"] * 2, "left_at": [40, None],
                   "verdict": ["outside it from step 40", undecided]}).to_csv(tmp_path / "parity_band.csv",
                                                                              index=False)
     assert band_verdicts(tmp_path).to_dict() == {
-        "fp8": "outside in 1 of 2 run(s) (from step 40); undecided in 1 (stock's band decides nothing)"}
+        "fp8": "of 2 run(s): 1 outside (from step 40), 1 undecided (stock's band decides nothing)"}
     assert band_verdicts(tmp_path / "none").empty
 
 

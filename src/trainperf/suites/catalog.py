@@ -195,7 +195,7 @@ def _parity_losses(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 def band_verdicts(folder: Path) -> pd.Series:
     """Per recipe, its runs judged against stock's band (the part's parity_band.csv): "within in
     all 2 run(s)", or how many were within, outside (from which step) and undecided (stock's band
-    deciding nothing): "within in 3 of 4 run(s); undecided in 1 (...)"; empty without the file."""
+    deciding nothing): "of 4 run(s): 3 within, 1 undecided (...)"; empty without the file."""
     judged = _read(folder, "parity_band.csv")
     if judged.empty:
         return pd.Series(dtype=str)
@@ -205,13 +205,11 @@ def band_verdicts(folder: Path) -> pd.Series:
         if within == len(runs):
             return f"within in all {len(runs)} run(s)"
         out = runs[runs.verdict.str.startswith("outside")]
-        counts = [(within, "within", ""),
-                  (len(out), "outside", f" (from step {int(out.left_at.min())})" if len(out) else ""),
-                  (runs.verdict.str.startswith("undecided").sum(), "undecided",
-                   " (stock's band decides nothing)")]
-        said = [(n, f"{verdict} in {n}", why) for n, verdict, why in counts if n]
-        return "; ".join(f"{text}{f' of {len(runs)} run(s)' if i == 0 else ''}{why}"
-                         for i, (_, text, why) in enumerate(said))
+        undecided = runs.verdict.str.startswith("undecided").sum()
+        counts = [(within, "within"),
+                  (len(out), f"outside (from step {int(out.left_at.min())})" if len(out) else ""),
+                  (undecided, "undecided (stock's band decides nothing)")]
+        return f"of {len(runs)} run(s): " + ", ".join(f"{n} {verdict}" for n, verdict in counts if n)
 
     return judged.groupby("recipe", sort=False)[["verdict", "left_at"]].apply(summary)
 
