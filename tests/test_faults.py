@@ -212,7 +212,7 @@ def test_a_collective_that_returns_a_wrong_result_is_an_error_record(tmp_path, m
 
 
 SAME_CASES = """
-    import os, sys, time
+    import os, pathlib, sys, time
     from trainperf.core.runner import run_sweep
     from trainperf.core.store import Store
 
@@ -220,19 +220,28 @@ SAME_CASES = """
         time.sleep(0.05)
         return {"value": spec["i"], "pid": os.getpid()}
 
-    run_sweep("t", [{"i": i} for i in range(12)], measure, Store(sys.argv[1]), {"device": "cpu"}, quiet=True)
+    if sys.argv[2:]:  # the sweeps start together: wait until every one is here
+        pathlib.Path(f"{os.getpid()}.here").touch()
+        while len(list(pathlib.Path().glob("*.here"))) < int(sys.argv[3]):
+            time.sleep(0.01)
+    run_sweep("t", [{"i": i} for i in range(12)], measure, Store(sys.argv[1]), {"device": "cpu"}, quiet=True,
+              rerun=sys.argv[2:3] == ["rerun"])
 """
 
 
-def test_two_sweeps_of_the_same_cases_at_once_measure_each_case_once(tmp_path):
+@pytest.mark.parametrize("rerun", [False, True])
+def test_two_sweeps_of_the_same_cases_at_once_measure_each_case_once(tmp_path, rerun):
     db = tmp_path / "r.db"
     Store(db)  # created before both start, as a second command would find it
-    procs = [python(SAME_CASES, str(db), cwd=tmp_path) for _ in range(2)]
+    if rerun:  # every case stored already: both sweeps measure again, each case once between them
+        python(SAME_CASES, str(db), cwd=tmp_path).communicate(timeout=120)
+    procs = [python(SAME_CASES, str(db), "rerun" if rerun else "once", "2", cwd=tmp_path) for _ in range(2)]
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
-    records = Store(db).records()
+    records = Store(db).records()[12 if rerun else 0:]
     assert sorted(r.spec["i"] for r in records) == list(range(12))  # no duplicates, nothing missing
+    assert len({r.run_id for r in records}) == 2  # both sweeps measured
     assert sqlite3.connect(db).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 

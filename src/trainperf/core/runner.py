@@ -12,6 +12,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 import torch
@@ -73,8 +74,11 @@ def run_sweep(workload: str, specs: Sequence[Any], measure: Measure, store: Stor
     """Measure every spec not already stored; return the records for all specs, in order.
 
     A case that another sweep of the same store is measuring right now (the same command started
-    twice) is left to it and its record read once it is stored; so each case is measured once."""
+    twice, or helpers sharing the cases out) is left to it and its record read once it is stored;
+    so each case is measured once, with `rerun` too (a record stored since this sweep started is
+    what a rerun asked for)."""
     run_id = uuid.uuid4().hex[:12]
+    since = datetime.now(timezone.utc).isoformat() if rerun else None
     out: dict[int, Record] = {}
     sigint.forget()
     console = console or Console(stderr=True)
@@ -88,7 +92,7 @@ def run_sweep(workload: str, specs: Sequence[Any], measure: Measure, store: Stor
             waiting = []
             for i in todo:
                 progress.update(task, case=label(specs[i]))
-                record = _stored_or_measured(workload, specs[i], keys[i], measure, store, env, run_id, rerun)
+                record = _stored_or_measured(workload, specs[i], keys[i], measure, store, env, run_id, since)
                 if record is None:
                     waiting.append(i)
                     continue
@@ -108,14 +112,14 @@ WAIT_S = 0.2  # between looks at cases that another sweep is measuring
 
 
 def _stored_or_measured(workload: str, spec: Any, key: str, measure: Measure, store: Store,
-                        env: dict[str, Any], run_id: str, rerun: bool) -> Record | None:
-    """The case's record: stored already, or measured now; None while another sweep has it."""
-    if not rerun:
-        stored = store.settled_case(key)
-        if stored is not None:
-            return stored
-    if not store.claim(key, run_id, remeasure=rerun):
-        return None if rerun else store.settled_case(key)  # None: wait for the other sweep, then look again
+                        env: dict[str, Any], run_id: str, since: str | None) -> Record | None:
+    """The case's record: stored already (since `since`, a rerun's start, where given), or measured
+    now; None while another sweep has it."""
+    stored = store.settled_case(key, since)
+    if stored is not None:
+        return stored
+    if not store.claim(key, run_id, remeasure=since is not None, since=since):
+        return store.settled_case(key, since)  # None: wait for the other sweep, then look again
     try:
         record = measure_case(workload, spec, measure, env, run_id)
         store.append(record)

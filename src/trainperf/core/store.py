@@ -115,14 +115,15 @@ class Store:
         finally:
             con.close()
 
-    def claim(self, key: str, owner: str, remeasure: bool = False) -> bool:
+    def claim(self, key: str, owner: str, remeasure: bool = False, since: str | None = None) -> bool:
         """Take case `key` for `owner` to measure; False while another live sweep has it, or when
-        it is finished (unless `remeasure`). A claim whose process has died (same host) is taken
-        over, so a killed sweep never blocks the case."""
+        it is finished (unless `remeasure`: then only by a record stored at or after `since`, a
+        rerun's start, where given). A claim whose process has died (same host) is taken over,
+        so a killed sweep never blocks the case."""
         con = self._connect()
         try:
             con.execute("BEGIN IMMEDIATE")  # one claimer at a time
-            if not remeasure and self._finished(con, key):
+            if (not remeasure or since is not None) and self._finished(con, key, since):
                 con.rollback()
                 return False
             row = con.execute("SELECT owner, host, pid FROM claims WHERE case_key=?", (key,)).fetchone()
@@ -154,19 +155,20 @@ class Store:
             con.close()
 
     @staticmethod
-    def _finished(con: sqlite3.Connection, key: str) -> bool:
-        return con.execute(f"SELECT 1 FROM records WHERE case_key=? AND {_SETTLED} LIMIT 1",
-                           [key]).fetchone() is not None
+    def _finished(con: sqlite3.Connection, key: str, since: str | None = None) -> bool:
+        return con.execute(f"SELECT 1 FROM records WHERE case_key=? AND {_SETTLED} AND created_at >= ? "
+                           "LIMIT 1", [key, since or ""]).fetchone() is not None
 
     def find_case(self, key: str) -> Record | None:
         """The latest finished (not 'error') record with this case key, if any."""
         return self._latest(key, f"status IN ({','.join('?' * len(RESUMABLE_STATUSES))})",
                             list(RESUMABLE_STATUSES))
 
-    def settled_case(self, key: str) -> Record | None:
+    def settled_case(self, key: str, since: str | None = None) -> Record | None:
         """The latest record that finishes this case for a resumed sweep (find_case's, less an
-        unsupported row for a missing package), if any."""
-        return self._latest(key, _SETTLED)
+        unsupported row for a missing package), if any; only one stored at or after `since`
+        where given."""
+        return self._latest(key, f"{_SETTLED} AND created_at >= ?", [since or ""])
 
     def _latest(self, key: str, condition: str, args: list[Any] | None = None) -> Record | None:
         found = self._select(f"case_key=? AND {condition}", [key, *(args or [])], order="id DESC LIMIT 1")
