@@ -22,6 +22,7 @@ from trainperf.core.errors import SpecError, Unsupported
 from trainperf.core.library_noise import VERBOSE_ENV, quiet_libraries
 from trainperf.core.record import Record, case_key_for
 from trainperf.core.runner import run_sweep
+from trainperf.core.shared_sweep import helpers
 from trainperf.core.sigint import end_worker_processes
 from trainperf.core.spec import MAX_INT, parse_list, positive_int
 from trainperf.core.store import DEFAULT_DB, Store, path_problem, to_frame
@@ -231,13 +232,17 @@ def table_kept_on_interrupt(workload: str, keys: Sequence[str], store: Store, ou
 def run_and_show(workload: str, specs: Sequence[Any], measure: Callable[[Any], dict[str, Any]],
                  columns: Sequence[report.Column], *, db: Path, device, rerun: bool, quiet: bool,
                  as_json: bool, title: str, out: Path,
-                 named: dict[str, Callable[[Record], Any]] | None = None) -> list[Record]:
+                 named: dict[str, Callable[[Record], Any]] | None = None,
+                 helpers_at: Sequence[str] = ()) -> list[Record]:
     """The shared tail of every workload command: sweep into the store, show the table, write the
-    cases as `<out>/<workload>.csv` (with the `named` columns first, each a function of a record)."""
+    cases as `<out>/<workload>.csv` (with the `named` columns first, each a function of a record).
+    With `helpers_at` (core/shared_sweep.helper_places) helper processes there share the cases out."""
     store = Store(db)
     env = envmod.capture(device)
     keys = [case_key_for(workload, s, env) for s in specs]
-    with table_kept_on_interrupt(workload, keys, store, out, named):
+    with table_kept_on_interrupt(workload, keys, store, out, named), \
+            helpers(workload, specs, measure, db, helpers_at, rerun,
+                    say=lambda text: err_console.print(text, markup=False, highlight=False)):
         records = run_sweep(workload, specs, measure, store, env, rerun=rerun, quiet=quiet or as_json,
                             label=lambda s: s.label(), console=err_console)
     show_records(records, columns, title, as_json)

@@ -79,6 +79,8 @@ GLOSSARY: dict[str, str] = {
     "--draws": "Loss-parity draws of the task: each another language and its batches, to see whether "
                "a recipe keeps parity beyond one draw.",
     "--lr": "Learning rate.",
+    "--jobs": "Processes that share the runs out, each on a GPU of its own (at most the GPUs visible; "
+              "on the CPU they share it), the store measuring each run once.",
     "--library": "Kernel library patched into the model: none, liger (Liger Kernel).",
     "--float8": ("Float8 training: off, torchao (every decoder Linear, scales from each tensor's "
                  "amax; torchao-mlp, torchao-attention: the MLP's or the attention projections' alone; "

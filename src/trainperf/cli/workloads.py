@@ -39,6 +39,7 @@ from trainperf.cli.vocabulary import DTYPE_ALIASES, MODE_ALIASES, RenamedFlags, 
 from trainperf.core import report
 from trainperf.core.errors import SpecError
 from trainperf.core.record import Record
+from trainperf.core.shared_sweep import helper_places
 from trainperf.core.spec import on_off, parse_list, parse_one, positive_int, sweep
 from trainperf.core.store import to_frame
 
@@ -518,6 +519,7 @@ def parity(
                                            "fp32 weights."),
     sdpa_backend: str = option("--sdpa-backend", None, "A Llama's attention, one; default CUDNN_ATTENTION "
                                                        "on a GPU, MATH on the CPU."),
+    jobs: int = option("--jobs", 1, "Runs record loss alone, so they may share a machine."),
     out: Path = OutOpt, device: str = DeviceOpt, db: Path = DbOpt, rerun: bool = RerunOpt,
     quiet: bool = QuietOpt, as_json: bool = JsonOpt,
     wide: bool = WideOpt,
@@ -560,6 +562,7 @@ def parity(
             raise SpecError(f"{name} must be positive, got {value}")
     if seeds < MIN_SEEDS:
         raise SpecError(f"--stock-seeds must be at least {MIN_SEEDS} (a spread needs two runs), got {seeds}")
+    places = helper_places(dev, jobs)
     specs = [ParitySpec(recipe=r, dtype=dtype, device=dev.type, run=(d - 1) * repeats + n, draw=d, **opts)
              for d in range(1, draws + 1) for n in range(1, repeats + 1) for r in recipes]
     specs += [ParitySpec(recipe="stock", dtype=dtype, device=dev.type, run=(d - 1) * repeats + 1, draw=d,
@@ -568,7 +571,7 @@ def parity(
     for s in specs:
         validate(s)
     records = run_and_show("parity", specs, measure_parity, PARITY_COLUMNS, db=db, device=dev, rerun=rerun,
-                           quiet=quiet, as_json=as_json, title="trainperf parity", out=out)
+                           quiet=quiet, as_json=as_json, title="trainperf parity", out=out, helpers_at=places)
     losses = curves(records)
     if losses.empty:
         return

@@ -248,11 +248,12 @@ def _bracket(peak_gb: float, energy_j: float) -> str:
 
 def _parity_part(recipes: str, cpu_recipes: str, times: str, gpu_times: int) -> Part:
     """A `parity` part: `recipes` trained 300 AdamW steps at the model's full depth, `gpu_times`
-    draws or repeats (`times`), beside stock's band (its runs from four seeds); on the CPU
-    `cpu_recipes` 4 steps, twice, beside stock's from two seeds."""
+    draws or repeats (`times`), beside stock's band (its runs from four seeds), the runs shared out
+    over every GPU of the machine; on the CPU `cpu_recipes` 4 steps, twice, beside stock's from two
+    seeds."""
     return Part("parity", ("parity",),
                 gpu={"--recipe": recipes, "--train-steps": "300", "--stock-seeds": "4",
-                     times: str(gpu_times)},
+                     times: str(gpu_times), "--jobs": GPUS},
                 cpu={"--recipe": cpu_recipes, "--train-steps": "4", "--seq": "16", "--batch": "2",
                      "--dtype": "fp32", "--stock-seeds": "2", times: "2"})
 
