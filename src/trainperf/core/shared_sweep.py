@@ -1,9 +1,9 @@
 """A sweep shared out over helper processes, each on a GPU of its own.
 
-Only for cases whose record does not depend on the speed they ran at (a loss curve, not a time):
-a loss-parity task of 40 runs takes half an hour on one GPU and four minutes on eight. The
-helpers run the same sweep on the same store, and the store's claims measure each case once
-(core/runner). The command's own process takes part too, on its GPU; its sweep ends once every
+Only for cases whose record does not depend on the speed they ran at (a loss curve, not a time),
+where many long runs would otherwise queue for one GPU while the others idle. The helpers run
+the same sweep on the same store, and the store's claims measure each case once (core/runner).
+The command's own process takes part too, on its GPU; its sweep ends once every
 case is stored, whoever measured it, and it alone shows and writes the results. A helper that
 dies leaves its case's claim to be taken over; a Ctrl-C ends every helper with the command.
 
