@@ -57,13 +57,14 @@ def test_a_recipe_run_names_its_rows_columns_and_bars_by_recipe(db, tmp_path):
     df = pd.read_csv(tmp_path / "training_timing.csv")
     assert list(df.recipe) == ["stock", "stock", "fast", "fast"]
     summary = llama_sdpa.summary_table(df, by_recipe=True)
-    assert list(summary.columns) == ["shape", "stock (math)", "stock (flash)", "fast (math)", "fast (flash)",
-                                     "fast (math) vs best of stock", "fast (flash) vs best of stock"]
+    assert list(summary.columns) == ["shape", "fast (math) speed-up", "fast (flash) speed-up", "stock (math)",
+                                     "stock (flash)", "fast (math)", "fast (flash)"]
+    assert summary.attrs["against"] == "the best of stock"
     # a setup no recipe names keeps its own label; without by_recipe every setup does
     df.loc[0, ["swaps", "recipe"]] = ["norm=fused", None]
     assert "math + norm=fused" in llama_sdpa.summary_table(df, by_recipe=True).columns
     df.loc[0, ["swaps", "compile", "recipe"]] = ["none", "on", "compile"]  # compile's rows count as stock
-    assert "fast (math) vs best of stock, compile" in llama_sdpa.summary_table(df, by_recipe=True).columns
+    assert llama_sdpa.summary_table(df, by_recipe=True).attrs["against"] == "the best of stock, compile"
     assert "math compiled per layer + loss=chunked" in llama_sdpa.summary_table(df).columns
 
 
