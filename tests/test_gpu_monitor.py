@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import statistics
+import subprocess
 import sys
 import time
 import types
@@ -266,3 +268,62 @@ def test_the_power_cap_alone_flags_nothing(fake_nvml):
         pass
     assert "clock_throttled" not in gpu.metrics()
     assert report.notes(Record("llama", {}, "ok", gpu.metrics())) == ""
+
+
+def _listed(*held: tuple[int, int | None]) -> list[types.SimpleNamespace]:
+    return [types.SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in held]
+
+
+def test_a_process_that_is_not_this_one_nor_its_own_is_named_as_sharing_the_gpu(fake_nvml):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])  # a compile worker, say
+    other = 2**22 + 17  # above Linux's default pid_max: no process of this machine
+    try:
+        lists = iter([_listed((os.getpid(), 2**30), (child.pid, 2**29)),  # at the window's start, then end
+                      _listed((os.getpid(), 2**30), (child.pid, 2**29), (other, 2**31), (other + 1, None))])
+        fake_nvml.nvmlDeviceGetComputeRunningProcesses = lambda handle: next(lists)
+        with GpuMonitor(torch.device("cuda", 0)) as gpu:
+            pass
+    finally:
+        child.kill()
+        child.wait()
+    assert gpu.metrics()["gpu_shared_with"] == f"pid {other} (2.0 GB), pid {other + 1}"
+
+
+@pytest.mark.parametrize("listed", [
+    _listed((os.getpid(), 2**30)),  # this process alone
+    _listed((2**22 + 5, 2**30), (2**22 + 6, 2**30)),  # pids of another namespace: whose is whose is unknown
+])
+def test_nothing_is_named_where_the_gpu_is_this_process_s_alone_or_nvml_counts_other_pids(fake_nvml, listed):
+    fake_nvml.nvmlDeviceGetComputeRunningProcesses = lambda handle: listed
+    with GpuMonitor(torch.device("cuda", 0)) as gpu:
+        pass
+    assert "gpu_shared_with" not in gpu.metrics()
+
+
+def test_a_shared_gpu_is_a_note_on_the_case():
+    from trainperf.core.runner import measure_case
+
+    record = measure_case("t", {"i": 1}, lambda spec: {"gpu_shared_with": "pid 4242 (2.0 GB)"}, {})
+    assert record.status == "ok"
+    assert record.metrics["notes"] == "another process held this GPU while timing: pid 4242 (2.0 GB)"
+
+
+@pytest.mark.gpu
+def test_a_step_beside_another_process_on_its_gpu_says_so_and_one_alone_does_not():
+    """On a real GPU: a process started apart from this one (its parent gone) holding the GPU."""
+    pytest.importorskip("pynvml")
+    from trainperf.workloads.attention import AttentionSpec, measure_attention
+
+    spec = AttentionSpec("sdpa-math", 2, 8, 512, 64, "bf16", "forward-backward", True, "cuda", warmup=1,
+                         iters=5)
+    assert "gpu_shared_with" not in measure_attention(spec)
+    loop = ("import torch, time; x = torch.ones(2**28, device='cuda'); end = time.time() + 60\n"
+            "while time.time() < end: x.mul_(1.0)")
+    started = subprocess.run(["bash", "-c", f'{sys.executable} -c "{loop}" >/dev/null 2>&1 & echo $!'],
+                             capture_output=True, text=True, check=True)
+    other = int(started.stdout.split()[-1])
+    try:
+        time.sleep(10)  # its CUDA context is up
+        assert f"pid {other}" in measure_attention(spec)["gpu_shared_with"]
+    finally:
+        subprocess.run(["kill", str(other)], check=False)

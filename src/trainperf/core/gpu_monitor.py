@@ -15,14 +15,22 @@ cap in the instantaneous readings).
 Under the cap, time follows energy, so the window's energy is reported too: the difference of
 NVML's energy counter (millijoules since the driver loaded) between the window's ends. It is
 exact over a window of seconds, where a median power times a mean time is an estimate.
+
+A time is the step's alone only where nothing else ran on the GPU: a second process training on it
+halves the step's speed and leaves no other trace in the numbers. At the window's ends the monitor
+lists the processes NVML sees on the GPU, and names those that are neither this process nor one it
+started (`gpu_shared_with`). Where NVML counts processes in another PID namespace (a container),
+which of them is this one cannot be told, and nothing is named.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -70,6 +78,7 @@ class GpuMonitor:
         self._handle: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._sharers: dict[int, float | None] = {}  # pid -> GB it held, of other processes on the GPU
 
     def __enter__(self) -> GpuMonitor:
         self.start()
@@ -95,6 +104,7 @@ class GpuMonitor:
         self._power_field = getattr(self._nvml, "NVML_FI_DEV_POWER_INSTANT", None)
         self._watts = self._instant_watts if self._instant_watts() is not None else self._average_watts
         self._energy_mj = [self._energy_counter()]
+        self._look_for_sharers()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="trainperf-gpu-monitor", daemon=True)
         self._thread.start()
@@ -108,6 +118,7 @@ class GpuMonitor:
         self._thread = None
         self._sample()
         self._energy_mj.append(self._energy_counter())
+        self._look_for_sharers()
         self._nvml.nvmlShutdown()
 
     def _run(self) -> None:
@@ -132,6 +143,17 @@ class GpuMonitor:
             return self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)
         except Exception:  # noqa: BLE001 - no counter (GPUs before Volta): no energy reported
             return None
+
+    def _look_for_sharers(self) -> None:
+        """Note the processes on the GPU other than this one and those it started (module doc)."""
+        try:
+            listed = self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle)
+        except Exception:  # noqa: BLE001 - NVML refusing the list: nothing to say
+            return
+        held = {p.pid: p.usedGpuMemory for p in listed}
+        family = own_processes()
+        if held.keys() & family:  # NVML speaks this PID namespace
+            self._sharers.update({pid: used for pid, used in held.items() if pid not in family})
 
     def _average_watts(self) -> float:
         return self._nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000
@@ -161,7 +183,28 @@ class GpuMonitor:
             out["clock_throttled"] = clock_reasons([r & THROTTLES for r in reasons])
         if len(self._energy_mj) == 2 and None not in self._energy_mj:
             out["energy_j"] = (self._energy_mj[1] - self._energy_mj[0]) / 1e3
+        if self._sharers:
+            out["gpu_shared_with"] = ", ".join(
+                f"pid {pid}" + (f" ({used / 2**30:.1f} GB)" if isinstance(used, int) else "")
+                for pid, used in sorted(self._sharers.items()))
         return out
+
+
+def own_processes() -> set[int]:
+    """This process and every process it started, read from /proc (this process alone elsewhere)."""
+    parents: dict[int, int] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError, ValueError, IndexError):  # a process that ended meanwhile
+                    stat = Path(entry.path, "stat").read_text()  # "pid (name) state ppid ..."
+                    parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    family, grown = {os.getpid()}, True
+    while grown:
+        children = {pid for pid, parent in parents.items() if parent in family} - family
+        family |= children
+        grown = bool(children)
+    return family
 
 
 def clock_reasons(samples: tuple[int, ...] | list[int]) -> str:

@@ -53,6 +53,8 @@ def measure_case(workload: str, spec: Any, measure: Measure, env: dict[str, Any]
     try:
         with case_notes() as notes:
             metrics = measure(spec)
+        if metrics.get("gpu_shared_with"):  # core/gpu_monitor: its time may be the two processes'
+            notes = [*notes, f"another process held this GPU while timing: {metrics['gpu_shared_with']}"]
         if notes:
             metrics["notes"] = "; ".join(n for n in (metrics.get("notes"), *notes) if n)
         return Record(workload, sd, "ok", metrics, env=env, run_id=run_id)
