@@ -327,3 +327,28 @@ def test_a_step_beside_another_process_on_its_gpu_says_so_and_one_alone_does_not
         assert f"pid {other}" in measure_attention(spec)["gpu_shared_with"]
     finally:
         subprocess.run(["kill", str(other)], check=False)
+
+
+FAMILY = """
+import json, os, subprocess, sys
+sibling = subprocess.Popen(["sleep", "30"])
+ask = ("import json; from trainperf.core.gpu_monitor import own_processes; "
+       "print(json.dumps(sorted(own_processes())))")
+seen = subprocess.run([sys.executable, "-c", ask], capture_output=True, text=True, check=True).stdout
+print(json.dumps({"parent": os.getpid(), "sibling": sibling.pid, "seen": json.loads(seen)}))
+sibling.kill()
+"""
+
+
+@pytest.mark.parametrize("parent_argv, shared", [("trainperf-supervisor", True), ("a-user-script", False)])
+def test_the_processes_of_one_trainperf_run_are_its_own_and_a_command_beside_it_is_not(parent_argv, shared):
+    """A rank's siblings under trainperf's supervisor are the run's own; a command started beside
+    this one, by a shell or a script, is another process on the GPU."""
+    import json
+
+    src = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-", parent_argv], input=FAMILY, capture_output=True, text=True,
+                         check=True, env=env)  # the script on stdin: only `parent_argv` names the parent
+    got = json.loads(out.stdout)
+    assert (got["parent"] in got["seen"]) is shared and (got["sibling"] in got["seen"]) is shared

@@ -191,7 +191,10 @@ class GpuMonitor:
 
 
 def own_processes() -> set[int]:
-    """This process and every process it started, read from /proc (this process alone elsewhere)."""
+    """The processes of this trainperf run, read from /proc (this process alone elsewhere): every
+    process started by its top-most trainperf ancestor (the supervisor of a launch's ranks, the
+    command of parity's helpers, or this process), which is one of them. A trainperf command
+    started beside this one is not."""
     parents: dict[int, int] = {}
     with contextlib.suppress(OSError):
         for entry in os.scandir("/proc"):
@@ -199,12 +202,22 @@ def own_processes() -> set[int]:
                 with contextlib.suppress(OSError, ValueError, IndexError):  # a process that ended meanwhile
                     stat = Path(entry.path, "stat").read_text()  # "pid (name) state ppid ..."
                     parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    family, grown = {os.getpid()}, True
+    top = os.getpid()
+    while top in parents and _runs_trainperf(parents[top]):
+        top = parents[top]
+    family, grown = {top}, True
     while grown:
         children = {pid for pid, parent in parents.items() if parent in family} - family
         family |= children
         grown = bool(children)
     return family
+
+
+def _runs_trainperf(pid: int) -> bool:
+    try:
+        return b"trainperf" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def clock_reasons(samples: tuple[int, ...] | list[int]) -> str:
