@@ -18,8 +18,8 @@ exact over a window of seconds, where a median power times a mean time is an est
 
 A time is the step's alone only where nothing else ran on the GPU: a second process training on it
 halves the step's speed and leaves no other trace in the numbers. At the window's ends the monitor
-lists the processes NVML sees on the GPU, and names those that are neither this process nor one it
-started (`gpu_shared_with`). Where NVML counts processes in another PID namespace (a container),
+lists the processes NVML sees on the GPU, and names those not of this trainperf run
+(`gpu_shared_with`; `own_processes`). Where NVML counts processes in another PID namespace (a container),
 which of them is this one cannot be told, and nothing is named.
 """
 
