@@ -78,7 +78,7 @@ class GpuMonitor:
         self._handle: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._sharers: dict[int, float | None] = {}  # pid -> GB it held, of other processes on the GPU
+        self._sharers: dict[int, int | None] = {}  # pid -> bytes it held, of other processes on the GPU
 
     def __enter__(self) -> GpuMonitor:
         self.start()
@@ -151,6 +151,8 @@ class GpuMonitor:
         except Exception:  # noqa: BLE001 - NVML refusing the list: nothing to say
             return
         held = {p.pid: p.usedGpuMemory for p in listed}
+        if len(held) < 2:  # this process alone (or one NVML names in another namespace): no /proc walk
+            return
         family = own_processes()
         if held.keys() & family:  # NVML speaks this PID namespace
             self._sharers.update({pid: used for pid, used in held.items() if pid not in family})

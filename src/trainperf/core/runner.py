@@ -120,7 +120,7 @@ def _stored_or_measured(workload: str, spec: Any, key: str, measure: Measure, st
     stored = store.settled_case(key, since)
     if stored is not None:
         return stored
-    if not store.claim(key, run_id, remeasure=since is not None, since=since):
+    if not store.claim(key, run_id, since=since):
         return store.settled_case(key, since)  # None: wait for the other sweep, then look again
     try:
         record = measure_case(workload, spec, measure, env, run_id)

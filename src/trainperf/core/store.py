@@ -117,13 +117,13 @@ class Store:
 
     def claim(self, key: str, owner: str, remeasure: bool = False, since: str | None = None) -> bool:
         """Take case `key` for `owner` to measure; False while another live sweep has it, or when
-        it is finished (unless `remeasure`: then only by a record stored at or after `since`, a
-        rerun's start, where given). A claim whose process has died (same host) is taken over,
-        so a killed sweep never blocks the case."""
+        it is finished (by a record stored at or after `since`, a rerun's start, where given;
+        never with `remeasure`). A claim whose process has died (same host) is taken over, so a
+        killed sweep never blocks the case."""
         con = self._connect()
         try:
             con.execute("BEGIN IMMEDIATE")  # one claimer at a time
-            if (not remeasure or since is not None) and self._finished(con, key, since):
+            if not remeasure and self._finished(con, key, since):
                 con.rollback()
                 return False
             row = con.execute("SELECT owner, host, pid FROM claims WHERE case_key=?", (key,)).fetchone()
