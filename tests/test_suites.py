@@ -166,13 +166,14 @@ def test_the_shard_headline_names_the_fsdp2_unit_where_cases_differ_in_it(tmp_pa
     from trainperf.suites.catalog import shard_headline
     base = dict(model="xl", world_size=2, shard="full", checkpoint="full", loss="torch", compile=True,
                 optimizer="adamw-fused", prefetch=0, reshard_after_forward=False, attention="sdpa",
-                float8="off", batch=8, seq=2048, status="ok")
+                float8="off", batch=8, seq=2048, status="ok", mfu=0.5, mfu_at_clock=0.661)
     (tmp_path / "p").mkdir()
     pd.DataFrame([dict(base, unit_layers=k, step_ms_median=ms) for k, ms in ((1, 324.3), (4, 335.8))]).to_csv(
         tmp_path / "p" / "shard.csv", index=False)
     table = shard_headline({"p": tmp_path / "p"})
     assert table.unit_layers.tolist() == [1, 4] and table["step s"].tolist() == ["0.324", "0.336"]
     assert "attention" not in table  # one attention kernel: no column for it
+    assert table["MFU at clock"].tolist() == ["0.661"] * 2 and "HFU" not in table  # none recorded
     (tmp_path / "q").mkdir()  # a part measured with bf16 gradients beside one from before the setting
     pd.DataFrame([dict(base, unit_layers=1, reduce_dtype="bf16", step_ms_median=300.0)]).to_csv(
         tmp_path / "q" / "shard.csv", index=False)
@@ -243,7 +244,8 @@ def test_an_unknown_part_is_one_line_naming_the_suite_s_parts(tmp_path):
     assert res.exit_code == 2
     assert res.output.strip().splitlines() == [
         "error: --part of suite shard: unknown value 'nope'; valid choices: leaderboard, float8, "
-        "leaderboard-graphed, overlap, graphed, one-gpu, weak, weak-bf16, weak-graphed, calibration, sizes"]
+        "frontier, leaderboard-graphed, overlap, graphed, one-gpu, weak, weak-bf16, weak-graphed, "
+        "calibration, sizes"]
 
 
 def test_a_folder_keeps_the_caption_its_suite_had_when_it_ran(ran, tmp_path):

@@ -449,7 +449,8 @@ def shard_headline(parts: dict[str, Path]) -> pd.DataFrame:
     out["step s"] = _cell(df.assign(step_s=step_s), "step_s")
     for col, name in (("exposed_comm_ms", "exposed comm ms"), ("exposed_comm_least_ms", "least exposed ms"),
                       ("exposed_comm_host_ms", "host-late ms"), ("optimizer_ms", "optimizer ms"),
-                      ("mfu", "MFU"), ("peak_mem_gb", "peak GB per rank")):
+                      ("mfu", "MFU"), ("mfu_at_clock", "MFU at clock"), ("hfu", "HFU"),
+                      ("fp8_peak_share", "fp8 peak share"), ("peak_mem_gb", "peak GB per rank")):
         if col in df:  # a column records from before it existed lack
             out[name] = df[col].map(lambda v: f"{v:.3g}" if pd.notna(v) else "")
     return out.drop_duplicates()  # a case two parts share is one row
@@ -727,7 +728,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "the machine with FSDP2: the CS336 leaderboard's 8B model at 2 x 32,768 tokens, compiled, per "
           "checkpointing policy (every layer; every layer keeping its attention's output; all but 8 layers, "
           "keeping it) and attention kernel (cuDNN's through SDPA, FlashAttention 4), with torchao's float8 "
-          "and trainperf's, launched eagerly and as CUDA graphs; the GPT LM's xl and "
+          "and trainperf's, launched eagerly and as CUDA graphs, and with 12 to 20 layers not checkpointed "
+          "where memory allows; the GPT LM's xl and "
           "2.7B (every layer checkpointed, each compiled) on one, two and all GPUs, sharded or replicated, "
           "at 8 x 1024 tokens in all (strong scaling) and 4 x 1024 a GPU (weak); and xl at 8 x 2048 tokens "
           "on two GPUs per FSDP2 knob that decides how much communication the step hides (layers a unit, "
@@ -747,6 +749,13 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                 gpu={**_LEADERBOARD, "--checkpoint": "all-but-8+attn", "--compile": "on",
                      "--attention": "sdpa-cudnn,fa4", "--float8": "off,torchao,trainperf"},
                 cpu={"--model": "tiny", "--world-size": "2", "--float8": "off,torchao,trainperf", **_TINY},
+                min_gpus=2),
+           Part("frontier", ("shard",),  # fewer layers recomputed in the memory left, each float8 beside
+                # bf16: how far the fastest kind of case goes before a rank runs out of memory
+                gpu={**_LEADERBOARD, "--checkpoint": "all-but-8+attn,all-but-12+attn,all-but-16+attn,"
+                     "all-but-20+attn", "--compile": "on", "--attention": "fa4",
+                     "--float8": "off,torchao,trainperf"},
+                cpu={"--model": "tiny", "--world-size": "2", "--checkpoint": "all-but-1+attn", **_TINY},
                 min_gpus=2),
            Part("leaderboard-graphed", ("shard",),  # the fastest FA4 steps, launched eagerly and
                 # replayed as CUDA graphs (no host work left in the step)
