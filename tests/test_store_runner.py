@@ -123,3 +123,12 @@ def test_frame_keeps_a_spec_field_and_a_metric_of_one_name():
     record = Record("llama", {"loss": "chunked", "batch": 1}, "ok", {"loss": 12.17, "mean_s": 0.3}, env=ENV)
     row = to_frame([record]).iloc[0]
     assert (row["loss"], row["loss_value"], row["mean_s"]) == ("chunked", 12.17, 0.3)
+
+
+def test_the_environment_names_the_kernel_libraries_installed_and_only_those():
+    from trainperf.core.env import capture, installed_versions
+
+    assert installed_versions(("torch", "no-such-distribution-here")) == {"torch": torch.__version__}
+    packages = capture(torch.device("cpu"))["packages"]
+    assert packages.get("triton") == installed_versions(("triton",)).get("triton")
+    assert "no-such-distribution-here" not in packages

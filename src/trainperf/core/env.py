@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 from functools import lru_cache
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,11 @@ from trainperf.version import __version__
 
 # Environment keys that make two measurements not directly comparable when they differ.
 COMPARABILITY_KEYS = ("gpu_name", "torch", "cuda", "cudnn", "driver", "device_count")
+
+# The libraries whose kernels a case may run: a record names the versions it ran with.
+KERNEL_PACKAGES = ("triton", "transformers", "liger-kernel", "torchao", "flash-attn-4", "quack-kernels",
+                   "nvidia-cudnn-frontend", "nvidia-cutlass-dsl", "nvidia-cudnn-cu12", "nvidia-cudnn-cu13",
+                   "nvidia-nccl-cu12", "nvidia-nccl-cu13")
 
 
 @lru_cache(maxsize=1)
@@ -61,6 +67,17 @@ def _nvml_state(device: torch.device) -> dict[str, Any]:
         return {}
 
 
+def installed_versions(names: tuple[str, ...] = KERNEL_PACKAGES) -> dict[str, str]:
+    """Version of each installed distribution of `names`; those not installed are left out."""
+    found = {}
+    for name in names:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
 def capture(device: torch.device) -> dict[str, Any]:
     """Everything about software and hardware that can change a measurement."""
     env: dict[str, Any] = {
@@ -76,6 +93,7 @@ def capture(device: torch.device) -> dict[str, Any]:
         "device": device.type,
         "device_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
         "argv": " ".join(["trainperf", *sys.argv[1:]]),  # no local paths in stored records
+        "packages": installed_versions(),
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
