@@ -1,5 +1,10 @@
 """The communication of a data-parallel step, from its kernel trace on two GPUs: a sync after the
-backward leaves the NCCL time exposed, PyTorch DDP hides part of it behind the backward."""
+backward leaves the NCCL time exposed, PyTorch DDP hides part of it behind the backward.
+
+The step is eager and the host sets its pace: DDP's all-reduces are launched during the backward
+and their kernels wait there for the peer rank, so its exposed milliseconds can exceed naive
+sync's (230 against 137 ms in benchmarks/results/ddp/h100x2-2026-11-27/); the share hidden is
+what tells them apart."""
 
 from __future__ import annotations
 
@@ -25,5 +30,4 @@ def test_the_trace_shows_naive_sync_exposed_and_ddp_partly_hidden(tmp_path):
     assert all(r.status == "ok" for r in recs.values()), [r.reason for r in recs.values()]
     naive, ddp = recs["naive"].metrics, recs["ddp"].metrics
     assert naive["nccl_ms"] > 0 and naive["exposed_comm_ms"] >= 0.9 * naive["nccl_ms"], naive
-    assert ddp["exposed_comm_ms"] < naive["exposed_comm_ms"], ddp
-    assert ddp["hidden_share"] > naive["hidden_share"], ddp
+    assert ddp["hidden_share"] > max(naive["hidden_share"], 0.1), ddp
