@@ -237,6 +237,8 @@ def test_part_runs_only_the_parts_it_names_and_says_so(tmp_path, monkeypatch):
     parts = json.loads(meta.read_text())
     assert parts["command"] == "trainperf suite run cudnn --part fast,attention"
     assert [p["name"] for p in parts["parts"] if "left_out" in p] == ["study", "llama"]
+    report = (meta.parent / "report.md").read_text()  # one line for the parts --part left out
+    assert "- Left out: study, llama (not asked for (--part)).\n" in report and report.count("Left out") == 1
 
 
 def test_an_unknown_part_is_one_line_naming_the_suite_s_parts(tmp_path):

@@ -157,7 +157,11 @@ def suite_report(folder: Path) -> str:
               f"- Reproduce: `{meta.get('command', '')}`."]
     lines += [f"- Interrupted: {p['name']} ({p['interrupted']})." for p in meta.get("parts", [])
               if "interrupted" in p]
-    lines += [f"- Left out: {p['name']} ({p['left_out']})." for p in meta.get("parts", []) if "left_out" in p]
+    left_out: dict[str, list[str]] = {}  # one line per reason: --part leaves most parts out
+    for p in meta.get("parts", []):
+        if "left_out" in p:
+            left_out.setdefault(p["left_out"], []).append(p["name"])
+    lines += [f"- Left out: {', '.join(names)} ({why})." for why, names in left_out.items()]
     return "\n".join(lines) + "\n"
 
 
