@@ -444,6 +444,7 @@ def test_the_fastest_step_takes_fa4_and_quack_only_where_they_run(monkeypatch):
     assert recipe_setup("fp8-trainperf", "cuda") == {**graphed, "float8": "trainperf", "gemm": "quack"}
     assert recipe_setup("fp8-trainperf-all", "cuda") == {**graphed, "float8": "trainperf-all",
                                                          "gemm": "quack"}
+    assert recipe_setup("fp8-trainperf-head", "cuda") == {**graphed, "float8": "trainperf-head"}
     assert "gemm" not in recipe_setup("fp8", "cuda")  # torchao's float8 has the projections
     monkeypatch.setattr(quack_gemm, "tuned_here", lambda device: False)
     assert "swiglu" not in recipe_setup("fp8", "cuda")  # its MLP GEMMs are float8 ones

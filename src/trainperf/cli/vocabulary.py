@@ -70,7 +70,8 @@ GLOSSARY: dict[str, str] = {
     "--fast": "trainperf's fastest step: its best swaps and compile mode, and FlashAttention 4, "
               "quack's fused MLP and quack's tuned GEMMs where they run.",
     "--recipe": "Named setups, each a row of the same run: stock, compile, liger, liger-compile, fast, fp8, "
-                "fp8-mlp, fp8-attention, fp8-rowwise, fp8-trainperf, fp8-trainperf-all, fa4, liger-fa4.",
+                "fp8-mlp, fp8-attention, fp8-rowwise, fp8-trainperf, fp8-trainperf-all, fp8-trainperf-head, "
+                "fa4, liger-fa4.",
     "--train-steps": "Optimizer steps of a loss-parity run (untimed).",
     "--stock-seeds": "Stock's runs from other weights and batch orders of the same task: the band of its own "
                      "noise that a recipe's loss is judged against.",
@@ -85,7 +86,8 @@ GLOSSARY: dict[str, str] = {
     "--float8": ("Float8 training: off, torchao (every decoder Linear, scales from each tensor's "
                  "amax; torchao-mlp, torchao-attention: the MLP's or the attention projections' alone; "
                  "torchao-rowwise: a scale per row), trainperf (the MLP, trainperf's kernels, scales from "
-                 "earlier iterations' amax; trainperf-all: the MLP and the attention projections; `shard`'s "
+                 "earlier iterations' amax; trainperf-all: the MLP and the attention projections; "
+                 "trainperf-head: those and the chunked loss's LM head; `shard`'s "
                  "trainperf: every decoder product)."),
     "--graph": "How the timed iterations launch: off (kernel by kernel), step (the whole iteration "
                "captured once as a CUDA graph and replayed; with FA4 or CUDNN_FE and input embeddings).",

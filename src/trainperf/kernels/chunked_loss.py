@@ -107,6 +107,22 @@ def _(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: 
             torch.empty_like(hidden, memory_format=torch.contiguous_format), torch.empty_like(weight))
 
 
+def scaled_grads(grad_hidden: torch.Tensor, grad_weight: torch.Tensor, grad_out: torch.Tensor,
+                 fused: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients a head loss stored in its forward, scaled by the loss's incoming gradient:
+    in place, where `fused` on Triton's kernel."""
+    if _traced(grad_hidden):  # a traced backward takes no mutation of what it saved
+        return grad_hidden * grad_out, grad_weight * grad_out
+    if fused:  # no pass at all where grad_out is 1, the gradient of a loss that is the objective
+        from trainperf.kernels.grad_scale import scale_
+
+        scale_([grad_hidden, grad_weight], grad_out)
+    else:  # one vectorised pass over both, the scale in their dtype (PyTorch's generic per-tensor
+        # kernel otherwise: 1.3 ms for Llama 3's head gradient on an H100)
+        torch._foreach_mul_([grad_hidden, grad_weight], grad_out.to(grad_hidden.dtype))
+    return grad_hidden, grad_weight
+
+
 def _setup(ctx, inputs, output) -> None:  # noqa: ANN001
     ctx.save_for_backward(output[1], output[2])
     ctx.mark_non_differentiable(output[1], output[2])
@@ -114,17 +130,7 @@ def _setup(ctx, inputs, output) -> None:  # noqa: ANN001
 
 
 def _backward(ctx, grad_out, _g_hidden, _g_weight):  # noqa: ANN001, ANN202
-    grad_hidden, grad_weight = ctx.saved_tensors
-    if _traced(grad_hidden):  # a traced backward takes no mutation of what it saved
-        return grad_hidden * grad_out, grad_weight * grad_out, None, None, None, None
-    if ctx.fused:  # no pass at all where grad_out is 1, the gradient of a loss that is the objective
-        from trainperf.kernels.grad_scale import scale_
-
-        scale_([grad_hidden, grad_weight], grad_out)
-    else:  # one vectorised pass over both, the scale in their dtype (PyTorch's generic per-tensor
-        # kernel otherwise: 1.3 ms for Llama 3's head gradient on an H100)
-        torch._foreach_mul_([grad_hidden, grad_weight], grad_out.to(grad_hidden.dtype))
-    return grad_hidden, grad_weight, None, None, None, None
+    return *scaled_grads(*ctx.saved_tensors, grad_out, ctx.fused), None, None, None, None
 
 
 def _traced(t: torch.Tensor) -> bool:

@@ -74,9 +74,9 @@ def _orient(M, N, BM: tl.constexpr, BN: tl.constexpr, TRANSPOSED: tl.constexpr):
 
 
 @triton.jit
-def _cast_kernel(X, Y, YT, SCALE, AMAX, M, N, FMAX: tl.constexpr, BM: tl.constexpr,
+def _cast_kernel(X, Y, YT, SCALE, AMAX, M, N, LDT, FMAX: tl.constexpr, BM: tl.constexpr,
                  BN: tl.constexpr):
-    """Y = X·scale and YT = Yᵀ as float8, the amax of X into AMAX."""
+    """Y = X·scale and YT = Yᵀ as float8 (YT's rows LDT elements apart), the amax of X into AMAX."""
     scale = tl.load(SCALE)
     r, c, mask = _orient(M, N, BM, BN, False)
     x = tl.load(X + r * N + c, mask=mask, other=0.0).to(tl.float32)
@@ -84,7 +84,7 @@ def _cast_kernel(X, Y, YT, SCALE, AMAX, M, N, FMAX: tl.constexpr, BM: tl.constex
     _store8(x, Y, r * N + c, mask, scale, FMAX)
     r, c, mask = _orient(M, N, BM, BN, True)
     x = tl.load(X + r * N + c, mask=mask, other=0.0).to(tl.float32)
-    _store8(x, YT, c * M + r, mask, scale, FMAX)
+    _store8(x, YT, c * LDT + r, mask, scale, FMAX)
 
 
 @triton.jit
@@ -194,11 +194,22 @@ STATE = ("hist", "now", "scale", "inv", "calibrated")
 @torch.library.custom_op("trainperf::float8_cast_transposed", mutates_args=STATE)
 def _cast_op(x: torch.Tensor, hist: torch.Tensor, now: torch.Tensor, scale: torch.Tensor, inv: torch.Tensor,
              calibrated: torch.Tensor, role: int, e5m2: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    dtype = E5M2 if e5m2 else E4M3
-    _next_scale(hist, now, scale, inv, calibrated, role, dtype, lambda: x)
+    return scale_and_cast(x, (hist, now, scale, inv, calibrated), role, E5M2 if e5m2 else E4M3)
+
+
+def scale_and_cast(x: torch.Tensor, state: tuple[torch.Tensor, ...], role: int, dtype: torch.dtype,
+                   yt: torch.Tensor | None = None, rescale: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, N] as float8 at `role`'s next scale (`state`: ScaleState.tensors()) and its transpose,
+    written into `yt` where given (N rows of M, its rows any stride apart: a slice of columns of a
+    wider tensor), in one pass. `rescale=False` keeps the scale of the role's last cast, its amax
+    joining that cast's: one tensor cast in pieces."""
+    if rescale:
+        _next_scale(*state, role, dtype, lambda: x)
     m, n = x.shape
-    y, yt = _with_transpose(m, n, dtype, x.device)
-    _cast_kernel[_grid(m, n)](x, y, yt, scale[role:], now[role:], m, n,
+    y = torch.empty(m, n, dtype=dtype, device=x.device)
+    yt = torch.empty(n, m, dtype=dtype, device=x.device) if yt is None else yt
+    scale, now = state[2], state[1]
+    _cast_kernel[_grid(m, n)](x, y, yt, scale[role:], now[role:], m, n, yt.stride(0),
                               FMAX=float8_max(dtype), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
     return y, yt
 
@@ -287,7 +298,14 @@ def check_tokens(x: torch.Tensor) -> None:
 @torch.library.custom_op("trainperf::float8_mm", mutates_args=())
 def _mm_op(a: torch.Tensor, b_t: torch.Tensor, inv: torch.Tensor, ra: int, rb: int,
            fast: bool) -> torch.Tensor:
-    return torch._scaled_mm(a, b_t.t(), scale_a=inv[ra, 0], scale_b=inv[rb, 0], out_dtype=torch.bfloat16,
+    return float8_product(a, b_t, inv, ra, rb, fast)
+
+
+def float8_product(a: torch.Tensor, b_t: torch.Tensor, inv: torch.Tensor, ra: int, rb: int,
+                   fast: bool = False, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """a [M, K] · b_tᵀ (b_t [N, K], both float8 and K-contiguous) in `out_dtype`, each operand
+    dequantized by its role's row of `inv` (ScaleState.inv)."""
+    return torch._scaled_mm(a, b_t.t(), scale_a=inv[ra, 0], scale_b=inv[rb, 0], out_dtype=out_dtype,
                             use_fast_accum=fast)
 
 

@@ -26,10 +26,11 @@ from trainperf.core.errors import Unsupported
 
 LIBRARIES = ("none", "liger")
 FLOAT8 = ("off", "torchao", "torchao-mlp", "torchao-attention", "torchao-rowwise",
-          "trainperf", "trainperf-all")
-# trainperf's own float8 (delayed scaling): its float8 MLP (kernels/float8_mlp.py) and, with
-# trainperf-all, the attention projections' products too (kernels/float8_linear.py)
-TRAINPERF_FLOAT8 = ("trainperf", "trainperf-all")
+          "trainperf", "trainperf-all", "trainperf-head")
+# trainperf's own float8 (delayed scaling): its float8 MLP (kernels/float8_mlp.py); with
+# trainperf-all, the attention projections' products too (kernels/float8_linear.py); with
+# trainperf-head, the chunked loss's LM-head products as well (kernels/float8_head.py)
+TRAINPERF_FLOAT8 = ("trainperf", "trainperf-all", "trainperf-head")
 # torchao's float8 choices: the decoder's products they take and how they scale. The narrower ones
 # tell which products or which scaling move a float8 run's loss off stock's band (docs/peers.md).
 TORCHAO_FLOAT8 = {"torchao": ("all", "tensorwise"), "torchao-mlp": ("mlp", "tensorwise"),

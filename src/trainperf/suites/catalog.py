@@ -134,10 +134,12 @@ def peers_headline(parts: dict[str, Path]) -> pd.DataFrame:
 
 def float8_headline(parts: dict[str, Path]) -> pd.DataFrame:
     """peers_headline's table for the float8 recipes: the steps with trainperf's float8 (on every
-    decoder Linear, on the MLP alone) against the same step with torchao's float8 (`fp8`) and
+    Linear, on every decoder Linear, on the MLP alone) against the same step with torchao's float8 (`fp8`) and
     against the bf16 fastest step, and the one against the other (what the projections' float8
     brings)."""
-    return recipes_headline(parts, [("fp8-trainperf-all", ("fp8",)), ("fp8-trainperf-all", ("fast",)),
+    return recipes_headline(parts, [("fp8-trainperf-head", ("fp8",)),
+                                    ("fp8-trainperf-head", ("fp8-trainperf-all",)),
+                                    ("fp8-trainperf-all", ("fp8",)), ("fp8-trainperf-all", ("fast",)),
                                     ("fp8-trainperf-all", ("fp8-trainperf",)),
                                     ("fp8-trainperf", ("fp8",)), ("fp8-trainperf", ("fast",))])
 
@@ -631,22 +633,24 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "outside it from a step on."),
     Suite("float8",
           "trainperf's fastest step with its own float8 on every decoder Linear (delayed scaling, "
-          "casts in the kernels that produce each tensor) beside the same step with torchao's float8 "
-          "training of every decoder Linear (`fp8`), with trainperf's float8 on the MLP alone "
-          "(`fp8-trainperf`) and beside the bf16 fastest step, on Llama-3.2-1B at the longest and "
-          "a short shape; and both float8 steps' loss curves from the same weights and batches beside "
-          "stock's.",
+          "casts in the kernels that produce each tensor) and on the LM head too (`fp8-trainperf-head`) "
+          "beside the same step with torchao's float8 training of every decoder Linear (`fp8`), with "
+          "trainperf's float8 on the MLP alone (`fp8-trainperf`) and beside the bf16 fastest step, on "
+          "Llama-3.2-1B at the longest and a short shape; and the float8 steps' loss curves from the "
+          "same weights and batches beside stock's.",
           (Part("llama", ("llama",),
-                gpu={"--recipe": "fast,fp8,fp8-trainperf,fp8-trainperf-all", "--batch-seq": "1x16384",
+                gpu={"--recipe": "fast,fp8,fp8-trainperf,fp8-trainperf-all,fp8-trainperf-head",
+                     "--batch-seq": "1x16384",
                      "--sdpa-backend": "CUDNN_ATTENTION", "--warmup": "3", "--iters": "10"},
                 cpu={"--recipe": "stock,fp8-trainperf-all", "--batch-seq": "1x32", "--sdpa-backend": "MATH",
                      **_TINY}),
            Part("llama-more", ("llama",),
-                gpu={"--recipe": "fast,fp8-trainperf-all", "--batch-seq": "12x1024",
+                gpu={"--recipe": "fast,fp8,fp8-trainperf-all,fp8-trainperf-head", "--batch-seq": "12x1024",
                      "--sdpa-backend": "CUDNN_ATTENTION", "--warmup": "3", "--iters": "10"},
                 cpu={"--recipe": "fp8-trainperf-all", "--batch-seq": "1x16", "--sdpa-backend": "MATH",
                      **_TINY}),
-           _parity_part("stock,fp8,fp8-trainperf-all", "stock,fp8-trainperf-all", "--repeats", 3)),
+           _parity_part("stock,fp8,fp8-trainperf-all,fp8-trainperf-head", "stock,fp8-trainperf-all",
+                        "--repeats", 3)),
           float8_headline,
           "Seconds per iteration (mean of 10 after 3 warm-up), peak memory and the GPU's energy per "
           "iteration at each shape; loss parity over three runs of one draw of the parity task (300 AdamW "

@@ -77,9 +77,10 @@ RECIPES: dict[str, dict[str, str]] = {
     **{f"fp8-{kind}": {**FAST, "float8": f"torchao-{kind}", "compile": "layers-tuned"}
        for kind in ("mlp", "attention", "rowwise")},
     # the same step with trainperf's own float8 (delayed scaling) instead of torchao's: on the MLP,
-    # or on every decoder Linear (the MLP and the attention projections)
+    # on every decoder Linear (the MLP and the attention projections), or on every Linear (the LM head too)
     "fp8-trainperf": {**FAST, "float8": "trainperf"},
     "fp8-trainperf-all": {**FAST, "float8": "trainperf-all"},
+    "fp8-trainperf-head": {**FAST, "float8": "trainperf-head"},
     "fa4": {"sdpa_backend": "FA4"},  # the stock model with FlashAttention 4 as its attention
     "liger-fa4": {"library": "liger", "sdpa_backend": "FA4"},
 }
@@ -89,7 +90,7 @@ RECIPES: dict[str, dict[str, str]] = {
 # tuned GEMMs where picks for the GPU are known (torchao's float8 has the projections' products;
 # under fp8-trainperf-all, whose projections are float8 ones, they take the LM head's alone).
 FA4_WHERE_IT_RUNS = ("fast", "fp8", "fp8-mlp", "fp8-attention", "fp8-rowwise", "fp8-trainperf",
-                     "fp8-trainperf-all")
+                     "fp8-trainperf-all", "fp8-trainperf-head")
 QUACK_WHERE_IT_RUNS = ("fast",)
 TUNED_GEMMS_WHERE_KNOWN = ("fast", "fp8-trainperf", "fp8-trainperf-all")
 # Recipes that, on FlashAttention 4, pack each K/V head's query heads into one sequence
@@ -225,6 +226,9 @@ def validate(spec: LlamaSpec) -> None:
     if spec.float8 in peers.TRAINPERF_FLOAT8 and spec.swiglu != "torch":
         raise SpecError(f"--float8 {spec.float8} computes SwiGLU in its own float8 MLP; leave --swiglu "
                         "at torch")
+    if spec.float8 == "trainperf-head" and spec.loss != "chunked":
+        raise SpecError("--float8 trainperf-head puts the chunked loss's LM-head products on float8 GEMMs: "
+                        "it takes --loss chunked")
     if spec.library != "none" and spec.loss != "torch":
         raise SpecError(f"--library {spec.library} brings its own loss; leave --loss at torch")
     try:
@@ -277,7 +281,15 @@ class LlamaStep:
         if spec.float8 in peers.TORCHAO_FLOAT8:
             peers.apply_float8(self.model, spec.float8)
         if spec.float8 in peers.TRAINPERF_FLOAT8:
-            hf_llama.float8_layers(self.model, attention=spec.float8 == "trainperf-all")
+            hf_llama.float8_layers(self.model, attention=spec.float8 != "trainperf")
+        if spec.float8 == "trainperf-head":
+            from trainperf.kernels.float8_head import float8_chunked_lm_loss, head_state
+
+            if self.cfg.vocab_size % 16:
+                raise Unsupported("--float8 trainperf-head runs the LM head on float8 GEMMs, which take a "
+                                  f"vocabulary of a multiple of 16, not {self.cfg.vocab_size}")
+            self.hidden_loss = functools.partial(float8_chunked_lm_loss,
+                                                 state=head_state(self.model.lm_head.weight))
         if spec.compile != "off":
             torch._dynamo.reset()  # each case compiles afresh: no graphs or dynamic shapes of earlier cases
         # Compiled whole, the model and PyTorch's cross-entropy are one graph, as they are where
