@@ -130,6 +130,28 @@ def test_cli_writes_csv_and_plots(db, tmp_path):
     assert len(Store(db).records(workload="llama")) == 6
 
 
+def test_a_stopped_sweep_leaves_the_timing_table_of_its_finished_cases(db, tmp_path, monkeypatch):
+    """What a suite's headline reads (training_timing.csv) is there for a part cut short too."""
+    calls = []
+
+    def second_is_stopped(spec):
+        calls.append(spec)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return measure_llama(spec)
+
+    monkeypatch.setattr(llama_sdpa, "measure_llama", second_is_stopped)
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["llama", "--model", "tiny", "--batch-seq", "1x32", "--sdpa-backend",
+                              "MATH,FLASH_ATTENTION", "--iters", "2", "--warmup", "1", "--dtype", "fp32",
+                              "--device", "cpu", "--db", str(db), "--out", str(out), "--quiet"])
+    assert res.exit_code == 130, res.output
+    df = pd.read_csv(out / "training_timing.csv")
+    assert list(df.columns) == CSV_COLUMNS
+    assert list(df.backend) == ["MATH"] and list(df.status) == ["ok"]
+    assert not (out / "iteration_time.png").exists()  # no plots of a cut sweep
+
+
 def test_speedup_is_relative_to_the_baseline(db, tmp_path):
     res = runner.invoke(app, ["llama", "--model", "tiny", "--batch-seq", "1x32", "--sdpa-backend",
                               "MATH,FLASH_ATTENTION", "--baseline", "MATH", "--iters", "2", "--dtype", "fp32",

@@ -11,6 +11,7 @@ from trainperf.cli.common import (
     DTYPE_CHOICES,
     DbOpt,
     DeviceOpt,
+    Interrupted,
     JsonOpt,
     KvHeadsOpt,
     LossOpt,
@@ -468,9 +469,14 @@ def llama(
     check_outputs(out, db)
     for s in specs:
         validate(s)
-    records = run_and_show("llama", specs, measure_llama, LLAMA_COLUMNS, db=db, device=dev,
-                           rerun=rerun, quiet=quiet, as_json=as_json, title="trainperf llama", out=out,
-                           named={"recipe": lambda r: recipe_of(r.spec)})
+    try:
+        records = run_and_show("llama", specs, measure_llama, LLAMA_COLUMNS, db=db, device=dev,
+                               rerun=rerun, quiet=quiet, as_json=as_json, title="trainperf llama", out=out,
+                               named={"recipe": lambda r: recipe_of(r.spec)})
+    except Interrupted as stopped:  # the finished cases' timing table too, which a suite's headline reads
+        write_outputs(timing_table(stopped.records, base), out, base, plots=False,
+                      by_recipe=recipe is not None)
+        raise
     table = timing_table(records, base)
     summary = summary_table(table, by_recipe=recipe is not None)
     if not (quiet or as_json) and summary.shape[1] > 2:  # more than one setup to set side by side
