@@ -115,7 +115,9 @@ def _decoder_gradients(rank, world, cases, out_path):
 
 
 def _matrix_gradients(model: torch.nn.Module) -> torch.Tensor:
-    grads = [p.grad for name, p in model.named_parameters() if "layers." in name and p.ndim == 2]
+    """The decoder's matrix weights' gradients and the LM head's (tied to the embedding or not)."""
+    grads = [p.grad for name, p in model.named_parameters()
+             if ("layers." in name or "lm_head" in name or "embed" in name) and p.ndim == 2]
     return torch.cat([(g.full_tensor() if hasattr(g, "full_tensor") else g).flatten() for g in grads])
 
 
@@ -123,6 +125,8 @@ def test_trainperf_s_float8_shards_and_checkpoints_within_float8_of_fp32(tmp_pat
     from conftest import rel_err
 
     specs = [(ck, spec(shard="full", checkpoint=ck, float8="trainperf")) for ck in ("none", "full+attn")]
+    specs.append(("the LM head too", spec(shard="full", checkpoint="full+attn", float8="trainperf-head",
+                                          loss="chunked")))
     out = tmp_path / "r.pt"
     launch(_decoder_gradients, 2, "gloo", args=(specs, str(out)))
     ref = specs[0][1]
@@ -134,6 +138,20 @@ def test_trainperf_s_float8_shards_and_checkpoints_within_float8_of_fp32(tmp_pat
     for name, got in torch.load(out).items():
         # float8 products (e4m3, e5m2 gradients; the interpreter rounds a little more), not fp32's
         assert 1e-3 < rel_err(got, want) < 0.3, name
+
+
+def test_the_float8_head_takes_the_loss_where_asked_and_needs_a_vocabulary_float8_gemms_take():
+    from trainperf.core.errors import Unsupported
+
+    s = spec(loss="chunked", float8="trainperf-head")
+    torch.manual_seed(0)
+    model = LMWithLoss(TransformerLM(s.model_config()), s.loss, float8_head=True)
+    rows = global_batch_tokens(s)
+    model(rows[:, :-1], rows[:, 1:]).backward()
+    assert model.head_state.calibrated.all()  # its three tensors were cast for float8 products
+    assert model.lm.lm_head.weight.grad.abs().sum() > 0
+    with pytest.raises(Unsupported, match="multiple of 16, not 60"):
+        LMWithLoss(TransformerLM(spec(vocab=60).model_config()), "chunked", float8_head=True)
 
 
 def test_ddp_with_bf16_gradients_on_gloo_is_an_unsupported_row_naming_nccl(db, tmp_path):
@@ -308,6 +326,7 @@ def test_recomputed_flops_are_counted_apart_from_the_model_flops():
     (dict(shard="zero3"), "shard"),
     (dict(shard="none", offload=True), "sharded model"),
     (dict(float8="trainperf-all"), "float8"),  # the Llama step's name: here every product is float8
+    (dict(float8="trainperf-head", loss="torch"), "takes --loss chunked"),
     (dict(prefetch=-1), "number of units"),
     (dict(unit_layers=0), "a number of decoder layers from 1 to 2"),
     (dict(cuda_graph=True, offload=True), "choose one"),
@@ -499,6 +518,10 @@ def test_a_case_far_beyond_a_gpu_is_refused_up_front_with_what_it_needs():
     assert why.startswith("needs at least 157.2 GiB a rank: 60.5 GiB of fp32 weights") and "8.13B" in why
     assert "96.7 GiB of activations that --checkpoint ops keeps" in why and why.endswith("140.4 GiB")
     assert too_large(memory_needed(spec(**eight_b, checkpoint="full")), "full", h200) is None  # 69 GiB
+    # the float8 head keeps the float8 gradient of every logit of a rank's 32,768 tokens
+    head = memory_needed(spec(**eight_b, checkpoint="full", float8="trainperf-head"))
+    assert head["logits"] == 32768 * 151_936
+    assert "4.6 GiB of the loss's logits" in too_large(head, "full", 70 * 2**30)
     small = memory_needed(spec(checkpoint="every-2", loss="torch"))  # tiny: 2 layers, the first checkpointed
     cfg = spec().model_config()
     per_token = cfg.d_model + (9 * cfg.d_model + 3 * cfg.d_ff)

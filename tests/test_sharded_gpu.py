@@ -68,7 +68,9 @@ def test_trainperf_s_float8_under_fsdp2_trains_as_the_bf16_step(tmp_path):
     base = dict(model="small", world_size=2, shard="full", checkpoint="full+attn", seq=512, batch=4,
                 optimizer="adamw-fused", compile=True, lr=1e-3)
     cases = [(f, ShardSpec(**base, float8=f)) for f in ("off", "trainperf")]
+    cases.append(("trainperf-head", ShardSpec(**{**base, "loss": "chunked"}, float8="trainperf-head")))
     launch(_losses, 2, "nccl", args=(cases, str(tmp_path / "r.pt")))
     got = torch.load(tmp_path / "r.pt")
-    assert got["trainperf"][-1] < got["trainperf"][0]  # it trains
-    assert got["trainperf"] == pytest.approx(got["off"], rel=2e-2)
+    for f in ("trainperf", "trainperf-head"):
+        assert got[f][-1] < got[f][0]  # it trains
+        assert got[f] == pytest.approx(got["off"], rel=2e-2)

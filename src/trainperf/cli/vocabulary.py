@@ -88,7 +88,7 @@ GLOSSARY: dict[str, str] = {
                  "torchao-rowwise: a scale per row), trainperf (the MLP, trainperf's kernels, scales from "
                  "earlier iterations' amax; trainperf-all: the MLP and the attention projections; "
                  "trainperf-head: those and the chunked loss's LM head; `shard`'s "
-                 "trainperf: every decoder product)."),
+                 "trainperf: every decoder product, its trainperf-head the LM head's too)."),
     "--graph": "How the timed iterations launch: off (kernel by kernel), step (the whole iteration "
                "captured once as a CUDA graph and replayed; with FA4 or CUDNN_FE and input embeddings).",
     "--op": "Collectives.",

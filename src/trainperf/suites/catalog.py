@@ -757,7 +757,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                 # bf16: how far the fastest kind of case goes before a rank runs out of memory
                 gpu={**_LEADERBOARD, "--checkpoint": "all-but-8+attn,all-but-12+attn,all-but-16+attn,"
                      "all-but-20+attn", "--compile": "on", "--attention": "fa4",
-                     "--float8": "off,torchao,trainperf"},
+                     "--float8": "off,torchao,trainperf,trainperf-head"},
                 cpu={"--model": "tiny", "--world-size": "2", "--checkpoint": "all-but-1+attn", **_TINY},
                 min_gpus=2),
            Part("leaderboard-graphed", ("shard",),  # the fastest FA4 steps, launched eagerly and

@@ -34,7 +34,7 @@ import os
 import re
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import torch
@@ -71,9 +71,12 @@ from trainperf.workloads.sharded_source import (
 from trainperf.workloads.step import LOSSES, Phase, no_phase
 from trainperf.workloads.step_graph import SIDE_STREAM_WARMUP, GraphedIteration
 
+if TYPE_CHECKING:  # Triton's kernels, an extra: imported where the float8 head is asked for
+    from trainperf.kernels.float8_mlp import ScaleState
+
 SHARDS = ("full", "hybrid", "none")
 OPTIMIZERS = ("adamw", "adamw-fused")
-FLOAT8 = ("off", "torchao", "trainperf")
+FLOAT8 = ("off", "torchao", "trainperf", "trainperf-head")
 CHECKPOINT_HELP = ("none, full, every-K (K a positive integer), all-but-N (N fewer than the layers), ops; "
                    "full, every-K and all-but-N with +attn (attention's output kept)")
 KEEP_ATTENTION = "+attn"
@@ -103,7 +106,8 @@ class ShardSpec:
     attention: str = "sdpa"
     loss: str = "torch"
     float8: str = "off"  # torchao: the decoder's Linears in float8, gathered in float8 when sharded;
-    # trainperf: its products on trainperf's float8 GEMMs with delayed scaling (models/lm.py float8_blocks)
+    # trainperf: its products on trainperf's float8 GEMMs with delayed scaling (models/lm.py float8_blocks);
+    # trainperf-head: the chunked loss's LM-head products too (kernels/float8_head.py)
     dist_backend: str = "nccl"
     reshard_after_forward: bool = True  # distributed/fsdp.py
     prefetch: int = 0  # units gathered ahead explicitly (0: FSDP2's implicit prefetching)
@@ -170,6 +174,9 @@ def validate(spec: ShardSpec) -> None:
     check_choice("dtype", spec.dtype, ("fp32", "bf16"))
     check_choice("loss", spec.loss, LOSSES)
     check_choice("float8", spec.float8, FLOAT8)
+    if spec.float8 == "trainperf-head" and spec.loss != "chunked":
+        raise SpecError("--float8 trainperf-head puts the chunked loss's LM-head products on float8 GEMMs: "
+                        "it takes --loss chunked")
     check_choice("reduce_dtype", spec.reduce_dtype, REDUCE_DTYPES)
     check_choice("dist_backend", spec.dist_backend, ("nccl", "gloo"))
     given_vocab = ("vocab",) if spec.vocab is not None else ()
@@ -225,7 +232,9 @@ KEPT = {"none": (9, 3), "ops": (6, 2), "layer": (1, 0), "layer+attn": (2, 0)}
 def memory_needed(spec: ShardSpec) -> dict[str, float]:
     """A lower bound of the bytes one rank needs: `state` (fp32 weights, gradients and AdamW's
     moments over the shards), `activations` (what the checkpointing policy keeps, in the compute
-    dtype) and `logits` (the fp32 logits of `--loss torch`; the chunked loss never builds them).
+    dtype) and `logits` (the fp32 logits of `--loss torch`, or the float8 gradient of every logit
+    that `--float8 trainperf-head` keeps for the head weight's product; the chunked loss's bf16
+    blocks, one at a time, are left out).
     Of a model not a preset, the state alone."""
     shards = {"full": spec.world_size, "hybrid": max(spec.world_size // 2, 1), "none": 1}[spec.shard]
     if is_model_source(spec.model):
@@ -247,7 +256,8 @@ def memory_needed(spec: ShardSpec) -> dict[str, float]:
     return {"params": params, "shards": shards,
             "state": params * STATE_BYTES_PER_PARAM / shards,
             "activations": per_token * tokens * (2 if spec.dtype == "bf16" else 4),
-            "logits": 4 * tokens * cfg.vocab_size if spec.loss == "torch" else 0.0}
+            "logits": tokens * cfg.vocab_size * {"torch": 4, "chunked": 0}[spec.loss]
+            + (tokens * cfg.vocab_size if spec.float8 == "trainperf-head" else 0.0)}
 
 
 def cannot_fit(spec: ShardSpec, device: torch.device) -> str | None:
@@ -265,7 +275,7 @@ def too_large(need: dict[str, float], checkpoint: str, have: float) -> str | Non
     if total <= have:
         return None
     gib = 2**30
-    logits = f", {need['logits'] / gib:.1f} GiB of fp32 logits" if need["logits"] else ""
+    logits = f", {need['logits'] / gib:.1f} GiB of the loss's logits" if need["logits"] else ""
     return (f"needs at least {total / gib:.1f} GiB a rank: {need['state'] / gib:.1f} GiB of fp32 weights, "
             f"gradients and AdamW state ({need['params'] / 1e9:.2f}B parameters over {need['shards']} "
             f"shard(s)), {need['activations'] / gib:.1f} GiB of activations that --checkpoint {checkpoint} "
@@ -325,17 +335,38 @@ def apply_checkpointing(layers: nn.ModuleList, checkpoint: str) -> int:
 
 
 class LMWithLoss(nn.Module):
-    """The LM and its loss as one module, so the sharded root gathers the LM head for the loss."""
+    """The LM and its loss as one module, so the sharded root gathers the LM head for the loss.
+    `float8_head`: the chunked loss's head products on float8 GEMMs (kernels/float8_head.py)."""
 
-    def __init__(self, lm: TransformerLM, loss: str) -> None:
+    def __init__(self, lm: TransformerLM, loss: str, float8_head: bool = False) -> None:
         super().__init__()
         self.lm, self.loss = lm, loss
+        self.head_state = float8_head_state(lm) if float8_head else None
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         hidden = self.lm.hidden(tokens)
+        if self.head_state is not None:
+            from trainperf.kernels.float8_head import float8_chunked_lm_loss
+
+            return float8_chunked_lm_loss(hidden.flatten(0, 1), self.lm.lm_head.weight, targets.flatten(),
+                                          self.head_state)
         if self.loss == "chunked":
             return chunked_lm_loss(hidden.flatten(0, 1), self.lm.lm_head.weight, targets.flatten())
         return lm_loss(self.lm.lm_head(hidden), targets)
+
+
+def float8_head_state(lm: TransformerLM) -> ScaleState:
+    """The scale state of `lm`'s LM head on float8 GEMMs; Unsupported where they cannot take it."""
+    from trainperf.kernels import require_float8_gemms
+
+    weight = lm.lm_head.weight
+    require_float8_gemms(weight.device, "--float8 trainperf-head")
+    if weight.shape[0] % 16:
+        raise Unsupported("--float8 trainperf-head runs the LM head on float8 GEMMs, which take a vocabulary "
+                          f"of a multiple of 16, not {weight.shape[0]}")
+    from trainperf.kernels.float8_head import head_state
+
+    return head_state(weight)
 
 
 def hybrid_groups(world: int) -> tuple[int, int]:
@@ -405,10 +436,10 @@ class ShardedStep:
             rows = global_batch_tokens(spec)[rank * per:(rank + 1) * per].to(device)
             if spec.float8 == "torchao":
                 apply_float8(lm, fsdp_all_gather=self.float8_sharded)
-            elif spec.float8 == "trainperf":
+            elif spec.float8 in ("trainperf", "trainperf-head"):
                 float8_blocks(lm)
             self.matmul_params = lm.matmul_params()
-            layers, root = lm.layers, LMWithLoss(lm, spec.loss)
+            layers, root = lm.layers, LMWithLoss(lm, spec.loss, float8_head=spec.float8 == "trainperf-head")
         self.checkpointed = apply_checkpointing(layers, spec.checkpoint)
         if spec.compile:
             compile_blocks(model, layers)
