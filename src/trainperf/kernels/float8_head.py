@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from trainperf.core.errors import Unsupported
 from trainperf.kernels.chunked_loss import chunk_rows, scaled_grads
 from trainperf.kernels.float8_linear import GRAD, IN, WEIGHT, linear_state
 from trainperf.kernels.float8_mlp import (
@@ -34,7 +35,14 @@ from trainperf.kernels.float8_mlp import (
     scale_and_cast,
 )
 
-head_state = linear_state  # the head's scale state: a float8 Linear's (input, weight, gradient)
+
+def head_state(weight: torch.Tensor) -> ScaleState:
+    """The scale state of an LM head of `weight` on float8 GEMMs (a float8 Linear's: input,
+    weight, gradient); Unsupported where they cannot take its vocabulary."""
+    if weight.shape[0] % 16:
+        raise Unsupported("--float8 trainperf-head runs the LM head on float8 GEMMs, which take a vocabulary "
+                          f"of a multiple of 16, not {weight.shape[0]}")
+    return linear_state(weight)
 
 
 @torch.library.custom_op("trainperf::float8_chunked_lm_loss", mutates_args=STATE)

@@ -34,7 +34,7 @@ import os
 import re
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 import torch
@@ -70,9 +70,6 @@ from trainperf.workloads.sharded_source import (
 )
 from trainperf.workloads.step import LOSSES, Phase, no_phase
 from trainperf.workloads.step_graph import SIDE_STREAM_WARMUP, GraphedIteration
-
-if TYPE_CHECKING:  # Triton's kernels, an extra: imported where the float8 head is asked for
-    from trainperf.kernels.float8_mlp import ScaleState
 
 SHARDS = ("full", "hybrid", "none")
 OPTIMIZERS = ("adamw", "adamw-fused")
@@ -341,7 +338,11 @@ class LMWithLoss(nn.Module):
     def __init__(self, lm: TransformerLM, loss: str, float8_head: bool = False) -> None:
         super().__init__()
         self.lm, self.loss = lm, loss
-        self.head_state = float8_head_state(lm) if float8_head else None
+        self.head_state = None
+        if float8_head:
+            from trainperf.kernels.float8_head import head_state
+
+            self.head_state = head_state(lm.lm_head.weight)
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         hidden = self.lm.hidden(tokens)
@@ -354,19 +355,6 @@ class LMWithLoss(nn.Module):
             return chunked_lm_loss(hidden.flatten(0, 1), self.lm.lm_head.weight, targets.flatten())
         return lm_loss(self.lm.lm_head(hidden), targets)
 
-
-def float8_head_state(lm: TransformerLM) -> ScaleState:
-    """The scale state of `lm`'s LM head on float8 GEMMs; Unsupported where they cannot take it."""
-    from trainperf.kernels import require_float8_gemms
-
-    weight = lm.lm_head.weight
-    require_float8_gemms(weight.device, "--float8 trainperf-head")
-    if weight.shape[0] % 16:
-        raise Unsupported("--float8 trainperf-head runs the LM head on float8 GEMMs, which take a vocabulary "
-                          f"of a multiple of 16, not {weight.shape[0]}")
-    from trainperf.kernels.float8_head import head_state
-
-    return head_state(weight)
 
 
 def hybrid_groups(world: int) -> tuple[int, int]:
