@@ -22,7 +22,7 @@ from importlib.util import find_spec
 
 import torch
 
-from trainperf.core.errors import Unsupported
+from trainperf.core.errors import SpecError, Unsupported
 
 LIBRARIES = ("none", "liger")
 FLOAT8 = ("off", "torchao", "torchao-mlp", "torchao-attention", "torchao-rowwise",
@@ -35,12 +35,21 @@ TRAINPERF_FLOAT8 = ("trainperf", "trainperf-all", "trainperf-head")
 # tell which products or which scaling move a float8 run's loss off stock's band (docs/peers.md).
 TORCHAO_FLOAT8 = {"torchao": ("all", "tensorwise"), "torchao-mlp": ("mlp", "tensorwise"),
                   "torchao-attention": ("attention", "tensorwise"), "torchao-rowwise": ("all", "rowwise")}
+
 _PRODUCTS = {"all": "", "mlp": ".mlp.", "attention": ".self_attn."}  # in a transformers Llama's module names
 INSTALL = {"liger": "pip install 'trainperf[liger]' (liger-kernel)",
            "torchao": "pip install 'trainperf[float8]' (torchao)"}
 _LIGER_PATCHED = ("apply_rotary_pos_emb", "LlamaRMSNorm", "LlamaMLP")
 
 HiddenLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def check_float8_loss(float8: str, loss: str) -> None:
+    """SpecError where `--float8 trainperf-head`, which puts the chunked loss's LM-head products on
+    float8 GEMMs (kernels/float8_head.py), comes without that loss."""
+    if float8 == "trainperf-head" and loss != "chunked":
+        raise SpecError("--float8 trainperf-head puts the chunked loss's LM-head products on float8 GEMMs: "
+                        "it takes --loss chunked")
 
 
 def _need(package: str, name: str) -> None:

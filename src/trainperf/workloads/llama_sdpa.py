@@ -226,9 +226,7 @@ def validate(spec: LlamaSpec) -> None:
     if spec.float8 in peers.TRAINPERF_FLOAT8 and spec.swiglu != "torch":
         raise SpecError(f"--float8 {spec.float8} computes SwiGLU in its own float8 MLP; leave --swiglu "
                         "at torch")
-    if spec.float8 == "trainperf-head" and spec.loss != "chunked":
-        raise SpecError("--float8 trainperf-head puts the chunked loss's LM-head products on float8 GEMMs: "
-                        "it takes --loss chunked")
+    peers.check_float8_loss(spec.float8, spec.loss)
     if spec.library != "none" and spec.loss != "torch":
         raise SpecError(f"--library {spec.library} brings its own loss; leave --loss at torch")
     try:

@@ -53,7 +53,7 @@ from trainperf.distributed.timing import per_rank_times, slowest
 from trainperf.kernels.chunked_loss import chunked_lm_loss
 from trainperf.models.head_loss import chunked_head_loss
 from trainperf.models.lm import LMConfig, TransformerLM, float8_blocks, lm_loss
-from trainperf.models.peers import apply_float8, precompute_float8_scales
+from trainperf.models.peers import apply_float8, check_float8_loss, precompute_float8_scales
 from trainperf.models.presets import PRESETS, get_preset
 from trainperf.models.source import ModelSource, is_model_source, refuse_blocks_of_preset, vocab_of
 from trainperf.workloads.ddp import OPTIMIZERS as MAKE_OPTIMIZER
@@ -171,9 +171,7 @@ def validate(spec: ShardSpec) -> None:
     check_choice("dtype", spec.dtype, ("fp32", "bf16"))
     check_choice("loss", spec.loss, LOSSES)
     check_choice("float8", spec.float8, FLOAT8)
-    if spec.float8 == "trainperf-head" and spec.loss != "chunked":
-        raise SpecError("--float8 trainperf-head puts the chunked loss's LM-head products on float8 GEMMs: "
-                        "it takes --loss chunked")
+    check_float8_loss(spec.float8, spec.loss)
     check_choice("reduce_dtype", spec.reduce_dtype, REDUCE_DTYPES)
     check_choice("dist_backend", spec.dist_backend, ("nccl", "gloo"))
     given_vocab = ("vocab",) if spec.vocab is not None else ()
