@@ -206,8 +206,8 @@ def scale_and_cast(x: torch.Tensor, state: tuple[torch.Tensor, ...], role: int, 
     if rescale:
         _next_scale(*state, role, dtype, lambda: x)
     m, n = x.shape
-    y = torch.empty(m, n, dtype=dtype, device=x.device)
-    yt = torch.empty(n, m, dtype=dtype, device=x.device) if yt is None else yt
+    y, yt = _with_transpose(m, n, dtype, x.device) if yt is None else (
+        torch.empty(m, n, dtype=dtype, device=x.device), yt)
     scale, now = state[2], state[1]
     _cast_kernel[_grid(m, n)](x, y, yt, scale[role:], now[role:], m, n, yt.stride(0),
                               FMAX=float8_max(dtype), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
