@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -84,6 +85,12 @@ def test_a_helper_that_cannot_run_is_said_and_its_share_is_measured_here(cases, 
     assert "a helper on the CPU stopped with exit code 1: this helper cannot start" in said[0]
 
 
+def _helper_logs() -> dict[str, str]:
+    """What the running helpers wrote so far (shared_sweep keeps their logs in a temporary folder)."""
+    return {str(p): p.read_text(errors="replace")[-2000:]
+            for p in Path(tempfile.gettempdir()).glob("trainperf-helpers-*/helper-*.log")}
+
+
 def test_a_ctrl_c_in_the_command_ends_its_helpers(cases, tmp_path):
     module, marks = cases
     specs = [{"i": i} for i in range(1000)]
@@ -91,7 +98,7 @@ def test_a_ctrl_c_in_the_command_ends_its_helpers(cases, tmp_path):
                                                    ["cpu", "cpu"], rerun=False):
         end = time.monotonic() + 60
         while len({m.name.split("-")[1] for m in marks.iterdir()}) < 2:  # both helpers measuring
-            assert time.monotonic() < end, "the helpers did not start"
+            assert time.monotonic() < end, f"the helpers did not start; their logs: {_helper_logs()}"
             time.sleep(0.05)
         raise KeyboardInterrupt
     pids = {int(m.name.split("-")[1]) for m in marks.iterdir()}
