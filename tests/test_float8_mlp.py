@@ -65,7 +65,7 @@ def test_the_swiglu_kernels_cast_what_the_reference_computes():
         y = torch.empty(t, cols, dtype=dtype, device=DEVICE)
         yt = torch.empty(cols, t, dtype=dtype, device=DEVICE)
         inputs = (gu,) if role == f8.H else (dh, gu)
-        kernel[f8._grid(t, f)](*inputs, y, yt, state.scale[role:], state.now[role:], t, f,
+        kernel[f8.tile_grid(t, f)](*inputs, y, yt, state.scale[role:], state.now[role:], t, f,
                                FMAX=f8.float8_max(dtype), BM=f8.TILE[0], BN=f8.TILE[1])
         assert_float8_equal(y, _cast_ref(ref, state.scale[role], dtype))
         assert torch.equal(yt.view(torch.uint8), y.view(torch.uint8).t())

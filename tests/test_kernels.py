@@ -1,5 +1,7 @@
 """Fused kernels against their PyTorch references (Triton interpreter on the CPU, bf16 on GPUs)."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -161,7 +163,7 @@ def test_chunked_loss_compiles_with_its_out_of_place_backward():
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("vocab", [1000, 5000])  # several blocks and a tail (512 wide in the interpreter)
 def test_cross_entropy_kernel_matches_float64(vocab, dtype):
-    from trainperf.kernels.cross_entropy import cross_entropy_grad_
+    from trainperf.kernels.cross_entropy import cross_entropy_grad_, cross_entropy_lse2
     logits = 3 * torch.randn(37, vocab, device=DEVICE)
     logits[::2, vocab - 7] += 12  # a max that only the last block meets: the running sums rescale
     logits = logits.to(dtype)
@@ -170,6 +172,11 @@ def test_cross_entropy_kernel_matches_float64(vocab, dtype):
     ref_loss = torch.logsumexp(x, -1) - x.gather(1, targets[:, None]).squeeze(1)
     ref_grad = torch.softmax(x, -1)
     ref_grad[torch.arange(37), targets] -= 1.0
+    before = logits.clone()
+    loss, lse2 = cross_entropy_lse2(logits, targets)  # the logits left as they are, lse in log2 units
+    assert torch.equal(logits, before) and loss.dtype == lse2.dtype == torch.float32
+    assert rel_err(loss, ref_loss) < 1e-5
+    assert rel_err(lse2, torch.logsumexp(x, -1) / math.log(2)) < 1e-6
     loss = cross_entropy_grad_(logits, targets, 0.5)
     assert loss.dtype == torch.float32
     assert rel_err(loss, ref_loss) < 1e-5

@@ -51,17 +51,17 @@ def float8_max(dtype: torch.dtype) -> float:
 # transposes in registers (tl.trans) when the tile comes from two loads, and the second read of
 # the tile comes from L2.
 @triton.jit
-def _store8(v, Y, at, mask, scale, FMAX: tl.constexpr):
+def store_float8(v, Y, at, mask, scale, FMAX: tl.constexpr):
     tl.store(Y + at, tl.clamp(v * scale, -FMAX, FMAX).to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _amax(AMAX, v, mask):
+def atomic_amax(AMAX, v, mask):
     tl.atomic_max(AMAX, tl.max(tl.max(tl.where(mask, tl.abs(v), 0.0), 1), 0))
 
 
 @triton.jit
-def _orient(M, N, BM: tl.constexpr, BN: tl.constexpr, TRANSPOSED: tl.constexpr):
+def tile_of(M, N, BM: tl.constexpr, BN: tl.constexpr, TRANSPOSED: tl.constexpr):
     """This program's tile of an [M, N] tensor as row and column indices shaped [BM, 1] and
     [1, BN], or [1, BM] and [BN, 1] for the transposed tile, with its mask."""
     rows = (tl.program_id(0) * BM + tl.arange(0, BM)).to(tl.int64)
@@ -74,17 +74,16 @@ def _orient(M, N, BM: tl.constexpr, BN: tl.constexpr, TRANSPOSED: tl.constexpr):
 
 
 @triton.jit
-def _cast_kernel(X, Y, YT, SCALE, AMAX, M, N, LDT, FMAX: tl.constexpr, BM: tl.constexpr,
-                 BN: tl.constexpr):
-    """Y = X·scale and YT = Yᵀ as float8 (YT's rows LDT elements apart), the amax of X into AMAX."""
+def _cast_kernel(X, Y, YT, SCALE, AMAX, M, N, FMAX: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    """Y = X·scale and YT = Yᵀ as float8, the amax of X into AMAX."""
     scale = tl.load(SCALE)
-    r, c, mask = _orient(M, N, BM, BN, False)
+    r, c, mask = tile_of(M, N, BM, BN, False)
     x = tl.load(X + r * N + c, mask=mask, other=0.0).to(tl.float32)
-    _amax(AMAX, x, mask)
-    _store8(x, Y, r * N + c, mask, scale, FMAX)
-    r, c, mask = _orient(M, N, BM, BN, True)
+    atomic_amax(AMAX, x, mask)
+    store_float8(x, Y, r * N + c, mask, scale, FMAX)
+    r, c, mask = tile_of(M, N, BM, BN, True)
     x = tl.load(X + r * N + c, mask=mask, other=0.0).to(tl.float32)
-    _store8(x, YT, c * LDT + r, mask, scale, FMAX)
+    store_float8(x, YT, c * M + r, mask, scale, FMAX)
 
 
 @triton.jit
@@ -100,14 +99,14 @@ def _swiglu_kernel(GU, Y, YT, SCALE, AMAX, T, F, FMAX: tl.constexpr, BM: tl.cons
                    BN: tl.constexpr):
     """h = silu(g)·u from gu = [g | u] (rows of 2F), cast into Y [T, F] and YT [F, T]."""
     scale = tl.load(SCALE)
-    r, c, mask = _orient(T, F, BM, BN, False)
+    r, c, mask = tile_of(T, F, BM, BN, False)
     g, u = _gate_up(GU, r, c, mask, F)
     h = g * tl.sigmoid(g) * u
-    _amax(AMAX, h, mask)
-    _store8(h, Y, r * F + c, mask, scale, FMAX)
-    r, c, mask = _orient(T, F, BM, BN, True)
+    atomic_amax(AMAX, h, mask)
+    store_float8(h, Y, r * F + c, mask, scale, FMAX)
+    r, c, mask = tile_of(T, F, BM, BN, True)
     g, u = _gate_up(GU, r, c, mask, F)
-    _store8(g * tl.sigmoid(g) * u, YT, c * T + r, mask, scale, FMAX)
+    store_float8(g * tl.sigmoid(g) * u, YT, c * T + r, mask, scale, FMAX)
 
 
 @triton.jit
@@ -123,15 +122,15 @@ def _swiglu_bwd_kernel(DH, GU, Y, YT, SCALE, AMAX, T, F, FMAX: tl.constexpr, BM:
                        BN: tl.constexpr):
     """(dg, du) of h = silu(g)·u, cast into Y = [dg | du] (rows of 2F) and YT [2F, T]."""
     scale = tl.load(SCALE)
-    r, c, mask = _orient(T, F, BM, BN, False)
+    r, c, mask = tile_of(T, F, BM, BN, False)
     dg, du = _swiglu_grads(DH, GU, r, c, mask, F)
-    _amax(AMAX, tl.maximum(tl.abs(dg), tl.abs(du)), mask)
-    _store8(dg, Y, r * (2 * F) + c, mask, scale, FMAX)
-    _store8(du, Y, r * (2 * F) + c + F, mask, scale, FMAX)
-    r, c, mask = _orient(T, F, BM, BN, True)
+    atomic_amax(AMAX, tl.maximum(tl.abs(dg), tl.abs(du)), mask)
+    store_float8(dg, Y, r * (2 * F) + c, mask, scale, FMAX)
+    store_float8(du, Y, r * (2 * F) + c + F, mask, scale, FMAX)
+    r, c, mask = tile_of(T, F, BM, BN, True)
     dg, du = _swiglu_grads(DH, GU, r, c, mask, F)
-    _store8(dg, YT, c * T + r, mask, scale, FMAX)
-    _store8(du, YT, (c + F) * T + r, mask, scale, FMAX)
+    store_float8(dg, YT, c * T + r, mask, scale, FMAX)
+    store_float8(du, YT, (c + F) * T + r, mask, scale, FMAX)
 
 
 @triton.jit
@@ -171,12 +170,12 @@ class ScaleState:
 
     def next(self, role: int, dtype: torch.dtype, current: torch.Tensor | None = None) -> None:
         """The scale of `role`'s next cast. Uncalibrated, it comes from `current`'s amax."""
-        _next_scale(*self.tensors(), role, dtype, lambda: current)
+        next_scale(*self.tensors(), role, dtype, lambda: current)
 
 
-def _next_scale(hist: torch.Tensor, now: torch.Tensor, scale: torch.Tensor, inv: torch.Tensor,
-                calibrated: torch.Tensor, role: int, dtype: torch.dtype,
-                current: Callable[[], torch.Tensor | None]) -> None:
+def next_scale(hist: torch.Tensor, now: torch.Tensor, scale: torch.Tensor, inv: torch.Tensor,
+               calibrated: torch.Tensor, role: int, dtype: torch.dtype,
+               current: Callable[[], torch.Tensor | None]) -> None:
     """ScaleState.next over the state's tensors; `current()` gives the tensor whose amax calibrates."""
     if not calibrated[role]:
         now[role] = current().abs().amax().float()
@@ -197,20 +196,16 @@ def _cast_op(x: torch.Tensor, hist: torch.Tensor, now: torch.Tensor, scale: torc
     return scale_and_cast(x, (hist, now, scale, inv, calibrated), role, E5M2 if e5m2 else E4M3)
 
 
-def scale_and_cast(x: torch.Tensor, state: tuple[torch.Tensor, ...], role: int, dtype: torch.dtype,
-                   yt: torch.Tensor | None = None, rescale: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def scale_and_cast(x: torch.Tensor, state: tuple[torch.Tensor, ...], role: int,
+                   dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, N] as float8 at `role`'s next scale (`state`: ScaleState.tensors()) and its transpose,
-    written into `yt` where given (N rows of M, its rows any stride apart: a slice of columns of a
-    wider tensor), in one pass. `rescale=False` keeps the scale of the role's last cast, its amax
-    joining that cast's: one tensor cast in pieces."""
-    if rescale:
-        _next_scale(*state, role, dtype, lambda: x)
+    in one pass."""
+    next_scale(*state, role, dtype, lambda: x)
     m, n = x.shape
-    y, yt = _with_transpose(m, n, dtype, x.device) if yt is None else (
-        torch.empty(m, n, dtype=dtype, device=x.device), yt)
+    y, yt = _with_transpose(m, n, dtype, x.device)
     scale, now = state[2], state[1]
-    _cast_kernel[_grid(m, n)](x, y, yt, scale[role:], now[role:], m, n, yt.stride(0),
-                              FMAX=float8_max(dtype), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
+    _cast_kernel[tile_grid(m, n)](x, y, yt, scale[role:], now[role:], m, n,
+                                  FMAX=float8_max(dtype), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
     return y, yt
 
 
@@ -223,10 +218,10 @@ def _(x, hist, now, scale, inv, calibrated, role, e5m2):  # noqa: ANN001, ANN202
 def _swiglu_op(gu: torch.Tensor, hist: torch.Tensor, now: torch.Tensor, scale: torch.Tensor,
                inv: torch.Tensor, calibrated: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     t, f = gu.shape[0], gu.shape[1] // 2
-    _next_scale(hist, now, scale, inv, calibrated, H, E4M3, lambda: swiglu_reference(gu))
+    next_scale(hist, now, scale, inv, calibrated, H, E4M3, lambda: swiglu_reference(gu))
     h8, h8t = _with_transpose(t, f, E4M3, gu.device)
-    _swiglu_kernel[_grid(t, f)](gu, h8, h8t, scale[H:], now[H:], t, f,
-                                FMAX=float8_max(E4M3), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
+    _swiglu_kernel[tile_grid(t, f)](gu, h8, h8t, scale[H:], now[H:], t, f,
+                                    FMAX=float8_max(E4M3), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
     return h8, h8t
 
 
@@ -240,10 +235,10 @@ def _swiglu_bwd_op(dh: torch.Tensor, gu: torch.Tensor, hist: torch.Tensor, now: 
                    scale: torch.Tensor, inv: torch.Tensor, calibrated: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     t, f = dh.shape
-    _next_scale(hist, now, scale, inv, calibrated, DGU, E5M2, lambda: swiglu_grad_reference(dh, gu))
+    next_scale(hist, now, scale, inv, calibrated, DGU, E5M2, lambda: swiglu_grad_reference(dh, gu))
     dgu8, dgu8t = _with_transpose(t, 2 * f, E5M2, dh.device)
-    _swiglu_bwd_kernel[_grid(t, f)](dh, gu, dgu8, dgu8t, scale[DGU:], now[DGU:], t, f,
-                                    FMAX=float8_max(E5M2), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
+    _swiglu_bwd_kernel[tile_grid(t, f)](dh, gu, dgu8, dgu8t, scale[DGU:], now[DGU:], t, f,
+                                        FMAX=float8_max(E5M2), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
     return dgu8, dgu8t
 
 
@@ -276,7 +271,8 @@ def _with_transpose(m: int, n: int, dtype: torch.dtype,
             torch.empty(n, m, dtype=dtype, device=device))
 
 
-def _grid(m: int, n: int) -> tuple[int, int]:
+def tile_grid(m: int, n: int) -> tuple[int, int]:
+    """The programs of a cast kernel over an [m, n] tensor: one per TILE."""
     return triton.cdiv(m, TILE[0]), triton.cdiv(n, TILE[1])
 
 
