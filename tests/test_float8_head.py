@@ -80,16 +80,17 @@ def test_the_float8_head_takes_what_float8_gemms_take():
 def test_the_recipe_needs_the_chunked_loss_and_a_vocabulary_float8_gemms_take(tmp_path):
     with pytest.raises(SpecError, match="takes --loss chunked"):
         llama_sdpa.validate(llama_sdpa.setup_spec({"float8": "trainperf-head"}, "MATH", batch=1, seq=16,
-                                                  warmup=1, iters=1, model="tiny", device="cpu"))
+                                                  warmup=1, iters=1, model="tiny", device=DEVICE))
     spec = llama_sdpa.setup_spec({"loss": "chunked", "float8": "trainperf-head"}, "MATH", batch=1,
-                                 seq=16, warmup=1, iters=1, model="tiny", device="cpu")
+                                 seq=16, warmup=1, iters=1, model="tiny", device=DEVICE)
     with pytest.raises(Unsupported, match="multiple of 16, not 1000"):  # the tiny preset's vocabulary
-        llama_sdpa.LlamaStep(spec, torch.device("cpu"))
+        llama_sdpa.LlamaStep(spec, torch.device(DEVICE))
     cfg = json.loads(PRESETS["tiny"].read_text()) | {"vocab_size": 1024}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     spec = llama_sdpa.setup_spec({"loss": "chunked", "float8": "trainperf-head"}, "MATH", batch=1,
-                                 seq=16, warmup=1, iters=1, model=str(tmp_path / "config.json"), device="cpu")
-    step = llama_sdpa.LlamaStep(spec, torch.device("cpu"))
+                                 seq=16, warmup=1, iters=1, model=str(tmp_path / "config.json"),
+                                 device=DEVICE)
+    step = llama_sdpa.LlamaStep(spec, torch.device(DEVICE))
     try:
         loss = step()
     finally:
