@@ -35,7 +35,6 @@ TRAINPERF_FLOAT8 = ("trainperf", "trainperf-all", "trainperf-head")
 # tell which products or which scaling move a float8 run's loss off stock's band (docs/peers.md).
 TORCHAO_FLOAT8 = {"torchao": ("all", "tensorwise"), "torchao-mlp": ("mlp", "tensorwise"),
                   "torchao-attention": ("attention", "tensorwise"), "torchao-rowwise": ("all", "rowwise")}
-
 _PRODUCTS = {"all": "", "mlp": ".mlp.", "attention": ".self_attn."}  # in a transformers Llama's module names
 INSTALL = {"liger": "pip install 'trainperf[liger]' (liger-kernel)",
            "torchao": "pip install 'trainperf[float8]' (torchao)"}

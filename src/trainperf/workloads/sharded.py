@@ -354,7 +354,6 @@ class LMWithLoss(nn.Module):
         return lm_loss(self.lm.lm_head(hidden), targets)
 
 
-
 def hybrid_groups(world: int) -> tuple[int, int]:
     """(replicas, ranks per shard group) of hybrid sharding: the ranks of one host shard
     (LOCAL_WORLD_SIZE under torchrun), or half the ranks when all of them share one host."""
