@@ -63,6 +63,23 @@ def test_a_layer_with_float8_projections_follows_float64():
     assert all(attn.float8_qkv.calibrated) and all(attn.float8_o.calibrated)
 
 
+def test_a_compiled_llama_layer_with_float8_projections_is_one_graph():
+    """The patched attention forward is traced with the rest of its decoder layer: a graph break
+    there (torch 2.11 broke at an import from transformers inside it) ran the attention block
+    eagerly, copying q, k and v between the pieces of the layer's graph in every backward."""
+    from torch._dynamo.utils import counters
+
+    fp8 = _layer(torch.float32)
+    hf_llama.float8_layers(fp8, attention=True)
+    counters.clear()
+    torch._dynamo.reset()
+    fp8.model.layers[0].compile()
+    ids = torch.randint(0, fp8.config.vocab_size, (2, 32), device=DEVICE)
+    fp8(input_ids=ids, labels=ids).loss.backward()
+    assert not counters["graph_break"] and counters["stats"]["unique_graphs"] == 1
+    assert fp8.model.layers[0].self_attn.q_proj.weight.grad is not None
+
+
 def test_trainperf_mlp_leaves_the_projections_in_bf16():
     model = _layer(torch.bfloat16)
     hf_llama.float8_layers(model, attention=False)
