@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from trainperf.cli import app
 from trainperf.core.store import Store
 from trainperf.suites.catalog import SUITES
-from trainperf.suites.page import MARKER, latest_folders, results_page
+from trainperf.suites.page import MARKER, latest_folders, results_page, suite_report
 from trainperf.suites.runner import gpu_slug
 
 runner = CliRunner()
@@ -239,6 +239,11 @@ def test_part_runs_only_the_parts_it_names_and_says_so(tmp_path, monkeypatch):
     assert [p["name"] for p in parts["parts"] if "left_out" in p] == ["study", "llama"]
     report = (meta.parent / "report.md").read_text()  # one line for the parts --part left out
     assert "- Left out: study, llama (not asked for (--part)).\n" in report and report.count("Left out") == 1
+    (meta.parent / "study").mkdir()  # a part another call ran into the folder is not left out
+    (meta.parent / "study" / "study.csv").write_text("x\n1\n")
+    report = suite_report(meta.parent)
+    assert "- Left out: llama (not asked for (--part)).\n" in report
+    assert "- From other calls than this one (README.md says which): study.\n" in report
 
 
 def test_an_unknown_part_is_one_line_naming_the_suite_s_parts(tmp_path):
@@ -260,8 +265,6 @@ def test_a_folder_keeps_the_caption_its_suite_had_when_it_ran(ran, tmp_path):
     assert meta["caption"] == SUITES["step-sizes"].caption  # kept at run time
     meta["caption"] = "Milliseconds as the suite then measured them."
     (copy / "suite.json").write_text(json.dumps(meta))
-    from trainperf.suites.page import suite_report
-
     section = suite_report(copy)
     assert "Milliseconds as the suite then measured them." in section
     assert SUITES["step-sizes"].caption not in section

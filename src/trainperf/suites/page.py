@@ -157,11 +157,16 @@ def suite_report(folder: Path) -> str:
               f"- Reproduce: `{meta.get('command', '')}`."]
     lines += [f"- Interrupted: {p['name']} ({p['interrupted']})." for p in meta.get("parts", [])
               if "interrupted" in p]
+    # suite.json says what its last call ran; a part it left out may hold another call's files
+    present = {part.name for part in part_dirs(folder) if any(part.iterdir())}
     left_out: dict[str, list[str]] = {}  # one line per reason: --part leaves most parts out
+    others = [p["name"] for p in meta.get("parts", []) if "left_out" in p and p["name"] in present]
     for p in meta.get("parts", []):
-        if "left_out" in p:
+        if "left_out" in p and p["name"] not in present:
             left_out.setdefault(p["left_out"], []).append(p["name"])
     lines += [f"- Left out: {', '.join(names)} ({why})." for why, names in left_out.items()]
+    if others:
+        lines.append(f"- From other calls than this one (README.md says which): {', '.join(others)}.")
     return "\n".join(lines) + "\n"
 
 
