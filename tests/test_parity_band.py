@@ -89,6 +89,9 @@ def test_the_suite_pages_sum_up_each_recipe_s_runs_against_the_band(tmp_path):
     assert band_verdicts(tmp_path).to_dict() == {
         "fp8": "of 2 run(s): 1 outside (from step 40), 1 undecided (stock's band decides nothing)"}
     assert band_verdicts(tmp_path / "none").empty
+    pd.DataFrame({"recipe": ["fast"] * 2, "left_at": [None, None], "band_dev_max": [1.64, 2.63],
+                  "verdict": ["within stock's noise"] * 2}).to_csv(tmp_path / "parity_band.csv", index=False)
+    assert band_verdicts(tmp_path).to_dict() == {"fast": "within in all 2 run(s); at most 2.6 spreads"}
 
 
 def _plateau(escape: int, steps: int = 300, seed: int = 0) -> pd.Series:

@@ -196,23 +196,29 @@ def _parity_losses(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 def band_verdicts(folder: Path) -> pd.Series:
     """Per recipe, its runs judged against stock's band (the part's parity_band.csv): "within in
     all 2 run(s)", or how many were within, outside (from which step) and undecided (stock's band
-    deciding nothing): "of 4 run(s): 3 within, 1 undecided (...)"; empty without the file."""
+    deciding nothing): "of 4 run(s): 3 within, 1 undecided (...)"; then the runs' largest
+    deviation in stock's spreads, the yardstick of the verdicts; empty without the file."""
     judged = _read(folder, "parity_band.csv")
     if judged.empty:
         return pd.Series(dtype=str)
+    if "band_dev_max" not in judged:
+        judged["band_dev_max"] = float("nan")
 
     def summary(runs: pd.DataFrame) -> str:
         within = runs.verdict.str.startswith("within").sum()
+        worst = runs.band_dev_max.max()
+        at_most = f"; at most {worst:.1f} spreads" if pd.notna(worst) else ""
         if within == len(runs):
-            return f"within in all {len(runs)} run(s)"
+            return f"within in all {len(runs)} run(s){at_most}"
         out = runs[runs.verdict.str.startswith("outside")]
         undecided = runs.verdict.str.startswith("undecided").sum()
         counts = [(within, "within"),
                   (len(out), f"outside (from step {int(out.left_at.min())})" if len(out) else ""),
                   (undecided, "undecided (stock's band decides nothing)")]
-        return f"of {len(runs)} run(s): " + ", ".join(f"{n} {verdict}" for n, verdict in counts if n)
+        return (f"of {len(runs)} run(s): " + ", ".join(f"{n} {verdict}" for n, verdict in counts if n)
+                + at_most)
 
-    return judged.groupby("recipe", sort=False)[["verdict", "left_at"]].apply(summary)
+    return judged.groupby("recipe", sort=False)[["verdict", "left_at", "band_dev_max"]].apply(summary)
 
 
 def draws_headline(parts: dict[str, Path]) -> pd.DataFrame:
