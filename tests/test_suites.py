@@ -139,6 +139,18 @@ def test_ctrl_c_inside_a_part_stops_the_suite_with_exit_130_and_a_report_of_what
     assert f"- Interrupted: {second} (stopped by Ctrl-C: the cases it finished)." in report_md
 
 
+def test_without_db_every_part_stores_into_the_results_folder_s_own_store(tmp_path, monkeypatch):
+    """A committed results folder carries its store: the same command on another machine resumes
+    from it without being told where it is."""
+    seen = []
+    monkeypatch.setattr("trainperf.cli.suites.invoke", lambda argv: seen.append(argv) or 0)
+    res = runner.invoke(app, ["suite", "run", "cudnn", "--part", "fast,attention", "--results",
+                              str(tmp_path / "r"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    (folder,) = (tmp_path / "r" / "cudnn").iterdir()
+    assert [argv[argv.index("--db") + 1] for argv in seen] == [str(folder / "cudnn.db")] * 2
+
+
 def test_a_part_that_fails_stops_the_suite_naming_it(tmp_path, monkeypatch):
     monkeypatch.setattr("trainperf.cli.suites.invoke", lambda argv: 1)
     res = runner.invoke(app, ["suite", "run", "step-sizes", "--results", str(tmp_path / "r"),

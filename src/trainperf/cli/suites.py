@@ -7,7 +7,6 @@ from pathlib import Path
 import typer
 
 from trainperf.cli.common import (
-    DbOpt,
     QuietOpt,
     RerunOpt,
     app,
@@ -48,7 +47,10 @@ def invoke(argv: list[str]) -> int:
 @cli_errors
 def suite_run(
     name: str = typer.Argument(..., help="A suite name (trainperf suite list)."),
-    results: Path = ResultsOpt, db: Path = DbOpt, rerun: bool = RerunOpt, quiet: bool = QuietOpt,
+    results: Path = ResultsOpt, rerun: bool = RerunOpt, quiet: bool = QuietOpt,
+    db: Path | None = option("--db", None, "Here the store every part writes; default NAME.db in the "
+                                           "results folder, so a committed folder resumes from its own "
+                                           "store on any machine."),
     part: str = option("--part", None, "Only these parts of the suite (trainperf suite list names them); "
                                        "comma-separated. Default: every part."),
 ) -> None:
@@ -59,7 +61,8 @@ def suite_run(
     suite = get_suite(name)
     parts = chosen_parts(suite, part)
     check_out_dir(results, "--results")
-    check_out_file(db, "--db")
+    if db is not None:
+        check_out_file(db, "--db")
     folder = run_suite(suite, results, db, invoke, rerun=rerun, quiet=quiet, parts=parts,
                        say=lambda text: console.print(f"[dim]{text}[/dim]", highlight=False, soft_wrap=True))
     console.print(suite_report(folder), highlight=False, markup=False)

@@ -59,17 +59,18 @@ def folder_name(suite: Suite, env: dict[str, Any], gpus: int, today: str) -> str
 Invoke = Callable[[list[str]], int]  # runs one trainperf command line, returns its exit code
 
 
-def run_suite(suite: Suite, results: Path, db: Path, invoke: Invoke, rerun: bool = False,
+def run_suite(suite: Suite, results: Path, db: Path | None, invoke: Invoke, rerun: bool = False,
               quiet: bool = False, say=print, parts: tuple[str, ...] | None = None) -> Path:
     """Run the `parts` of `suite` (every part when None) on this machine through `invoke` (the
-    command line's runner, which the CLI hands in); the results folder it wrote, with what the run
-    printed as console.txt."""
+    command line's runner, which the CLI hands in), storing into `db` (by default the results
+    folder's <suite>.db); the results folder it wrote, with what the run printed as console.txt."""
     on_gpu = torch.cuda.is_available()
     gpus = torch.cuda.device_count() if on_gpu else 0
     env = envmod.capture(torch.device("cuda" if on_gpu else "cpu"))
     today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     folder = results / suite.name / folder_name(suite, env, gpus, today)
     folder.mkdir(parents=True, exist_ok=True)
+    db = db or folder / f"{suite.name}.db"
     from trainperf.suites.page import write_report
 
     try:
