@@ -10,6 +10,8 @@ import sys
 import warnings
 from pathlib import Path
 
+import torch
+
 from trainperf.core.library_noise import VERBOSE_ENV, quiet_libraries
 from trainperf.core.runner import measure_case
 from trainperf.suites.console_log import console_to
@@ -32,6 +34,29 @@ def test_a_warning_about_the_case_is_its_note_once_and_not_printed(monkeypatch):
     for rec in (first, second):
         assert rec.metrics["notes"] == "Memory efficient kernel not used because: head_dim 300 > 256"
     assert shown == []
+
+
+def test_a_compiled_case_s_graph_breaks_are_its_note_and_a_whole_graph_has_none():
+    def whole(x):
+        return (x * 2).sin()
+
+    def broken(x):
+        y = x * 2
+        torch._dynamo.graph_break()
+        return y.sin()
+
+    def measure(fn):
+        torch._dynamo.reset()
+        torch.compile(fn, backend="eager")(torch.ones(4))
+        return {}
+
+    clean = measure_case("t", {"fn": "whole"}, lambda s: measure(whole), {})
+    rec = measure_case("t", {"fn": "broken"}, lambda s: measure(broken), {})
+    assert clean.status == rec.status == "ok" and "notes" not in clean.metrics
+    assert rec.metrics["notes"].startswith('1 graph break(s) in compiled code ("')
+    assert "graph_break" in rec.metrics["notes"] and "TORCH_LOGS=graph_breaks" in rec.metrics["notes"]
+    again = measure_case("t", {"fn": "whole"}, lambda s: measure(whole), {})  # a case counts its own
+    assert "notes" not in again.metrics
 
 
 def _warn_from(module: str, message: str) -> None:

@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from trainperf.core import sigint
 from trainperf.core.errors import Unsupported
+from trainperf.core.graph_breaks import graph_break_notes
 from trainperf.core.library_noise import case_notes
 from trainperf.core.record import Record, case_key_for, spec_dict
 from trainperf.core.store import Store
@@ -51,8 +52,9 @@ def measure_case(workload: str, spec: Any, measure: Measure, env: dict[str, Any]
     """Run one case and describe the outcome as a Record (never raises, except Ctrl-C)."""
     sd = spec_dict(spec)
     try:
-        with case_notes() as notes:
+        with case_notes() as notes, graph_break_notes() as breaks:
             metrics = measure(spec)
+        notes = [*notes, *breaks]
         if metrics.get("gpu_shared_with"):  # core/gpu_monitor: its time may be the two processes'
             notes = [*notes, f"another process held this GPU while timing: {metrics['gpu_shared_with']}"]
         if notes:
