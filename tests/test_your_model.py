@@ -151,6 +151,40 @@ def test_profile_and_memory_of_any_model_have_per_layer_ranges(models, tmp_path,
     assert ".layer." in res.output  # the largest allocations, by the block that made them
 
 
+BROKEN_MODEL = """
+import torch
+from torch import nn
+
+
+class Broken(nn.Module):
+    def __init__(self, vocab=96, d=32):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        torch._dynamo.graph_break()
+        return self.head(x)
+
+
+def make():
+    return Broken()
+"""
+
+
+def test_a_profile_of_a_model_compiled_in_pieces_says_where_the_graph_broke(tmp_path):
+    (tmp_path / "broken.py").write_text(textwrap.dedent(BROKEN_MODEL))
+    out = tmp_path / "o"
+    model = f"py:{tmp_path / 'broken.py'}:make"
+    res = runner.invoke(app, ["profile", "step", "--model", model, "--seq", "16", "--compile", "on",
+                              "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "note: 1 graph break(s) in compiled code (\"Call to `torch._dynamo.graph_break()`\")" in res.output
+    (saved,) = out.glob("profile_*.json")
+    assert json.loads(saved.read_text())["meta"]["notes"][0].startswith("1 graph break(s)")
+
+
 def test_a_compiled_model_compiles_its_blocks(models, tmp_path):
     db = tmp_path / "r.db"
     res = runner.invoke(

@@ -37,6 +37,7 @@ from trainperf.cli.workloads import refuse_gpt_options
 from trainperf.core import env as envmod
 from trainperf.core import report
 from trainperf.core.errors import SpecError
+from trainperf.core.graph_breaks import graph_break_notes
 from trainperf.core.spec import on_off, parse_one
 
 profile_app = typer.Typer(help="Per-module kernel breakdown of a workload's step (torch.profiler).")
@@ -60,10 +61,14 @@ def _profile_and_show(name: str, step, model, dev, iters: int, ranges_only: bool
     if iters < 1:
         raise SpecError(f"--iters must be positive, got {iters}")
     check_out_dir(out)
-    bd = profile_workload(step, model, dev, steps=iters, ranges_only=ranges_only, blocks=blocks)
+    with graph_break_notes() as notes:
+        bd = profile_workload(step, model, dev, steps=iters, ranges_only=ranges_only, blocks=blocks)
+    for note in notes:  # a compiled step in pieces: the profile shows the pieces, this says why
+        err_console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
     if bd is None:
         err_console.print(f"ran {iters} step(s) with NVTX ranges")
         return
+    meta = {**meta, **({"notes": notes} if notes else {})}
     paths = save_breakdown(bd, out / f"profile_{name}", {**meta, "env": envmod.capture(dev)})
     if as_json:
         sys.stdout.write(paths[0].read_text())
