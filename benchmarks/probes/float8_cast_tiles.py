@@ -2,8 +2,9 @@
 
 trainperf's float8 MLP (kernels/float8_mlp.py) casts in tiles of TILE, each program writing its
 tile as float8 and again transposed. The float8 head's gradient cast went from 2.89 to 2.09 ms for
-8,192 rows of logits when its tiles went from 64 x 64 to 64 x 128 (float8_logits_grad.py); the MLP's
-three kernels are 14 ms of the Llama-3.2-1B float8 step's 107 ms of kernels at 12 x 1024. Each is
+8,192 rows of logits when its tiles went from 64 x 64 to 64 x 128 (float8_logits_grad.py); these
+three kernels (the plain cast serves the attention projections too) take 15 ms of the Llama-3.2-1B
+float8 step's 107 ms of kernels at 12 x 1024 (results/float8/h200-2026-11-29b/profiles/). Each is
 timed here at a few tile shapes and warp counts on the step's shapes, in alternating rounds (median
 of each), and its outputs (float8 and transposed, the amax) are checked equal to those of TILE.
 Usage: PYTHONPATH=src python3 benchmarks/probes/float8_cast_tiles.py [tokens] [width] [ffn] [rounds]
