@@ -21,7 +21,7 @@ def _break_counts() -> Counter:
     return Counter(counters["graph_break"]) if counters is not None else Counter()
 
 
-def describe(breaks: Counter) -> str:
+def _describe(breaks: Counter) -> str:
     """The note: how many breaks, and the first line of the most frequent reason."""
     reason, _ = breaks.most_common(1)[0]
     first = next((line.strip() for line in reason.splitlines() if line.strip()), "no reason given")
@@ -40,4 +40,4 @@ def graph_break_notes() -> Iterator[list[str]]:
     finally:
         met = _break_counts() - before
         if met:
-            notes.append(describe(met))
+            notes.append(_describe(met))

@@ -160,9 +160,13 @@ def suite_report(folder: Path) -> str:
     # suite.json says what its last call ran; a part it left out may hold another call's files
     present = {part.name for part in part_dirs(folder) if any(part.iterdir())}
     left_out: dict[str, list[str]] = {}  # one line per reason: --part leaves most parts out
-    others = [p["name"] for p in meta.get("parts", []) if "left_out" in p and p["name"] in present]
+    others: list[str] = []
     for p in meta.get("parts", []):
-        if "left_out" in p and p["name"] not in present:
+        if "left_out" not in p:
+            continue
+        if p["name"] in present:
+            others.append(p["name"])
+        else:
             left_out.setdefault(p["left_out"], []).append(p["name"])
     lines += [f"- Left out: {', '.join(names)} ({why})." for why, names in left_out.items()]
     if others:
