@@ -60,6 +60,11 @@ def test_a_recipe_run_names_its_rows_columns_and_bars_by_recipe(db, tmp_path):
     assert list(summary.columns) == ["shape", "fast (math) speed-up", "fast (flash) speed-up", "stock (math)",
                                      "stock (flash)", "fast (math)", "fast (flash)"]
     assert summary.attrs["against"] == "the best of stock"
+    assert summary.attrs["title"] == "speed-up over the best of stock of each shape; seconds per iteration"
+    no_stock = df[df.recipe == "fast"].assign(vs_best_stock=float("nan"))  # as timing_table leaves it
+    without_stock = llama_sdpa.summary_table(no_stock, by_recipe=True)
+    assert list(without_stock.columns) == ["shape", "fast (math)", "fast (flash)"]
+    assert "no stock row ran" in without_stock.attrs["title"]
     # a setup no recipe names keeps its own label; without by_recipe every setup does
     df.loc[0, ["swaps", "recipe"]] = ["norm=fused", None]
     assert "math + norm=fused" in llama_sdpa.summary_table(df, by_recipe=True).columns
@@ -78,6 +83,11 @@ def test_a_row_s_recipe_is_read_from_its_spec_whether_or_not_it_ran():
     assert recipe_of({"sdpa_backend": "FA4"}) == "fa4"  # stock on FA4 is the fa4 recipe
     assert recipe_of({"sdpa_backend": "MATH", "compile": True}) == "compile"
     assert recipe_of({"sdpa_backend": "MATH", "norm": "fused"}) is None
+    fp8 = {"sdpa_backend": "FA4", "compile": "layers-tuned", "loss": "chunked", "float8": "torchao",
+           "graph": "step"}
+    assert recipe_of(fp8) == "fp8"
+    assert recipe_of({**fp8, "kv_heads": "packed"}) == "fp8 + kv-heads packed"  # --kv-heads on a recipe
+    assert recipe_of({"sdpa_backend": "FA4", "norm": "fused", "kv_heads": "packed"}) is None
     # a table from before the recipe column: named from the setup that ran, so only where it ran
     old = pd.DataFrame({"backend": ["MATH", "MATH", "MATH"], "compile": ["off", "on", "off"],
                         "swaps": ["none", "none", None], "status": ["ok", "ok", "unsupported"]})

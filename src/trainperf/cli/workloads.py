@@ -480,8 +480,7 @@ def llama(
     table = timing_table(records, base)
     summary = summary_table(table, by_recipe=recipe is not None)
     if not (quiet or as_json) and summary.shape[1] > 2:  # more than one setup to set side by side
-        console.print(frame_table(summary, title=f"speed-up over {summary.attrs['against']} of each shape; "
-                                                 "seconds per iteration"))
+        console.print(frame_table(summary, title=summary.attrs["title"]))
     for path in write_outputs(table, out, base, plots=plots_available(quiet or as_json),
                               by_recipe=recipe is not None):
         if not (quiet or as_json):

@@ -502,7 +502,18 @@ SETUP_FIELDS = ("compile", "norm", "swiglu", "rope", "loss", "gemm", "library", 
 def recipe_of(spec: dict[str, Any]) -> str | None:
     """The recipe whose setup `spec` is, in any of its forms, whether or not its case ran; None if
     none: its setup fields are the form's and the rest at their defaults, its attention the form's
-    where the form names one. Where two recipes match, the later one names it (stock on FA4 is fa4)."""
+    where the form names one. Where two recipes match, the later one names it (stock on FA4 is fa4).
+    A recipe run with K/V heads it does not pick itself (--kv-heads) is named with them, e.g.
+    "fp8 + kv-heads packed": its row is neither the recipe's own nor nameless."""
+    named = _recipe_of(spec)
+    kv = spec.get("kv_heads", LlamaSpec.kv_heads)
+    if named is None and kv != LlamaSpec.kv_heads:
+        named = _recipe_of({**spec, "kv_heads": LlamaSpec.kv_heads})
+        return None if named is None else f"{named} + kv-heads {kv}"
+    return named
+
+
+def _recipe_of(spec: dict[str, Any]) -> str | None:
     defaults = {k: getattr(LlamaSpec, k) for k in SETUP_FIELDS}
     setup = {**defaults, **{k: spec[k] for k in SETUP_FIELDS if k in spec}}
     setup["compile"] = compile_mode(setup["compile"])
@@ -582,7 +593,8 @@ def summary_table(df: pd.DataFrame, by_recipe: bool = False) -> pd.DataFrame:
     the best stock row of that shape, first (the answer, kept where a terminal is narrow), then
     seconds per iteration of every setup (named by recipe with `by_recipe`). attrs["against"]
     says what the speed-ups are over: "the best stock row", or with `by_recipe` the recipes those
-    stock rows ran ("the best of stock, compile, fa4": none swaps a kernel in)."""
+    stock rows ran ("the best of stock, compile, fa4": none swaps a kernel in); attrs["title"] says
+    it, or that no stock row ran to compare against."""
     ok = _ok_by_setup(df, by_recipe)
     stock = _stock(ok)
     times = ok.pivot_table(index="case", columns="setup", values="mean_s", aggfunc="first", sort=False)
@@ -593,6 +605,9 @@ def summary_table(df: pd.DataFrame, by_recipe: bool = False) -> pd.DataFrame:
                                    aggfunc="first", sort=False).add_suffix(" speed-up")
     table = times.join(gains)[[*gains.columns, *times.columns]].rename_axis("shape").reset_index()
     table.attrs["against"] = against
+    table.attrs["title"] = (f"speed-up over {against} of each shape; seconds per iteration"
+                            if len(gains.columns) else
+                            "seconds per iteration of each shape (no stock row ran to compare against)")
     return table
 
 
