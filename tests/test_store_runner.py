@@ -88,6 +88,27 @@ def test_rerun_skips_stored_cases_but_retries_errors(db):
     assert calls == [1, 2, 3, 3, 1, 2, 3]
 
 
+def test_off_a_terminal_each_finished_case_is_one_line_and_a_stored_one_says_so(db):
+    import io
+    import re
+
+    from rich.console import Console
+
+    specs = [{"kind": "ok", "n": 1}, {"kind": "oom", "n": 2}]
+
+    def sweep(terminal: bool, quiet: bool = False) -> str:
+        out = io.StringIO()
+        run_sweep("t", specs, _measure, Store(db), ENV, label=lambda s: f"case {s['n']}", quiet=quiet,
+                  console=Console(file=out, force_terminal=terminal, width=120))
+        return out.getvalue()
+
+    assert re.fullmatch(r"t 1/2 0:00:0\d case 1: ok\nt 2/2 0:00:0\d case 2: oom\n", sweep(False))
+    assert re.fullmatch(r"t 1/2 0:00:00 case 1: ok \(stored\)\nt 2/2 0:00:00 case 2: oom \(stored\)\n",
+                        sweep(False))  # resumed from the store
+    assert "(stored)" not in sweep(True) and "2/2" in sweep(True)  # the bar's own frames
+    assert sweep(False, quiet=True) == ""
+
+
 def test_same_case_on_another_gpu_is_not_skipped(db):
     spec = [{"kind": "ok", "n": 1}]
     run_sweep("t", spec, _measure, Store(db), {**ENV, "gpu_name": "GPU A"}, quiet=True)

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trainperf.cli.common import (
     DTYPE_CHOICES,
@@ -37,6 +36,7 @@ from trainperf.cli.vocabulary import DTYPE_ALIASES, RenamedFlags, option
 from trainperf.core import env as envmod
 from trainperf.core import report
 from trainperf.core.errors import SpecError
+from trainperf.core.progress import SweepProgress
 from trainperf.core.record import Record, case_key_for, spec_dict
 from trainperf.core.spec import on_off, parse_list, parse_one, positive_int, sweep
 from trainperf.core.store import Store, to_frame
@@ -155,9 +155,7 @@ def _supervise(workload: str, todo: list, backend: str, db: Path, env: dict[str,
                timeout_s: float) -> dict[str, Record]:
     """Run the cases of `todo` (index, spec) one process group per world size and link, under the
     supervisor here or in the launch that started this process; the failed cases' records by key."""
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, disable=quiet) as progress:
-        task = progress.add_task(workload, total=len(todo))
+    with SweepProgress(workload, len(todo), err_console, quiet) as progress:
         failed: dict[str, Record] = {}
         for world, link in sorted({(s.world_size, getattr(s, "link", "auto")) for _, s in todo}):
             cases = [(i, s) for i, s in todo if s.world_size == world and getattr(s, "link", "auto") == link]
@@ -168,14 +166,15 @@ def _supervise(workload: str, todo: list, backend: str, db: Path, env: dict[str,
                 except LaunchError as exc:
                     raise SpecError(str(exc)) from None
                 continue
-            start = progress.tasks[0].completed
+            start = progress.completed
+            progress.show(f"world size {world}" + ("" if link == "auto" else f", link {link}"))
             supervisor = Supervisor(workload, _measure_of(workload), world, backend, db, env, out / "logs",
                                     timeout_s=timeout_s, say=lambda line: progress.console.print(
                                         line, markup=False, highlight=False, soft_wrap=True),
-                                    on_progress=lambda done, start=start: progress.update(
-                                        task, completed=start + done), environ=LINKS[link])
+                                    on_progress=lambda done, start=start: progress.done(start + done),
+                                    environ=LINKS[link])
             failed.update({r.key: r for r in supervisor.run(cases)})
-            progress.update(task, completed=start + len(cases))
+            progress.done(start + len(cases))
     return failed
 
 

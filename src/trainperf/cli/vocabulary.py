@@ -141,7 +141,7 @@ GLOSSARY: dict[str, str] = {
     "--timeout": "Seconds a multi-GPU case may go without progress outside its timed steps (building, "
                  "compiling, warming up) before it is ended as an error; the process group's timeout too.",
     "--rerun": "Measure again cases already in the store.",
-    "--quiet": "No progress bar.",
+    "--quiet": "No progress bar (nor, off a terminal, its line per finished case).",
     "--verbose": "Show everything libraries print (warnings about their internals too); before the "
                  "command: trainperf --verbose llama ...",
     "--json": "Print JSON on stdout instead of a table.",

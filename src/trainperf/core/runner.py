@@ -17,12 +17,12 @@ from typing import Any
 
 import torch
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trainperf.core import sigint
 from trainperf.core.errors import Unsupported
 from trainperf.core.graph_breaks import graph_break_notes
 from trainperf.core.library_noise import case_notes
+from trainperf.core.progress import SweepProgress
 from trainperf.core.record import Record, case_key_for, spec_dict
 from trainperf.core.store import Store
 
@@ -87,26 +87,23 @@ def run_sweep(workload: str, specs: Sequence[Any], measure: Measure, store: Stor
     sigint.forget()
     console = console or Console(stderr=True)
     keys = [case_key_for(workload, spec, env) for spec in specs]
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("{task.fields[case]}"), console=console,
-                  disable=quiet, transient=False) as progress:
-        task = progress.add_task(workload, total=len(specs), case="")
+    with SweepProgress(workload, len(specs), console, quiet) as progress:
         todo = list(range(len(specs)))
         while todo:
             waiting = []
             for i in todo:
-                progress.update(task, case=label(specs[i]))
+                progress.show(label(specs[i]))
                 record = _stored_or_measured(workload, specs[i], keys[i], measure, store, env, run_id, since)
                 if record is None:
                     waiting.append(i)
                     continue
                 out[i] = record
-                progress.advance(task)
+                progress.done(len(out), record.status + ("" if record.run_id == run_id else " (stored)"))
                 if sigint.swallowed():
                     raise KeyboardInterrupt("stopped after the case in flight (a library had swallowed the "
                                             "Ctrl-C)")
             if waiting:
-                progress.update(task, case=f"waiting for another sweep measuring {len(waiting)} case(s)")
+                progress.show(f"waiting for another sweep measuring {len(waiting)} case(s)")
                 time.sleep(WAIT_S)
             todo = waiting
     return [out[i] for i in range(len(specs))]
