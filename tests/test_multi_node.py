@@ -61,6 +61,9 @@ def test_two_agents_one_table_one_store_each_case_once(tmp_path, command, cases)
     assert {(r.metrics["launcher"], r.metrics["nodes"], r.metrics["gpus_per_node"]) for r in records} == {
         ("torchrun", 2, 1)}
     assert (folder / "trainperf-out" / f"{command}.csv").exists()
+    finished = [line for line in proc.stdout.splitlines() if line.startswith(f"{command} ")]
+    assert len(finished) == cases and finished[-1].startswith(f"{command} {cases}/{cases} ")
+    assert all(line.endswith(": ok") for line in finished), finished  # a line per case as rank 0 stores it
     (other,) = [f for _, f in ran if f != folder]
     assert not (other / "trainperf.db").exists() and not (other / "trainperf-out" / f"{command}.csv").exists()
     assert list((other / "trainperf-out" / "logs").glob(f"{command}-rank1.log"))

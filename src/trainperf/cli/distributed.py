@@ -51,7 +51,7 @@ from trainperf.distributed.launch import (
     world_size_problem,
 )
 from trainperf.distributed.links import LINKS
-from trainperf.distributed.ranked_sweep import run_ranked_cases
+from trainperf.distributed.ranked_sweep import Done, run_ranked_cases
 from trainperf.distributed.supervisor import DEFAULT_TIMEOUT_S, Supervisor
 from trainperf.workloads.comm import binary_size
 
@@ -81,10 +81,10 @@ RESTARTED = ("the launch restarted while this case ran: a rank failed or stopped
 
 
 def _rank_worker(rank: int, world: int, workload: str, cases: list, db: str, env: dict,
-                 backend: str) -> None:
-    """Entry point of every rank of a torchrun or Slurm launch (top level, so that spawn can
-    pickle it): the cases rank 0 chooses (each node may keep a store of its own), in lockstep,
-    outcomes exchanged after each. A group the launcher restarted (`--max-restarts`) first
+                 backend: str, on_done: Done | None = None) -> None:
+    """Entry point of every rank of a torchrun or Slurm launch: the cases rank 0 chooses (each node
+    may keep a store of its own), in lockstep, outcomes exchanged after each, each stored one
+    handed to `on_done` on rank 0. A group the launcher restarted (`--max-restarts`) first
     stores the case it was in as that case's row, then goes on with the next: none measured twice."""
     import tempfile
 
@@ -102,7 +102,7 @@ def _rank_worker(rank: int, world: int, workload: str, cases: list, db: str, env
     beat = Heartbeat(Path(tempfile.mkdtemp(prefix="trainperf-beat-")) / f"rank{rank}.json", rank, device)
     install(beat)  # where TRAINPERF_FAULT strikes, and a case's index for it
     run_ranked_cases(rank, world, workload, cases, _measure_of(workload), device, db, env, beat,
-                     launch_run=run)
+                     launch_run=run, on_done=on_done)
 
 
 def _after_restart(workload: str, cases: list, store: Store, env: dict, run: str, world: int) -> list[int]:
@@ -160,9 +160,15 @@ def _supervise(workload: str, todo: list, backend: str, db: Path, env: dict[str,
         for world, link in sorted({(s.world_size, getattr(s, "link", "auto")) for _, s in todo}):
             cases = [(i, s) for i, s in todo if s.world_size == world and getattr(s, "link", "auto") == link]
             if existing_launch() is not None:
+                specs = dict(cases)
+
+                def finished(index: int, record: Record, specs: dict = specs) -> None:
+                    progress.show(specs[index].label())
+                    progress.done(progress.completed + 1, record.status)
+
                 try:
-                    launch(_rank_worker, world, backend, args=(workload, cases, str(db), env, backend),
-                           timeout_s=timeout_s)
+                    launch(_rank_worker, world, backend, timeout_s=timeout_s,
+                           args=(workload, cases, str(db), env, backend, finished))
                 except LaunchError as exc:
                     raise SpecError(str(exc)) from None
                 continue

@@ -23,15 +23,17 @@ from trainperf.distributed.launch import placement
 
 RankMeasure = Callable[[Any, int, int, torch.device], dict[str, Any]]
 Report = Callable[[int, Record], None]
+Done = Callable[[int, Record], None]  # rank 0's: a case's index and the record it stored
 
 
 def run_ranked_cases(rank: int, world: int, workload: str, cases: Sequence[tuple[int, Any]],
                      measure: RankMeasure, device: torch.device, db: str | Path, env: dict[str, Any],
                      heartbeat: Any = None, report: Report | None = None,
-                     launch_run: str | None = None) -> None:
+                     launch_run: str | None = None, on_done: Done | None = None) -> None:
     """Measure `cases` ((index, spec) pairs) on this rank; rank 0 stores the outcomes, each naming
-    where its ranks ran (launch.placement). Under a launch (`launch_run`, its id) rank 0 claims
-    each case in the store while it runs, so a group the launcher restarts finds the case it was in."""
+    where its ranks ran (launch.placement), and hands each to `on_done`. Under a launch
+    (`launch_run`, its id) rank 0 claims each case in the store while it runs, so a group the
+    launcher restarts finds the case it was in."""
     store = Store(db) if rank == 0 else None
     where = placement(world)
     for index, spec in cases:
@@ -62,5 +64,7 @@ def run_ranked_cases(rank: int, world: int, workload: str, cases: Sequence[tuple
             store.append(rec)
             if launch_run:
                 store.release(key, launch_run)
+            if on_done is not None:
+                on_done(index, rec)
         if heartbeat is not None:
             heartbeat.done += 1
