@@ -357,11 +357,13 @@ def test_a_failing_rank_ends_its_case_in_seconds_as_a_record_and_the_next_case_r
     from trainperf.distributed.supervisor import Supervisor
 
     monkeypatch.setenv("TRAINPERF_FAULT", fault)
-    said = []
+    said, told = [], []
     supervisor = Supervisor("t", measure_all_reduce, 2, "gloo", db, ENV, tmp_path / "logs", timeout_s=60,
-                            stall_s=3, say=said.append)
+                            stall_s=3, say=said.append,
+                            on_progress=lambda done, spec, status: told.append((done, spec["i"], status)))
     start = time.monotonic()
     failed = supervisor.run([(i, {"i": i}) for i in range(3)])
+    assert told == [(1, 0, "ok"), (2, 1, status), (3, 2, "ok")]  # each case once, in order, across groups
     assert time.monotonic() - start < 60
     records = {r.spec["i"]: r for r in Store(db).records()}
     assert [r.spec["i"] for r in failed] == [1]

@@ -173,14 +173,16 @@ def _supervise(workload: str, todo: list, backend: str, db: Path, env: dict[str,
                     raise SpecError(str(exc)) from None
                 continue
             start = progress.completed
-            progress.show(f"world size {world}" + ("" if link == "auto" else f", link {link}"))
+
+            def told(done: int, spec: Any, status: str, start: int = start) -> None:
+                progress.show(spec.label())
+                progress.done(start + done, status)
+
             supervisor = Supervisor(workload, _measure_of(workload), world, backend, db, env, out / "logs",
                                     timeout_s=timeout_s, say=lambda line: progress.console.print(
                                         line, markup=False, highlight=False, soft_wrap=True),
-                                    on_progress=lambda done, start=start: progress.done(start + done),
-                                    environ=LINKS[link])
+                                    on_progress=told, environ=LINKS[link])
             failed.update({r.key: r for r in supervisor.run(cases)})
-            progress.done(start + len(cases))
     return failed
 
 

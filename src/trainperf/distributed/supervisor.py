@@ -32,7 +32,7 @@ import torch
 import torch.multiprocessing as mp
 
 from trainperf.core.gpu_monitor import nvml_module
-from trainperf.core.record import Record, spec_dict
+from trainperf.core.record import Record, case_key_for, spec_dict
 from trainperf.core.store import Store
 from trainperf.distributed.heartbeat import INTERVAL_S
 from trainperf.distributed.launch import log_to, placement
@@ -125,13 +125,16 @@ def _rank_main(rank: int, world: int, backend: str, port: int, timeout_s: float,
     os._exit(0)  # no teardown: a process group's destructors can abort or wait on peers
 
 
+Progress = Callable[[int, Any, str], None]  # cases finished, the latest one's spec, its stored status
+
+
 class Supervisor:
     """Runs `cases` (index, spec) of `workload` on `world` ranks, each failure a record."""
 
     def __init__(self, workload: str, measure: Measure, world: int, backend: str, db: Path,
                  env: dict[str, Any], log_dir: Path, timeout_s: float = DEFAULT_TIMEOUT_S,
                  stall_s: float = DEFAULT_STALL_S, say: Say = print,
-                 on_progress: Callable[[int], None] = lambda done: None,
+                 on_progress: Progress = lambda done, spec, status: None,
                  environ: dict[str, str] | None = None) -> None:
         self.workload, self.measure, self.world, self.backend = workload, measure, world, backend
         self.db, self.env, self.log_dir = db, env, log_dir
@@ -139,14 +142,28 @@ class Supervisor:
         self.environ = environ or {}
 
     def run(self, cases: Sequence[tuple[int, Any]]) -> list[Record]:
-        """Measure every case; the records of failed cases (the others rank 0 stored itself)."""
+        """Measure every case; the records of failed cases (the others rank 0 stored itself). Each
+        finished case goes to `on_progress` once, in order: how many are finished, its spec, the
+        status it was stored with."""
         from trainperf.distributed.launch import free_port
 
         self.log_dir.mkdir(parents=True, exist_ok=True)
         quiet_resource_tracker()
         failed: list[Record] = []
         pending = list(cases)
+        told = 0  # cases handed to on_progress: they finish in order, a failed one ending its group
+
+        def tell(upto: int, failure: Record | None = None) -> None:
+            nonlocal told
+            store = Store(self.db)
+            for _, spec in cases[told:upto]:
+                stored = failure if failure is not None and told == upto - 1 else store.find_case(
+                    case_key_for(self.workload, spec, self.env))
+                told += 1
+                self.on_progress(told, spec, stored.status if stored is not None else "")
+
         while pending:
+            base = len(cases) - len(pending)
             with tempfile.TemporaryDirectory(prefix="trainperf-ranks-") as folder:
                 files = RankFiles(Path(folder))
                 ctx, port = mp.get_context("spawn"), free_port()
@@ -157,15 +174,17 @@ class Supervisor:
                 for p in procs:
                     p.start()
                 try:
-                    failure = self._watch(procs, files)
+                    failure = self._watch(procs, files, lambda done, base=base: tell(base + done))
                 finally:
                     _end(procs)
                 if failure is None:
+                    tell(len(cases))
                     return failed
                 record = self._record(failure, pending)
                 Store(self.db).append(record)
                 failed.append(record)
                 pending = [(i, s) for i, s in pending if i > failure.case]
+                tell(len(cases) - len(pending), record)
         return failed
 
     def _record(self, failure: Failure, pending: Sequence[tuple[int, Any]]) -> Record:
@@ -181,8 +200,9 @@ class Supervisor:
         return Record(self.workload, spec_dict(spec), failure.status, metrics,
                       reason=f"{who}: {failure.reason}", env=self.env)
 
-    def _watch(self, procs: list[Any], files: RankFiles) -> Failure | None:
-        """Wait for the run to end; the failure that ended it, or None when every rank finished."""
+    def _watch(self, procs: list[Any], files: RankFiles, finished: Callable[[int], None]) -> Failure | None:
+        """Wait for the run to end; the failure that ended it, or None when every rank finished.
+        `finished` hears how many of the group's cases rank 0 has stored, as that grows."""
         progress: dict[int, tuple[Any, float]] = {}  # rank -> ((case, calls), when it last moved)
         dead_since: dict[int, float] = {}
         done = 0
@@ -206,7 +226,7 @@ class Supervisor:
                     progress[r] = (mark, now)
             if 0 in beats and beats[0]["done"] > done:
                 done = beats[0]["done"]
-                self.on_progress(done)
+                finished(done)
             if len(progress) == self.world:
                 last_move = max(when for _, when in progress.values())
                 usual = [hb["call_s"] for hb in beats.values() if hb["timed"] and hb["call_s"]]
