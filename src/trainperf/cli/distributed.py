@@ -160,28 +160,20 @@ def _supervise(workload: str, todo: list, backend: str, db: Path, env: dict[str,
         for world, link in sorted({(s.world_size, getattr(s, "link", "auto")) for _, s in todo}):
             cases = [(i, s) for i, s in todo if s.world_size == world and getattr(s, "link", "auto") == link]
             if existing_launch() is not None:
-                specs = dict(cases)
-
-                def finished(index: int, record: Record, specs: dict = specs) -> None:
-                    progress.show(specs[index].label())
-                    progress.done(progress.completed + 1, record.status)
-
+                label = {i: s.label() for i, s in cases}
                 try:
                     launch(_rank_worker, world, backend, timeout_s=timeout_s,
-                           args=(workload, cases, str(db), env, backend, finished))
+                           args=(workload, cases, str(db), env, backend, lambda index, record, label=label:
+                                 progress.finished(label[index], record.status)))
                 except LaunchError as exc:
                     raise SpecError(str(exc)) from None
                 continue
             start = progress.completed
-
-            def told(done: int, spec: Any, status: str, start: int = start) -> None:
-                progress.show(spec.label())
-                progress.done(start + done, status)
-
             supervisor = Supervisor(workload, _measure_of(workload), world, backend, db, env, out / "logs",
                                     timeout_s=timeout_s, say=lambda line: progress.console.print(
                                         line, markup=False, highlight=False, soft_wrap=True),
-                                    on_progress=told, environ=LINKS[link])
+                                    on_progress=lambda done, spec, status, start=start: progress.finished(
+                                        spec.label(), status, start + done), environ=LINKS[link])
             failed.update({r.key: r for r in supervisor.run(cases)})
     return failed
 

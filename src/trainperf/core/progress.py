@@ -56,3 +56,8 @@ class SweepProgress:
         self.console.print(f"{self.workload} {completed}/{self.total} "
                            f"{elapsed_text(time.monotonic() - self._start)} {what}".rstrip(),
                            markup=False, highlight=False, soft_wrap=True)
+
+    def finished(self, case: str, outcome: str, completed: int | None = None) -> None:
+        """Case `case` is finished with `outcome`, the `completed`-th (by default the next)."""
+        self.show(case)
+        self.done(self.completed + 1 if completed is None else completed, outcome)
