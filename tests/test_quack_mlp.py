@@ -63,8 +63,15 @@ def test_fusing_every_mlp_keeps_the_model_s_loss_and_hands_each_mlp_its_residual
 def test_quack_swaps_are_unsupported_without_the_package_or_off_hopper(monkeypatch, swap):
     model = _tiny(torch.float32)
     monkeypatch.setattr(quack_mlp, "_INSTALLED", False)
+    monkeypatch.setattr(quack_mlp, "_PROBLEM", "not installed")
     needs = rf"--{swap} quack needs quack-kernels: pip install 'trainperf\[fa4\]'"
     with pytest.raises(Unsupported, match=needs):
+        hf_llama.apply_swaps(model, **{swap: "quack"})
+    # installed without the CuTe DSL's Python sources (nvidia-cutlass-dsl-libs-core), as seen on a GPU machine
+    missing = "ModuleNotFoundError: No module named 'cutlass.cutlass_dsl'"
+    monkeypatch.setattr(quack_mlp, "_PROBLEM", missing)
+    with pytest.raises(Unsupported, match=rf"--{swap} quack needs quack-kernels \(installed, but its import "
+                                          rf"fails: {missing}\): pip"):
         hf_llama.apply_swaps(model, **{swap: "quack"})
     monkeypatch.setattr(quack_mlp, "_INSTALLED", True)
     with pytest.raises(Unsupported, match="Hopper or newer GPU"):

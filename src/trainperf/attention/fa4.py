@@ -19,7 +19,7 @@ import torch
 
 from trainperf.attention.op_autograd import register_attention_autograd
 from trainperf.core.errors import Unsupported
-from trainperf.core.extras import import_problem
+from trainperf.core.extras import broken_install, import_problem
 
 INSTALL_FA4 = "pip install 'trainperf[fa4]' (the flash-attn-4 package)"
 
@@ -42,9 +42,7 @@ def fa4_runs(device: torch.device) -> bool:
 def require_fa4(device: torch.device, what: str = "fa4") -> None:
     """Unsupported (naming the install command, or the GPU it needs) unless FA4 trains here."""
     if not _INSTALLED:
-        broken = _PROBLEM not in (None, "not installed")
-        why = f" (installed, but its import fails: {_PROBLEM})" if broken else ""
-        raise Unsupported(f"{what} needs FlashAttention 4{why}: {INSTALL_FA4}")
+        raise Unsupported(f"{what} needs FlashAttention 4{broken_install(_PROBLEM)}: {INSTALL_FA4}")
     if not _hopper_or_newer(device):
         raise Unsupported(f"{what} needs a Hopper or newer GPU (FlashAttention 4's backward runs on sm_90+)")
 

@@ -2,9 +2,9 @@
 
 An install can be present and still not import. nvidia-cutlass-dsl 4.8, for one, keeps its Python
 sources in a wheel of their own (nvidia-cutlass-dsl-libs-core). Where that wheel is missing,
-FlashAttention 4 is found but fails on its first use with "No module named 'cutlass.cute'". A
-recipe that needs the extra then gives an `unsupported` row naming why, instead of an error on
-every case.
+FlashAttention 4 and quack-kernels are found but fail on their first use ("No module named
+'cutlass.cute'", "... 'cutlass.cutlass_dsl'"). A recipe that needs the extra then gives an
+`unsupported` row naming why, instead of an error on every case.
 """
 
 from __future__ import annotations
@@ -24,3 +24,9 @@ def import_problem(module: str) -> str | None:
         lines = str(e).splitlines()
         return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
     return None
+
+
+def broken_install(problem: str | None) -> str:
+    """What an `unsupported` row adds where an extra is installed but does not import (its
+    import_problem), else nothing."""
+    return f" (installed, but its import fails: {problem})" if problem not in (None, "not installed") else ""

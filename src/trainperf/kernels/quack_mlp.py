@@ -16,15 +16,18 @@ GPU, the reference the tests check it against.
 from __future__ import annotations
 
 import contextvars
-from importlib.util import find_spec
 
 import torch
 import torch.nn.functional as F
 
 from trainperf.core.errors import Unsupported
+from trainperf.core.extras import broken_install, import_problem
 
 INSTALL_QUACK = "pip install 'trainperf[fa4]' (quack-kernels comes with flash-attn-4)"
-_INSTALLED = find_spec("quack") is not None  # looked up once, like FA4's
+# looked up once, like FA4's: None, "not installed", or why the installed package does not import
+# (quack imports its CuTe DSL, whose Python sources are a wheel of their own)
+_PROBLEM = import_problem("quack.gemm_interface")
+_INSTALLED = _PROBLEM is None
 
 
 def quack_runs(device: torch.device) -> bool:
@@ -36,7 +39,7 @@ def quack_runs(device: torch.device) -> bool:
 def require_quack(device: torch.device, what: str = "--swiglu quack") -> None:
     """Unsupported (naming the install command, or the GPU it needs) unless quack runs here."""
     if not _INSTALLED:
-        raise Unsupported(f"{what} needs quack-kernels: {INSTALL_QUACK}")
+        raise Unsupported(f"{what} needs quack-kernels{broken_install(_PROBLEM)}: {INSTALL_QUACK}")
     if not quack_runs(device):
         raise Unsupported(f"{what} needs a Hopper or newer GPU (quack's GEMMs run on sm_90+)")
 
