@@ -25,8 +25,9 @@ from trainperf.core.extras import broken_install, import_problem
 
 INSTALL_QUACK = "pip install 'trainperf[fa4]' (quack-kernels comes with flash-attn-4)"
 # looked up once, like FA4's: None, "not installed", or why the installed package does not import
-# (quack imports its CuTe DSL, whose Python sources are a wheel of their own)
-_PROBLEM = import_problem("quack.gemm_interface")
+# (its root imports the CuTe DSL, whose Python sources are a wheel of their own; the root alone,
+# so that load_quack still keys quack's objects before its GEMM modules load)
+_PROBLEM = import_problem("quack")
 _INSTALLED = _PROBLEM is None
 
 
