@@ -17,6 +17,7 @@ import sys
 import pytest
 
 pytest.importorskip("triton")
+from trainperf.kernels import float8_mlp  # noqa: E402
 
 COMPILE = """
 import json, sys
@@ -45,7 +46,7 @@ NORM_BWD = {"X": "*bf16", "W": "*bf16", "DY": "*bf16", "RSTD": "*fp32", "DX": "*
 ROPE = {"X": "*bf16", "COS": "*bf16", "SIN": "*bf16", "Y": "*bf16", **dict.fromkeys(
     ("N_ROWS", "HEADS", "SEQ", "HALF", "sxb", "sxh", "sxn", "scb", "scn"), "i32"), "SIGN": "fp32"}
 F8 = "trainperf.kernels.float8_mlp"
-TILE = {"BM": 64, "BN": 64}
+TILE = {"BM": float8_mlp.TILE[0], "BN": float8_mlp.TILE[1]}
 
 
 def _float8(x: str, y: str, names: tuple[str, ...], sizes: tuple[str, ...]) -> dict:
@@ -73,7 +74,7 @@ CASES = {  # name: (module, kernel, signature, constexprs, warps or compile opti
                            "V": "i32"},
                           {"BLOCK": 16384, "GROUP": 16}, 32),
     "float8 cast": (F8, "_cast_kernel", _float8("*bf16", "*fp8e4nv", ("X",), ("M", "N")),
-                    {"FMAX": 448.0, **TILE}, 8),
+                    {"FMAX": 448.0, **TILE}, float8_mlp.WARPS),
     # the LM head's logit gradient, its transpose written into a slice of a wider tensor
     **{f"float8 logits grad{' amax' * (not cast)}": (
         "trainperf.kernels.float8_head", "_grad_cast_kernel",
@@ -81,9 +82,9 @@ CASES = {  # name: (module, kernel, signature, constexprs, warps or compile opti
          "scale_n": "fp32"},
         {"FMAX": 57344.0, "BM": 64, "BN": 128, "CAST": cast}, 8) for cast in (True, False)},
     "float8 swiglu": (F8, "_swiglu_kernel", _float8("*bf16", "*fp8e4nv", ("GU",), ("T", "F")),
-                      {"FMAX": 448.0, **TILE}, 8),
+                      {"FMAX": 448.0, **TILE}, float8_mlp.WARPS),
     "float8 swiglu backward": (F8, "_swiglu_bwd_kernel", _float8("*bf16", "*fp8e5", ("DH", "GU"),
-                               ("T", "F")), {"FMAX": 57344.0, **TILE}, 8),
+                               ("T", "F")), {"FMAX": 57344.0, **TILE}, float8_mlp.WARPS),
     "float8 next scale": (F8, "_next_scale_kernel", {"HIST": "*fp32", "NOW": "*fp32", "SCALE": "*fp32",
                           "INV": "*fp32"}, {"FMAX": 448.0, "LEN": 16}, 1),
 }
