@@ -321,14 +321,19 @@ def measure_all_reduce(spec, rank, world, device):
     return {"ms": max(max(t) for t in times), "sum": x[0].item()}
 
 
+def _lives_with_parent(proc: Path) -> bool:
+    command = (proc / "cmdline").read_bytes()
+    return b"resource_tracker" in command or b"forkserver" in command
+
+
 def _children() -> list[str]:
-    """Processes whose parent is this one (Linux /proc), but multiprocessing's resource tracker,
-    which lives as long as its parent by design."""
+    """Processes whose parent is this one (Linux /proc), but multiprocessing's resource tracker and
+    fork server (CPU ranks fork from it), which live as long as their parent by design."""
     found = []
     for proc in Path("/proc").iterdir():
         try:
             parent = (proc / "stat").read_text().split(") ")[1].split()[1] if proc.name.isdigit() else None
-            if parent == str(os.getpid()) and b"resource_tracker" not in (proc / "cmdline").read_bytes():
+            if parent == str(os.getpid()) and not _lives_with_parent(proc):
                 found.append(proc.name)
         except (OSError, IndexError):
             continue

@@ -80,7 +80,7 @@ CASES = {  # name: (module, kernel, signature, constexprs, warps or compile opti
         "trainperf.kernels.float8_head", "_grad_cast_kernel",
         {"X": "*bf16", "LSE": "*fp32", "T": "*i64", **_float8(None, "*fp8e5", (), ("M", "V", "LDT")),
          "scale_n": "fp32"},
-        {"FMAX": 57344.0, "BM": 64, "BN": 128, "CAST": cast}, 8) for cast in (True, False)},
+        {"FMAX": 57344.0, "BM": 64, "BN": 128, "CAST": cast}, float8_mlp.WARPS) for cast in (True, False)},
     "float8 swiglu": (F8, "_swiglu_kernel", _float8("*bf16", "*fp8e4nv", ("GU",), ("T", "F")),
                       {"FMAX": 448.0, **TILE}, float8_mlp.WARPS),
     "float8 swiglu backward": (F8, "_swiglu_bwd_kernel", _float8("*bf16", "*fp8e5", ("DH", "GU"),

@@ -23,7 +23,15 @@ import triton.language as tl
 from trainperf.kernels import float8_head as head
 from trainperf.kernels.cross_entropy import cross_entropy_grad_, cross_entropy_lse2
 from trainperf.kernels.float8_linear import GRAD, linear_state
-from trainperf.kernels.float8_mlp import E5M2, atomic_amax, float8_max, scale_and_cast, store_float8, tile_of
+from trainperf.kernels.float8_mlp import (
+    E5M2,
+    WARPS,
+    atomic_amax,
+    float8_max,
+    scale_and_cast,
+    store_float8,
+    tile_of,
+)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU under TRITON_INTERPRET=1
 TILES = ((64, 64, 8), (128, 64, 8), (64, 128, 8), (64, 128, 4), (128, 128, 16))
@@ -77,9 +85,9 @@ def main(rows: int = 8192, vocab: int = 128256, rounds: int = 5) -> None:
             head._grad_cast_kernel[grid](*args, **tile, CAST=True)
         return y
 
-    fused(*head.GRAD_TILE, head.GRAD_WARPS)
+    fused(*head.GRAD_TILE, WARPS)
     want = g8.view(torch.uint8).clone(), g8t.view(torch.uint8).clone()
-    got = fused(*head.GRAD_TILE, head.GRAD_WARPS, twice=True).view(torch.uint8), g8t.view(torch.uint8)
+    got = fused(*head.GRAD_TILE, WARPS, twice=True).view(torch.uint8), g8t.view(torch.uint8)
     print(f"twice against the kernel: {'equal' if all(map(torch.equal, got, want)) else 'DIFFERENT'}")
     if DEVICE == "cpu":  # the interpreter checks the forms; timing them needs a GPU
         return

@@ -29,13 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.multiprocessing as mp
 
 from trainperf.core.gpu_monitor import nvml_module
 from trainperf.core.record import Record, case_key_for, spec_dict
 from trainperf.core.store import Store
 from trainperf.distributed.heartbeat import INTERVAL_S
-from trainperf.distributed.launch import log_to, placement
+from trainperf.distributed.launch import adopt_environment, log_to, placement
 
 POLL_S = 0.1
 STALL_CALLS = 10  # a timed call this many times longer than the usual one is a hang
@@ -93,9 +92,9 @@ def log_path(log_dir: Path, workload: str, rank: int) -> Path:
 def _rank_main(rank: int, world: int, backend: str, port: int, timeout_s: float, workload: str,
                cases: list[tuple[int, Any]], measure: Measure, db: str, env: dict[str, Any],
                folder: str, log_dir: str, environ: dict[str, str]) -> None:
-    """One rank of one run: its output to its log, the process group on its device (with the
-    variables of `environ` set first), the cases."""
-    os.environ.update(environ)
+    """One rank of one run: its output to its log, the process group on its device (in `environ`,
+    the supervisor's environment: a rank forked from a fork server has the server's), the cases."""
+    adopt_environment(environ)
     log_to(log_path(Path(log_dir), workload, rank))
     from trainperf.core.library_noise import quiet_libraries
     from trainperf.distributed.heartbeat import Heartbeat, install
@@ -145,7 +144,7 @@ class Supervisor:
         """Measure every case; the records of failed cases (the others rank 0 stored itself). Each
         finished case goes to `on_progress` once, in order: how many are finished, its spec, the
         status it was stored with."""
-        from trainperf.distributed.launch import free_port
+        from trainperf.distributed.launch import free_port, rank_context
 
         self.log_dir.mkdir(parents=True, exist_ok=True)
         quiet_resource_tracker()
@@ -166,10 +165,10 @@ class Supervisor:
             base = len(cases) - len(pending)
             with tempfile.TemporaryDirectory(prefix="trainperf-ranks-") as folder:
                 files = RankFiles(Path(folder))
-                ctx, port = mp.get_context("spawn"), free_port()
+                ctx, port = rank_context(), free_port()
                 procs = [ctx.Process(target=_rank_main, args=(
                     r, self.world, self.backend, port, self.timeout_s, self.workload, pending, self.measure,
-                    str(self.db), self.env, folder, str(self.log_dir), self.environ))
+                    str(self.db), self.env, folder, str(self.log_dir), {**os.environ, **self.environ}))
                     for r in range(self.world)]
                 for p in procs:
                     p.start()

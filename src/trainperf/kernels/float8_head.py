@@ -36,6 +36,7 @@ from trainperf.kernels.float8_mlp import (
     E4M3,
     E5M2,
     STATE,
+    WARPS,
     ScaleState,
     atomic_amax,
     check_dims,
@@ -49,11 +50,10 @@ from trainperf.kernels.float8_mlp import (
     transpose_back,
 )
 
-# (rows, columns) of a gradient-cast tile: for 8,192 rows of Llama 3's vocabulary on an H200, 2.09 ms
-# against 2.89 at 64 x 64 and 2.75 for the bf16 gradient in place and cast after
-# (benchmarks/probes/float8_logits_grad.py)
+# (rows, columns) of a gradient-cast tile, at the casts' WARPS: for 12,288 rows of Llama 3's
+# vocabulary on an H200, 2.62 ms against 2.92 at 64 x 64 and 3.90 for the bf16 gradient in place
+# and cast after (benchmarks/probes/float8_logits_grad.py)
 GRAD_TILE = (64, 128)
-GRAD_WARPS = 8
 
 
 def head_state(weight: torch.Tensor) -> ScaleState:
@@ -102,7 +102,7 @@ def _cast_logits_grad(logits: torch.Tensor, targets: torch.Tensor, scale_n: floa
         grid = (triton.cdiv(m, GRAD_TILE[0]), triton.cdiv(v, GRAD_TILE[1]))
         _grad_cast_kernel[grid](logits, lse2, targets, g8, g8t, state[2][GRAD:], amax, m, v, g8t.stride(0),
                                 scale_n, FMAX=float8_max(E5M2), BM=GRAD_TILE[0], BN=GRAD_TILE[1], CAST=cast,
-                                num_warps=GRAD_WARPS)
+                                num_warps=WARPS)
 
     def amax() -> torch.Tensor:  # what calibrates: the first chunk's gradient, before any cast
         out = torch.zeros((), dtype=torch.float32, device=logits.device)
