@@ -1,6 +1,7 @@
 """Faults survived, proven with real ones: a sweep killed with SIGKILL mid-case, the CLI stopped
 with SIGINT, a collective that returns a wrong result, and two sweeps of the same cases at once."""
 
+import json
 import os
 import signal
 import socket
@@ -8,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -558,6 +560,36 @@ def test_a_loop_of_long_calls_is_held_to_its_own_usual_call_not_an_earlier_loop_
             assert beat.state()["call_s"] >= 0.3
     finally:
         install(None)
+
+
+def test_a_beat_read_before_a_case_starts_never_lands_after_the_case_s_own_write(tmp_path):
+    """The thread's beat reads the state, then the main thread starts a case: the file ends up
+    naming the new case, whatever order the two writes come in."""
+    from trainperf.distributed.heartbeat import Heartbeat
+
+    go, read, written = threading.Event(), threading.Event(), threading.Event()
+
+    class OneSlowBeat(Heartbeat):
+        def _beat(self):
+            go.wait(5)
+            self._write()
+            written.set()
+
+        def state(self):
+            state = super().state()
+            if threading.current_thread().name == "trainperf-heartbeat":
+                read.set()
+                time.sleep(0.3)  # the main thread starts the next case between this read and its write
+            return state
+
+    path = tmp_path / "beat.json"
+    beat = OneSlowBeat(path, rank=0, device=torch.device("cpu"))
+    beat.start_case(0)
+    go.set()
+    assert read.wait(5)
+    beat.start_case(1)
+    assert written.wait(5)
+    assert json.loads(path.read_text())["case"] == 1
 
 
 # Inductor, when a Ctrl-C also reaches the compiler it started (ptxas, g++), logs the failed

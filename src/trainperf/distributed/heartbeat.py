@@ -41,6 +41,7 @@ class Heartbeat:
         self.call_s: list[float] = []  # seconds from one timed call's start to the next's, this loop
         self._last_call: float | None = None
         self._main = threading.main_thread().ident
+        self._writing = threading.Lock()
         threading.Thread(target=self._beat, daemon=True, name="trainperf-heartbeat").start()
 
     def start_case(self, index: int) -> None:
@@ -82,12 +83,16 @@ class Heartbeat:
                 "call_s": call_s, "done": self.done, "peak_gb": self.peak_gb(), "where": self.where()}
 
     def _write(self) -> None:
-        tmp = self.path.with_suffix(f".tmp{threading.get_ident()}")
-        try:
-            tmp.write_text(json.dumps(self.state()))
-            tmp.replace(self.path)
-        except Exception:  # noqa: BLE001 - a beat is skipped, never the rank's work
-            pass
+        """The state as it is now, read and written under one lock: otherwise the thread's beat,
+        read before a case starts and written after the case's own write, leaves the file naming
+        the case before, and a rank killed moments later is blamed for a case that passed."""
+        with self._writing:
+            tmp = self.path.with_suffix(".tmp")
+            try:
+                tmp.write_text(json.dumps(self.state()))
+                tmp.replace(self.path)
+            except Exception:  # noqa: BLE001 - a beat is skipped, never the rank's work
+                pass
 
     def _beat(self) -> None:
         while True:
