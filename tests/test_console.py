@@ -99,13 +99,21 @@ def test_a_compiled_recipe_gloo_ranks_and_a_compiled_sharded_profile_print_no_li
     runs = [["llama", "--recipe", "compile", "--batch-seq", "1x16", "--iters", "1", "--warmup", "1"],
             ["ddp", "--world-size", "2", "--variant", "naive", "--iters", "2", "--warmup", "1"],
             ["profile", "shard", "--compile", "on", "--checkpoint", "all-but-1+attn"]]  # ranks of launch
+    procs = []  # all three at once: each spends most of its time compiling on one core
     for args in runs:
-        stored = [] if args[0] == "profile" else ["--db", str(tmp_path / "r.db")]
-        proc = subprocess.run([sys.executable, "-m", "trainperf", *args, "--out", str(tmp_path / "out"),
-                               *stored], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        noise = [line for line in proc.stderr.splitlines() if LIBRARY_LINE.search(line)]
-        assert noise == [], (args, noise)
+        stored = [] if args[0] == "profile" else ["--db", str(tmp_path / f"{args[0]}.db")]
+        procs.append(subprocess.Popen([sys.executable, "-m", "trainperf", *args, "--out",
+                                       str(tmp_path / args[0]), *stored], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, cwd=tmp_path))
+    try:
+        for args, proc in zip(runs, procs, strict=True):
+            _, err = proc.communicate(timeout=600)
+            assert proc.returncode == 0, err[-2000:]
+            noise = [line for line in err.splitlines() if LIBRARY_LINE.search(line)]
+            assert noise == [], (args, noise)
+    finally:
+        for proc in procs:
+            proc.kill()
 
 
 def test_a_library_s_log_line_about_itself_is_dropped_and_its_others_kept(monkeypatch, caplog):
