@@ -36,13 +36,15 @@ def require_cudnn(device: torch.device, what: str) -> None:
 
 
 def io_type(dtype: torch.dtype) -> Any:
-    """The cuDNN data type of a torch dtype (fp32, bf16, fp16); Unsupported for others."""
+    """The cuDNN data type of a torch dtype (fp32, bf16, fp16, float8 e4m3 or e5m2); Unsupported
+    for others."""
     import cudnn
 
     types = {torch.float32: cudnn.data_type.FLOAT, torch.bfloat16: cudnn.data_type.BFLOAT16,
-             torch.float16: cudnn.data_type.HALF}
+             torch.float16: cudnn.data_type.HALF, torch.float8_e4m3fn: cudnn.data_type.FP8_E4M3,
+             torch.float8_e5m2: cudnn.data_type.FP8_E5M2}
     if dtype not in types:
-        raise Unsupported(f"cuDNN graphs take fp32, bf16 or fp16, not {dtype}")
+        raise Unsupported(f"cuDNN graphs take fp32, bf16, fp16 or float8 (e4m3, e5m2), not {dtype}")
     return types[dtype]
 
 

@@ -1,0 +1,154 @@
+"""Attention on cuDNN's float8 SDPA graphs, forward and backward, for Hopper and newer GPUs.
+
+Q, K and V (and in the backward dO) are cast to float8 with the scale of their own amax. P, O and
+dP take scales from bounds known before the kernel runs, so no scale waits for the tensor it
+scales and nothing is carried from one step to the next: P is at most 1, |O| at most V's amax
+(each row of O is a convex combination of V's rows), and |dP| at most the longest row of dO times
+the longest row of V (each entry is the dot product of two such rows). O and the gradients are
+written in the types `Float8Types` names; where they are float8, `grad_scale` scales the gradients
+(their bounds are too loose to use: a key's gradient sums over every query that attends to it).
+
+The ops keep attention/op_autograd.py's contract, so a step saves q, k and v in bf16 as with bf16
+attention, and the backward casts them again: a pass over each, small beside attention at long
+sequences. `benchmarks/probes/cudnn_fp8_attention.py` sets each choice of types beside cuDNN's
+bf16 graphs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from trainperf.kernels import cudnn_graphs as cg
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+FORWARD_OUT = ("o", "stats", "amax_s", "amax_o")
+BACKWARD_OUT = ("dq", "dk", "dv", "amax_dq", "amax_dk", "amax_dv", "amax_dp")
+FORWARD_SCALARS = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
+# the backward's scale arguments, by the name of the buffer each takes
+BACKWARD_SCALARS = {"descale_q": "descale_q", "descale_k": "descale_k", "descale_v": "descale_v",
+                    "descale_o": "descale_o", "descale_dO": "descale_do", "descale_s": "descale_s",
+                    "descale_dP": "descale_dp", "scale_s": "scale_s", "scale_dQ": "scale_dq",
+                    "scale_dK": "scale_dk", "scale_dV": "scale_dv", "scale_dP": "scale_dp"}
+UID = {name: uid for uid, name in enumerate(
+    ("q", "k", "v", "do", *FORWARD_OUT, *BACKWARD_OUT, "descale_o", "descale_do", "descale_dp",
+     *FORWARD_SCALARS, "scale_dq", "scale_dk", "scale_dv", "scale_dp"), 1)}
+
+
+@dataclass(frozen=True)
+class Float8Types:
+    """The types of O, of dO (and with it dP) and of dQ, dK and dV; Q, K and V are e4m3."""
+
+    o: torch.dtype = torch.bfloat16
+    do: torch.dtype = E4M3
+    grads: torch.dtype = torch.bfloat16
+
+
+def float8_max(dtype: torch.dtype) -> float:
+    return torch.finfo(dtype).max
+
+
+def is_float8(dtype: torch.dtype) -> bool:
+    return dtype in (E4M3, E5M2)
+
+
+def cast(t: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """`t` in `dtype`, scaled by its own amax (same strides), and the descale that undoes it."""
+    scale = float8_max(dtype) / t.abs().amax().float().clamp(min=1e-12)
+    return (t.float() * scale).to(dtype), (1 / scale).reshape(1, 1, 1, 1)
+
+
+def bound_scales(bound: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scale and descale of a float8 tensor whose values are at most `bound` (ones where the
+    tensor is not float8: cuDNN then leaves them unused)."""
+    if not is_float8(dtype):
+        one = torch.ones(1, 1, 1, 1, dtype=torch.float32, device=bound.device)
+        return one, one
+    scale = (float8_max(dtype) / bound.float().clamp(min=1e-12)).reshape(1, 1, 1, 1)
+    return scale, 1 / scale
+
+
+def dp_bound(do: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The largest |dP| can be: the longest row of dO times the longest row of V."""
+    return do.float().norm(dim=-1).amax() * v.float().norm(dim=-1).amax()
+
+
+def _scalar(device: torch.device, value: float = 1.0) -> torch.Tensor:
+    return torch.full((1, 1, 1, 1), value, dtype=torch.float32, device=device)
+
+
+def _finish(out: Any, name: str, like: torch.Tensor) -> None:
+    out.set_uid(UID[name]).set_output(True).set_dim(list(like.shape)).set_stride(list(like.stride()))
+    out.set_data_type(cg.io_type(like.dtype))
+
+
+def _declare_all(g: Any, buffers: dict[str, torch.Tensor], names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: cg.declare(g, UID[name], name, buffers[name]) for name in names}
+
+
+def _forward_graph(buffers: dict[str, torch.Tensor], causal: bool, scale: float) -> Any:
+    g = cg.new_graph(buffers["q"].device, E4M3)
+    t = _declare_all(g, buffers, ("q", "k", "v", *FORWARD_SCALARS))
+    outs = g.sdpa_fp8(**t, generate_stats=True, attn_scale=scale, use_causal_mask=causal, name="sdpa_fp8")
+    for name, out in zip(FORWARD_OUT, outs, strict=True):
+        _finish(out, name, buffers[name])
+    return g
+
+
+def _backward_graph(buffers: dict[str, torch.Tensor], causal: bool, scale: float) -> Any:
+    g = cg.new_graph(buffers["q"].device, E4M3)
+    t = _declare_all(g, buffers, ("q", "k", "v", "o", "stats", "do", *BACKWARD_SCALARS.values()))
+    t["dO"] = t.pop("do")
+    args = {arg: t.pop(name) for arg, name in BACKWARD_SCALARS.items()}
+    outs = g.sdpa_fp8_backward(**t, **args, attn_scale=scale, use_causal_mask=causal, name="sdpa_fp8_bwd")
+    for name, out in zip(BACKWARD_OUT, outs, strict=True):
+        _finish(out, name, buffers[name])
+    return g
+
+
+def _run(kind: str, build: Any, buffers: dict[str, torch.Tensor], causal: bool, scale: float) -> None:
+    key = (kind, *(cg.layout(t) for t in buffers.values()), causal, scale, buffers["q"].device)
+    graph = cg.cached_graph(key, lambda: build(buffers, causal, scale))
+    cg.execute(graph, {UID[name]: t for name, t in buffers.items()}, buffers["q"].device)
+
+
+def float8_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+                   types: Float8Types = Float8Types()) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """O in `types.o` (laid out [batch, seq, heads, dim] under a [batch, heads, seq, dim] view), the
+    softmax's log-sum-exp per query row, and O's descale (one where O is not float8)."""
+    b, h, n, _ = q.shape
+    buffers: dict[str, torch.Tensor] = {}
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        buffers[name], buffers[f"descale_{name}"] = cast(t, E4M3)
+    buffers["scale_s"], buffers["descale_s"] = bound_scales(torch.ones((), device=q.device), E4M3)
+    buffers["scale_o"], descale_o = bound_scales(v.abs().amax(), types.o)
+    buffers["o"] = q.new_empty(b, n, h, v.shape[-1], dtype=types.o).transpose(1, 2)
+    buffers["stats"] = q.new_empty(b, h, n, 1, dtype=torch.float32)
+    buffers["amax_s"], buffers["amax_o"] = _scalar(q.device), _scalar(q.device)
+    _run("sdpa_fp8", _forward_graph, buffers, causal, scale)
+    return buffers["o"], buffers["stats"], descale_o
+
+
+def float8_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                    descale_o: torch.Tensor, stats: torch.Tensor, causal: bool, scale: float,
+                    types: Float8Types = Float8Types(), grad_scale: torch.Tensor | None = None,
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dQ, dK and dV in `types.grads` (float8 ones scaled by `grad_scale`'s three entries), and
+    the amaxes of dQ, dK, dV and dP as cuDNN measured them. `o` is the forward's, in `types.o`."""
+    buffers: dict[str, torch.Tensor] = {"o": o, "stats": stats, "descale_o": descale_o}
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        buffers[name], buffers[f"descale_{name}"] = cast(t, E4M3)
+    buffers["do"], buffers["descale_do"] = cast(do, types.do)
+    buffers["scale_s"], buffers["descale_s"] = bound_scales(torch.ones((), device=q.device), E4M3)
+    buffers["scale_dp"], buffers["descale_dp"] = bound_scales(dp_bound(do, v), types.do)
+    scales = grad_scale if grad_scale is not None else torch.ones(3, device=q.device)
+    for i, (name, like) in enumerate((("dq", q), ("dk", k), ("dv", v))):
+        buffers[name] = torch.empty_strided(like.shape, like.stride(), dtype=types.grads, device=q.device)
+        buffers[f"scale_{name}"] = scales[i].float().reshape(1, 1, 1, 1)
+    for name in BACKWARD_OUT[3:]:
+        buffers[name] = _scalar(q.device)
+    _run("sdpa_fp8_bwd", _backward_graph, buffers, causal, scale)
+    amaxes = torch.cat([buffers[name].reshape(1) for name in BACKWARD_OUT[3:]])
+    return buffers["dq"], buffers["dk"], buffers["dv"], amaxes

@@ -1,0 +1,42 @@
+"""Float8 attention's scales (attention/cudnn_fp8.py): the casts against float64, and the bounds
+that scale O and dP before the kernel runs hold for the attention they bound."""
+
+import pytest
+import torch
+
+from trainperf.attention import cudnn_fp8 as f8
+
+
+@pytest.mark.parametrize("dtype", [f8.E4M3, f8.E5M2])
+def test_a_cast_takes_its_amax_to_the_float8_maximum_keeps_its_strides_and_rounds_once(dtype):
+    torch.manual_seed(0)
+    t = (torch.randn(2, 64, 4, 16) * torch.logspace(-3, 2, 16)).transpose(1, 2)  # [b, h, n, d] view
+    t8, descale = f8.cast(t, dtype)
+    assert t8.dtype == dtype and t8.stride() == t.stride() and descale.shape == (1, 1, 1, 1)
+    assert t8.float().abs().max().item() == f8.float8_max(dtype)
+    back, exact = t8.double() * descale.double(), t.double()
+    mantissa = {f8.E4M3: 3, f8.E5M2: 2}[dtype]
+    smallest = {f8.E4M3: 2.0**-9, f8.E5M2: 2.0**-16}[dtype] * descale.item()  # a subnormal step
+    assert ((back - exact).abs() <= exact.abs() * 2.0 ** -(mantissa + 1) + smallest).all()
+
+
+def test_bound_scales_take_a_float8_tensor_s_bound_to_its_maximum_and_leave_others_unscaled():
+    scale, descale = f8.bound_scales(torch.tensor(2.0), f8.E4M3)
+    assert scale.item() == pytest.approx(448 / 2) and descale.item() == pytest.approx(2 / 448)
+    assert f8.bound_scales(torch.tensor(2.0), torch.bfloat16)[0].item() == 1.0
+
+
+def test_o_and_dp_never_pass_the_bounds_their_scales_come_from():
+    """In float64, with grouped K/V heads and an outlier in V: |O| ≤ amax(V), |dP| ≤ the bound."""
+    torch.manual_seed(1)
+    b, h, kv, n, d = 2, 4, 2, 32, 16
+    q, k, v, do = (torch.randn(b, heads, n, d, dtype=torch.float64) for heads in (h, kv, kv, h))
+    v[0, 1, 5, 3] = 40.0
+    k_full, v_full = (t.repeat_interleave(h // kv, dim=1) for t in (k, v))
+    scores = (q @ k_full.transpose(-1, -2)) * d**-0.5
+    scores = scores.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    o = scores.softmax(-1) @ v_full
+    dp = do @ v_full.transpose(-1, -2)
+    assert o.abs().max() <= v.abs().amax()
+    bound = f8.dp_bound(do, v)
+    assert dp.abs().max() <= bound and dp.abs().max() > bound / 10  # holds, and not far too loose here
