@@ -12,8 +12,9 @@ reports, as delayed scaling would carry them. The error of each output is ‖x -
 against cuDNN's bf16 graphs on the unquantized inputs; beside it, dP's amax as a share of the bound
 its scale comes from. Each float8 step includes its casts (as PyTorch ops, an upper bound on casts
 a step fuses into the kernels that produce Q, K, V and dO); `casts` times them alone.
-Usage: PYTHONPATH=src python3 benchmarks/probes/cudnn_fp8_attention.py [B H KV N D [rounds]]
-(default 1 32 8 32768 128: the 8B's attention on one rank of the sharded step at 32,768 tokens).
+Usage: PYTHONPATH=src python3 benchmarks/probes/cudnn_fp8_attention.py [B H KV N D [rounds [variants]]]
+(default 1 32 8 32768 128: the 8B's attention on one rank of the sharded step at 32,768 tokens;
+variants comma-separated, default all).
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def variant_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Te
     return step, outputs
 
 
-def main(b: int = 1, h: int = 32, kv: int = 8, n: int = 32768, d: int = 128, rounds: int = 5) -> None:
+def main(b: int = 1, h: int = 32, kv: int = 8, n: int = 32768, d: int = 128, rounds: int = 5,
+         variants: str = ",".join(VARIANTS)) -> None:
     import cudnn
 
     device = torch.device("cuda")
@@ -85,7 +87,7 @@ def main(b: int = 1, h: int = 32, kv: int = 8, n: int = 32768, d: int = 128, rou
 
     ref = dict(zip(("o", "dq", "dk", "dv"), (t.float() for t in bf16_step()), strict=True))
     steps: dict[str, Callable[[], object]] = {"bf16": bf16_step, "casts": casts}
-    for variant in VARIANTS:
+    for variant in variants.split(","):
         try:
             step, outputs = variant_step(q, k, v, do, variant, scale)
             out = outputs()
@@ -110,4 +112,4 @@ def main(b: int = 1, h: int = 32, kv: int = 8, n: int = 32768, d: int = 128, rou
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:7]))
+    main(*(int(a) for a in sys.argv[1:7]), *sys.argv[7:8])
