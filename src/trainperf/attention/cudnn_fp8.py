@@ -64,8 +64,7 @@ def bound_scales(bound: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor,
     """The scale and descale of a float8 tensor whose values are at most `bound` (ones where the
     tensor is not float8: cuDNN then leaves them unused)."""
     if not is_float8(dtype):
-        one = torch.ones(1, 1, 1, 1, dtype=torch.float32, device=bound.device)
-        return one, one
+        return _scalar(bound.device), _scalar(bound.device)
     scale = (float8_max(dtype) / bound.float().clamp(min=1e-12)).reshape(1, 1, 1, 1)
     return scale, 1 / scale
 
@@ -153,7 +152,7 @@ def float8_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     scales = grad_scale if grad_scale is not None else torch.ones(3, device=q.device)
     for i, (name, like) in enumerate((("dq", q), ("dk", k), ("dv", v))):
         buffers[name] = torch.empty_strided(like.shape, like.stride(), dtype=types.grads, device=q.device)
-        buffers[f"scale_{name}"] = scales[i].float().reshape(1, 1, 1, 1)
+        buffers[f"scale_{name}"] = _scalar(q.device).copy_(scales[i])  # a buffer of its own, aligned
     for name in BACKWARD_OUT[3:]:
         buffers[name] = _scalar(q.device)
     _run("sdpa_fp8_bwd", _backward_graph, buffers, causal, scale)
