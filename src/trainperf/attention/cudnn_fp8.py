@@ -1,6 +1,7 @@
 """Attention on cuDNN's float8 SDPA graphs, forward and backward, for Hopper and newer GPUs.
 
-Q, K and V (and in the backward dO) are cast to float8 with the scale of their own amax. P, O and
+Q, K and V (and in the backward dO) are cast to float8 with the scale of their own amax (a power of
+two: exact to apply in bf16, so each cast rounds once and reads and writes no float32). P, O and
 dP take scales from bounds known before the kernel runs, so no scale waits for the tensor it
 scales and nothing is carried from one step to the next: P is at most 1, |O| at most V's amax
 (each row of O is a convex combination of V's rows), and |dP| at most the longest row of dO times
@@ -54,10 +55,17 @@ def is_float8(dtype: torch.dtype) -> bool:
     return dtype in (E4M3, E5M2)
 
 
+def power_of_two_scale(bound: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The largest power of two that keeps values of at most `bound` within `dtype`'s range: a
+    scale that multiplies exactly, in the input's own precision, so a cast rounds once and needs
+    no float32 copy, and whose descale is exact too (at most one binade of range left unused)."""
+    return torch.exp2(torch.floor(torch.log2(float8_max(dtype) / bound.float().clamp(min=1e-30))))
+
+
 def cast(t: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """`t` in `dtype`, scaled by its own amax (same strides), and the descale that undoes it."""
-    scale = float8_max(dtype) / t.abs().amax().float().clamp(min=1e-12)
-    return (t.float() * scale).to(dtype), (1 / scale).reshape(1, 1, 1, 1)
+    scale = power_of_two_scale(t.abs().amax(), dtype)
+    return (t * scale.to(t.dtype)).to(dtype), (1 / scale).reshape(1, 1, 1, 1)
 
 
 def bound_scales(bound: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,7 +73,7 @@ def bound_scales(bound: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor,
     tensor is not float8: cuDNN then leaves them unused)."""
     if not is_float8(dtype):
         return _scalar(bound.device), _scalar(bound.device)
-    scale = (float8_max(dtype) / bound.float().clamp(min=1e-12)).reshape(1, 1, 1, 1)
+    scale = power_of_two_scale(bound, dtype).reshape(1, 1, 1, 1)
     return scale, 1 / scale
 
 
