@@ -16,19 +16,37 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 TINY = ["--seq", "16", "--batch", "2", "--warmup", "0", "--iters", "1", "--device", "cpu", "--quiet"]
 
 
-def trainperf(*args: str, without: str | None = None, cwd: Path) -> subprocess.CompletedProcess:
-    """The CLI in a fresh process; `without` makes importing that package fail, as on a machine
-    where it is not installed."""
+def started(*args: str, without: str | None = None, cwd: Path) -> subprocess.Popen:
+    """The CLI started in a fresh process; `without` makes importing that package fail, as on a
+    machine where it is not installed."""
     hide = f"import sys; sys.modules[{without!r}] = None; " if without else ""
     code = f"{hide}from trainperf.cli import app; app({list(args)!r})"
     env = {"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin", "TRITON_INTERPRET": "1"}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd,
-                          env=env, timeout=300)
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=cwd, env=env)
+
+
+def finished(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def trainperf(*args: str, without: str | None = None, cwd: Path) -> subprocess.CompletedProcess:
+    """The CLI run to its end in a fresh process (see `started`)."""
+    return finished(started(*args, without=without, cwd=cwd))
 
 
 def test_step_without_triton_runs_and_names_the_extra(tmp_path):
-    res = trainperf("step", *TINY, "--db", "r.db", "--loss", "torch,chunked", "--norm", "torch,triton",
-                    "--attention", "sdpa,triton-fa2", without="triton", cwd=tmp_path)
+    procs = [started("step", *TINY, "--db", "r.db", "--loss", "torch,chunked", "--norm", "torch,triton",
+                     "--attention", "sdpa,triton-fa2", without="triton", cwd=tmp_path),
+             started("step", *TINY, "--db", "s.db", "--rope", "triton", "--swiglu", "triton",
+                     without="triton", cwd=tmp_path),
+             started("attention", "--attention", "triton-fa2", "--seq", "16", "--head-dim", "16", "--device",
+                     "cpu", "--quiet", "--db", "a.db", without="triton", cwd=tmp_path)]  # all three at once
+    res, swaps, attention = (finished(p) for p in procs)
     assert res.returncode == 0, res.stderr
     assert "ModuleNotFoundError" not in res.stderr + res.stdout
     rows = sqlite3.connect(tmp_path / "r.db").execute("SELECT status, reason, spec FROM records").fetchall()
@@ -38,14 +56,10 @@ def test_step_without_triton_runs_and_names_the_extra(tmp_path):
     # chunked loss falls back to PyTorch, so both loss cases without Triton swaps measured
     assert len(unsupported) == 6 and all("pip install 'trainperf[triton]'" in r[1] for r in unsupported)
     assert sorted(r[0] for r in rows).count("ok") == 2
-    res = trainperf("step", *TINY, "--db", "s.db", "--rope", "triton", "--swiglu", "triton",
-                    without="triton", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
+    assert swaps.returncode == 0, swaps.stderr
     assert sqlite3.connect(tmp_path / "s.db").execute("SELECT status FROM records").fetchall() == [
         ("unsupported",)]
-    assert "'trainperf[triton]'" in trainperf("attention", "--attention", "triton-fa2", "--seq", "16",
-                                              "--head-dim", "16", "--device", "cpu", "--quiet", "--db",
-                                              "a.db", without="triton", cwd=tmp_path).stdout
+    assert "'trainperf[triton]'" in attention.stdout
 
 
 def test_profiles_print_no_tracer_lines(tmp_path):
