@@ -47,10 +47,6 @@ class Float8Types:
     grads: torch.dtype = torch.bfloat16
 
 
-def float8_max(dtype: torch.dtype) -> float:
-    return torch.finfo(dtype).max
-
-
 def is_float8(dtype: torch.dtype) -> bool:
     return dtype in (E4M3, E5M2)
 
@@ -59,7 +55,7 @@ def power_of_two_scale(bound: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The largest power of two that keeps values of at most `bound` within `dtype`'s range: a
     scale that multiplies exactly, in the input's own precision, so a cast rounds once and needs
     no float32 copy, and whose descale is exact too (at most one binade of range left unused)."""
-    return torch.exp2(torch.floor(torch.log2(float8_max(dtype) / bound.float().clamp(min=1e-30))))
+    return torch.exp2(torch.floor(torch.log2(torch.finfo(dtype).max / bound.float().clamp(min=1e-30))))
 
 
 def cast(t: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -128,15 +124,21 @@ def _run(kind: str, build: Any, buffers: dict[str, torch.Tensor], causal: bool, 
     cg.execute(graph, {UID[name]: t for name, t in buffers.items()}, buffers["q"].device)
 
 
+def _inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What both graphs take first: Q, K and V in e4m3 with their descales, and P's scales."""
+    buffers: dict[str, torch.Tensor] = {}
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        buffers[name], buffers[f"descale_{name}"] = cast(t, E4M3)
+    buffers["scale_s"], buffers["descale_s"] = bound_scales(torch.ones((), device=q.device), E4M3)
+    return buffers
+
+
 def float8_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
                    types: Float8Types = Float8Types()) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """O in `types.o` (laid out [batch, seq, heads, dim] under a [batch, heads, seq, dim] view), the
     softmax's log-sum-exp per query row, and O's descale (one where O is not float8)."""
     b, h, n, _ = q.shape
-    buffers: dict[str, torch.Tensor] = {}
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        buffers[name], buffers[f"descale_{name}"] = cast(t, E4M3)
-    buffers["scale_s"], buffers["descale_s"] = bound_scales(torch.ones((), device=q.device), E4M3)
+    buffers = _inputs(q, k, v)
     buffers["scale_o"], descale_o = bound_scales(v.abs().amax(), types.o)
     buffers["o"] = q.new_empty(b, n, h, v.shape[-1], dtype=types.o).transpose(1, 2)
     buffers["stats"] = q.new_empty(b, h, n, 1, dtype=torch.float32)
@@ -151,11 +153,8 @@ def float8_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK and dV in `types.grads` (float8 ones scaled by `grad_scale`'s three entries), and
     the amaxes of dQ, dK, dV and dP as cuDNN measured them. `o` is the forward's, in `types.o`."""
-    buffers: dict[str, torch.Tensor] = {"o": o, "stats": stats, "descale_o": descale_o}
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        buffers[name], buffers[f"descale_{name}"] = cast(t, E4M3)
+    buffers = {**_inputs(q, k, v), "o": o, "stats": stats, "descale_o": descale_o}
     buffers["do"], buffers["descale_do"] = cast(do, types.do)
-    buffers["scale_s"], buffers["descale_s"] = bound_scales(torch.ones((), device=q.device), E4M3)
     buffers["scale_dp"], buffers["descale_dp"] = bound_scales(dp_bound(do, v), types.do)
     scales = grad_scale if grad_scale is not None else torch.ones(3, device=q.device)
     for i, (name, like) in enumerate((("dq", q), ("dk", k), ("dv", v))):
