@@ -5,12 +5,13 @@ alternating rounds.
 
 Each variant names the types of O, of dO (and dP) and of dQ, dK, dV; Q, K and V are e4m3 in all.
 `8-8-8` is cuDNN's own test (all e4m3), `8-5-5` Transformer Engine's hybrid (gradients e5m2), and
-the `16-` variants write O, or O and the gradients, in bf16, as a bf16 step around the attention
-reads them. `8-8-8-rep` is `8-8-8` with K and V repeated to every query head, for a cuDNN that
-refuses grouped heads in float8. Float8 gradients take the scales of the amaxes a first call
-reports, as delayed scaling would carry them. The error of each output is ‖x - ref‖ / ‖ref‖
-against cuDNN's bf16 graphs on the unquantized inputs; beside it, dP's amax as a share of the bound
-its scale comes from. Each float8 step includes its casts (as PyTorch ops, an upper bound on casts
+the `16-` ones write O, or O and the gradients, in bf16, as a bf16 step around the attention
+reads them. `-rep` repeats K and V to every query head, for a cuDNN that refuses grouped heads in
+float8. Float8 gradients take the scales of the amaxes a first call reports, as delayed scaling
+carries them, and dP's scale comes from its bound, or with `-delayed` from its first amax too. Where
+FlashAttention 4 is installed, its bf16 kernels are timed beside them. The error of each output is
+‖x - ref‖ / ‖ref‖ against cuDNN's bf16 graphs on the unquantized inputs; beside it, dP's amax as a
+share of the bound. Each float8 step includes its casts (as PyTorch ops, an upper bound on casts
 a step fuses into the kernels that produce Q, K, V and dO); `casts` times them alone.
 Usage: PYTHONPATH=src python3 benchmarks/probes/cudnn_fp8_attention.py [B H KV N D [rounds [variants]]]
 (default 1 32 8 32768 128: the 8B's attention on one rank of the sharded step at 32,768 tokens;
@@ -30,7 +31,7 @@ from trainperf.attention.cudnn_fe import cudnn_sdpa_backward_op, cudnn_sdpa_op
 from trainperf.core.timing import time_op
 
 TYPES = {"8": f8.E4M3, "5": f8.E5M2, "16": torch.bfloat16}
-VARIANTS = ("16-8-16", "16-5-16", "8-8-16", "8-8-8", "8-5-5", "8-8-8-rep")
+VARIANTS = ("8-8-8", "8-5-5", "8-8-8-delayed", "8-5-5-delayed", "8-8-8-rep-delayed", "16-8-16", "8-8-16")
 
 
 def variant_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, variant: str,
@@ -40,17 +41,18 @@ def variant_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Te
     o_type, do_type, grad_type = (TYPES[p] for p in variant.split("-")[:3])
     types = f8.Float8Types(o_type, do_type, grad_type)
     kv_heads = k.shape[1]
-    if variant.endswith("-rep"):
+    if "-rep" in variant:
         k, v = (t.repeat_interleave(q.shape[1] // kv_heads, dim=1) for t in (k, v))
-    grad_scale = torch.ones(3, device=q.device)
+    delayed = None
 
     def step() -> tuple:
         o, stats, descale_o = f8.float8_forward(q, k, v, True, scale, types)
         return o, descale_o, *f8.float8_backward(do, q, k, v, o, descale_o, stats, True, scale, types,
-                                                 grad_scale)
+                                                 delayed)
 
-    if f8.is_float8(grad_type):  # a first call's amaxes scale the float8 gradients
-        grad_scale = torch.finfo(grad_type).max / step()[-1][:3].clamp(min=1e-12)
+    first = step()[-1]  # a first call's amaxes scale the gradients, and dP's too where delayed
+    delayed = first if variant.endswith("-delayed") else torch.cat([first[:3], f8.dp_bound(do, v).reshape(1)])
+    grad_scale = f8.delayed_scales(delayed, grad_type)
 
     def outputs() -> dict[str, torch.Tensor]:
         o, descale_o, *grads, amaxes = step()
@@ -85,8 +87,21 @@ def main(b: int = 1, h: int = 32, kv: int = 8, n: int = 32768, d: int = 128, rou
     def casts() -> tuple:
         return (*(f8.cast(t, f8.E4M3) for t in (q, k, v, q, k, v, do)), f8.dp_bound(do, v))
 
-    ref = dict(zip(("o", "dq", "dk", "dv"), (t.float() for t in bf16_step()), strict=True))
     steps: dict[str, Callable[[], object]] = {"bf16": bf16_step, "casts": casts}
+    try:
+        from trainperf.attention.fa4 import fa4_attention_backward_op, fa4_attention_op
+
+        qt, kt, vt, dot = (t.transpose(1, 2) for t in (q, k, v, do))
+
+        def fa4_step() -> tuple:
+            o, lse = fa4_attention_op(qt, kt, vt, True, scale)
+            return (o, *fa4_attention_backward_op(dot, qt, kt, vt, o, lse, True, scale))
+
+        fa4_step()
+        steps["fa4"] = fa4_step
+    except Exception as exc:  # noqa: BLE001 - FA4 is only a yardstick here
+        print(f"fa4: not timed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+    ref = dict(zip(("o", "dq", "dk", "dv"), (t.float() for t in bf16_step()), strict=True))
     for variant in variants.split(","):
         try:
             step, outputs = variant_step(q, k, v, do, variant, scale)

@@ -6,8 +6,12 @@ dP take scales from bounds known before the kernel runs, so no scale waits for t
 scales and nothing is carried from one step to the next: P is at most 1, |O| at most V's amax
 (each row of O is a convex combination of V's rows), and |dP| at most the longest row of dO times
 the longest row of V (each entry is the dot product of two such rows). O and the gradients are
-written in the types `Float8Types` names; where they are float8, `grad_scale` scales the gradients
-(their bounds are too loose to use: a key's gradient sums over every query that attends to it).
+written in the types `Float8Types` names. On Hopper cuDNN (9.19) builds only float8 O and
+gradients. dP's bound is far too loose to scale by (dP is the scores' gradient P∘(dO·Vᵀ − D), and
+P's entries are small at long sequences: measured 0.003 of the bound at 32,768 tokens, which
+leaves e4m3 a few bits), and the gradients have no useful bound at all (a key's gradient sums over
+every query that attends to it), so the backward can take `delayed` scales: those of the amaxes
+cuDNN measured on a previous call, as Transformer Engine's delayed scaling carries them.
 
 The ops keep attention/op_autograd.py's contract, so a step saves q, k and v in bf16 as with bf16
 attention, and the backward casts them again: a pass over each, small beside attention at long
@@ -76,6 +80,14 @@ def bound_scales(bound: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor,
 def dp_bound(do: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """The largest |dP| can be: the longest row of dO times the longest row of V."""
     return do.float().norm(dim=-1).amax() * v.float().norm(dim=-1).amax()
+
+
+def delayed_scales(amaxes: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The scales of dQ, dK and dV for `dtype` from their amaxes on a previous call (ones where
+    `dtype` is not float8); the descales are their inverses."""
+    if not is_float8(dtype):
+        return torch.ones(3, device=amaxes.device)
+    return power_of_two_scale(amaxes[:3], dtype)
 
 
 def _scalar(device: torch.device, value: float = 1.0) -> torch.Tensor:
@@ -149,14 +161,17 @@ def float8_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
 
 def float8_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                     descale_o: torch.Tensor, stats: torch.Tensor, causal: bool, scale: float,
-                    types: Float8Types = Float8Types(), grad_scale: torch.Tensor | None = None,
+                    types: Float8Types = Float8Types(), delayed: torch.Tensor | None = None,
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dQ, dK and dV in `types.grads` (float8 ones scaled by `grad_scale`'s three entries), and
-    the amaxes of dQ, dK, dV and dP as cuDNN measured them. `o` is the forward's, in `types.o`."""
+    """dQ, dK and dV in `types.grads`, and the amaxes of dQ, dK, dV and dP as cuDNN measured them.
+    `o` is the forward's, in `types.o`. `delayed` holds amaxes in that order from a previous call:
+    float8 gradients are then scaled by `delayed_scales` of them and dP by its own, and without it
+    the gradients are unscaled and dP is scaled by its bound."""
     buffers = {**_inputs(q, k, v), "o": o, "stats": stats, "descale_o": descale_o}
     buffers["do"], buffers["descale_do"] = cast(do, types.do)
-    buffers["scale_dp"], buffers["descale_dp"] = bound_scales(dp_bound(do, v), types.do)
-    scales = grad_scale if grad_scale is not None else torch.ones(3, device=q.device)
+    dp_amax = dp_bound(do, v) if delayed is None else delayed[3]
+    buffers["scale_dp"], buffers["descale_dp"] = bound_scales(dp_amax, types.do)
+    scales = torch.ones(3, device=q.device) if delayed is None else delayed_scales(delayed, types.grads)
     for i, (name, like) in enumerate((("dq", q), ("dk", k), ("dv", v))):
         buffers[name] = torch.empty_strided(like.shape, like.stride(), dtype=types.grads, device=q.device)
         buffers[f"scale_{name}"] = _scalar(q.device).copy_(scales[i])  # a buffer of its own, aligned
