@@ -1,20 +1,19 @@
 """Can attention leave bf16 on Hopper? cuDNN's float8 SDPA, forward and backward
-(attention/cudnn_fp8.py), against its bf16 SDPA at one causal shape with grouped K/V heads: which
-float8 graphs this GPU's cuDNN builds, each one's error, and forward + backward milliseconds in
-alternating rounds.
+(attention/cudnn_fp8.py), against its bf16 SDPA at one causal shape: which float8 graphs this
+GPU's cuDNN builds, each one's error, and forward + backward milliseconds in alternating rounds.
 
 Each variant names the types of O, of dO (and dP) and of dQ, dK, dV; Q, K and V are e4m3 in all.
 `8-8-8` is cuDNN's own test (all e4m3), `8-5-5` Transformer Engine's hybrid (gradients e5m2), and
-the `16-` ones write O, or O and the gradients, in bf16, as a bf16 step around the attention
-reads them. `-rep` repeats K and V to every query head, for a cuDNN that refuses grouped heads in
-float8. Float8 gradients take the scales of the amaxes a first call reports, as delayed scaling
-carries them, and dP's scale comes from its bound, or with `-delayed` from its first amax too. Where
-FlashAttention 4 is installed, its bf16 kernels are timed beside them. The error of each output is
-‖x - ref‖ / ‖ref‖ against cuDNN's bf16 graphs on the unquantized inputs; beside it, dP's amax as a
-share of the bound. Each float8 step includes its casts (as PyTorch ops, an upper bound on casts
-a step fuses into the kernels that produce Q, K, V and dO); `casts` times them alone.
+the `16-` ones write O, or O and the gradients, in bf16, as a bf16 step around the attention reads
+them (cuDNN 9.19 builds those on Blackwell only). Float8 gradients take the scales of the amaxes a
+first call reports, as delayed scaling carries them, and dP's scale comes from its bound, or with
+`-delayed` from its first amax too. Where FlashAttention 4 is installed, its bf16 kernels are timed
+beside them. The error of each output is ‖x - ref‖ / ‖ref‖ against cuDNN's bf16 graphs on the
+unquantized inputs; beside it, dP's amax as a share of the bound. Each float8 step includes its
+casts (as PyTorch ops, an upper bound on casts a step fuses into the kernels that produce Q, K, V
+and dO); `casts` times them alone.
 Usage: PYTHONPATH=src python3 benchmarks/probes/cudnn_fp8_attention.py [B H KV N D [rounds [variants]]]
-(default 1 32 8 32768 128: the 8B's attention on one rank of the sharded step at 32,768 tokens;
+(default 1 32 32 32768 128: the 8B's attention on one rank of the sharded step at 32,768 tokens;
 variants comma-separated, default all).
 """
 
@@ -31,18 +30,15 @@ from trainperf.attention.cudnn_fe import cudnn_sdpa_backward_op, cudnn_sdpa_op
 from trainperf.core.timing import time_op
 
 TYPES = {"8": f8.E4M3, "5": f8.E5M2, "16": torch.bfloat16}
-VARIANTS = ("8-8-8", "8-5-5", "8-8-8-delayed", "8-5-5-delayed", "8-8-8-rep-delayed", "16-8-16", "8-8-16")
+VARIANTS = ("8-8-8", "8-5-5", "8-8-8-delayed", "8-5-5-delayed", "16-8-16", "8-8-16")
 
 
 def variant_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, variant: str,
                  scale: float) -> tuple[Callable[[], tuple], Callable[[], dict[str, torch.Tensor]]]:
-    """The variant's forward + backward, and its O, dQ, dK, dV in float32, descaled (dK and dV
-    summed back over repeated heads), with dP's amax over its bound."""
+    """The variant's forward + backward, and its O, dQ, dK, dV in float32, descaled, with dP's
+    amax over its bound."""
     o_type, do_type, grad_type = (TYPES[p] for p in variant.split("-")[:3])
     types = f8.Float8Types(o_type, do_type, grad_type)
-    kv_heads = k.shape[1]
-    if "-rep" in variant:
-        k, v = (t.repeat_interleave(q.shape[1] // kv_heads, dim=1) for t in (k, v))
     delayed = None
 
     def step() -> tuple:
@@ -59,16 +55,13 @@ def variant_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Te
         out = {"o": o.float() * descale_o}
         for i, (name, t) in enumerate(zip(("dq", "dk", "dv"), grads, strict=True)):
             out[name] = t.float() / grad_scale[i] if f8.is_float8(t.dtype) else t.float()
-        for name in ("dk", "dv"):
-            b, h, n, d = out[name].shape
-            out[name] = out[name].reshape(b, kv_heads, h // kv_heads, n, d).sum(2)
         out["dp_share"] = amaxes[3] / f8.dp_bound(do, v)
         return out
 
     return step, outputs
 
 
-def main(b: int = 1, h: int = 32, kv: int = 8, n: int = 32768, d: int = 128, rounds: int = 5,
+def main(b: int = 1, h: int = 32, kv: int = 32, n: int = 32768, d: int = 128, rounds: int = 5,
          variants: str = ",".join(VARIANTS)) -> None:
     import cudnn
 
