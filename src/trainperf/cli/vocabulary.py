@@ -71,7 +71,7 @@ GLOSSARY: dict[str, str] = {
               "quack's fused MLP and quack's tuned GEMMs where they run.",
     "--recipe": "Named setups, each a row of the same run: stock, compile, liger, liger-compile, fast, fp8, "
                 "fp8-mlp, fp8-attention, fp8-rowwise, fp8-trainperf, fp8-trainperf-all, fp8-trainperf-head, "
-                "fa4, liger-fa4.",
+                "fp8-trainperf-attn, fa4, liger-fa4.",
     "--train-steps": "Optimizer steps of a loss-parity run (untimed).",
     "--stock-seeds": "Stock's runs from other weights and batch orders of the same task: the band of its own "
                      "noise that a recipe's loss is judged against.",
