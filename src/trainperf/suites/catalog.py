@@ -661,8 +661,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "--sdpa-backend": "MATH", **_TINY}),
            # six seeds: one draw's band judges only where each seed stays within the others'
            # (parity_band.py); with four, seed 0 left the other three's band on an H200
-           _parity_part("stock,fp8,fp8-trainperf-all,fp8-trainperf-head", "stock,fp8-trainperf-all",
-                        "--repeats", 3, seeds=6)),
+           _parity_part("stock,fp8,fp8-trainperf-all,fp8-trainperf-head,fp8-trainperf-attn",
+                        "stock,fp8-trainperf-all", "--repeats", 3, seeds=6)),
           float8_headline,
           "Seconds per iteration (mean of 10 after 3 warm-up), peak memory and the GPU's energy per "
           "iteration at each shape; loss parity over three runs of one draw of the parity task (300 AdamW "
