@@ -62,7 +62,7 @@ GLOSSARY: dict[str, str] = {
     "--peak-tflops": "Peak TFLOP/s that MFU divides by (default: the known-GPU table).",
     "--sdpa-backend": "PyTorch SDPA backend(s): CUDNN_ATTENTION, EFFICIENT_ATTENTION, "
                       "FLASH_ATTENTION, MATH; or CUDNN_FE, cuDNN-frontend graphs without PyTorch's SDPA; "
-                      "or FA4, FlashAttention 4.",
+                      "CUDNN_FP8, their float8 graphs; or FA4, FlashAttention 4.",
     "--baseline": "The SDPA backend that speed-ups are relative to.",
     "--optimizer": "Optimizer: adamw, adamw-fused, sgd, none; adamw-pretrain (Llama's betas 0.9 and 0.95, "
                    "gradients clipped to norm 1, warm-up over the first tenth of the steps).",
