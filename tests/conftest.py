@@ -29,9 +29,11 @@ def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
     return ((a.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
-def check_gqa_attention_against_float64(name: str, causal: bool, kv_heads: int) -> None:
+def check_gqa_attention_against_float64(name: str, causal: bool, kv_heads: int,
+                                        tolerance: tuple[float, float] = (1e-2, 2e-2)) -> None:
     """Attention `name` of bf16 inputs on the GPU, with `kv_heads` K/V heads for 8 query heads,
-    against float64 attention of the same inputs: the output and the three gradients."""
+    against float64 attention of the same inputs: the output and the three gradients, each within
+    its share of `tolerance` (the output's, the gradients') in relative error."""
     from trainperf.attention.reference import naive_attention
     from trainperf.attention.registry import get_attention
 
@@ -47,9 +49,9 @@ def check_gqa_attention_against_float64(name: str, causal: bool, kv_heads: int) 
     rep = h // kv_heads
     o64 = naive_attention(q64, k64.repeat_interleave(rep, 1), v64.repeat_interleave(rep, 1), causal=causal)
     refs = torch.autograd.grad(o64, (q64, k64, v64), do.double())
-    assert rel_err(o, o64) < 1e-2
+    assert rel_err(o, o64) < tolerance[0]
     for g, ref in zip(grads, refs, strict=True):
-        assert g.shape == ref.shape and rel_err(g, ref) < 2e-2
+        assert g.shape == ref.shape and rel_err(g, ref) < tolerance[1]
 
 
 @pytest.fixture

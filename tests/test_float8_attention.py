@@ -42,3 +42,40 @@ def test_o_and_dp_never_pass_the_bounds_their_scales_come_from():
     assert o.abs().max() <= v.abs().amax()
     bound = f8.dp_bound(do, v)
     assert dp.abs().max() <= bound and dp.abs().max() > bound / 10  # holds, and not far too loose here
+
+
+def test_without_the_package_or_a_gpu_float8_attention_is_unsupported_naming_what_it_needs(monkeypatch):
+    from trainperf.attention.registry import get_attention
+    from trainperf.core.errors import Unsupported
+    from trainperf.kernels import cudnn_graphs
+
+    monkeypatch.setattr(cudnn_graphs, "cudnn_installed", lambda: False)
+    with pytest.raises(Unsupported, match=r"trainperf\[cudnn\]"):
+        get_attention("cudnn-fp8", torch.device("cpu"))
+    monkeypatch.setattr(cudnn_graphs, "cudnn_installed", lambda: True)
+    with pytest.raises(Unsupported, match="needs a CUDA GPU"):
+        get_attention("cudnn-fp8", torch.device("cpu"))
+
+
+def test_the_ops_take_bf16_and_give_bf16_with_fake_shapes_and_autograd():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q = torch.empty(2, 8, 32, 64, dtype=torch.bfloat16, requires_grad=True)
+        k, v = (torch.empty(2, 2, 32, 64, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+        o, stats = f8.cudnn_fp8_sdpa_op(q, k, v, True, 0.125)
+        assert o.shape == q.shape and o.dtype == torch.bfloat16 and stats.shape == (2, 8, 32, 1)
+        o.sum().backward()
+        assert [t.grad.shape for t in (q, k, v)] == [q.shape, k.shape, v.shape]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_heads", [8, 2])
+def test_float8_attention_follows_float64_within_float8_s_precision(kv_heads):
+    from conftest import check_gqa_attention_against_float64
+
+    from trainperf.kernels import cudnn_graphs
+
+    if not cudnn_graphs.cudnn_installed() or torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("needs nvidia-cudnn-frontend and a Hopper or newer GPU")
+    check_gqa_attention_against_float64("cudnn-fp8", True, kv_heads, tolerance=(0.06, 0.12))

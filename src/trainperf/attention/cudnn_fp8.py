@@ -1,4 +1,5 @@
-"""Attention on cuDNN's float8 SDPA graphs, forward and backward, for Hopper and newer GPUs.
+"""Attention on cuDNN's float8 SDPA graphs, forward and backward, for Hopper and newer GPUs
+(`cudnn-fp8`): bf16 in and out, float8 inside.
 
 Q, K and V (and in the backward dO) are cast to float8 with the scale of their own amax (a power of
 two: exact to apply in bf16, so each cast rounds once and reads and writes no float32). P, O and
@@ -21,11 +22,15 @@ bf16 graphs.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from trainperf.attention.cudnn_fe import output_like
+from trainperf.attention.op_autograd import register_attention_autograd
+from trainperf.core.errors import Unsupported
 from trainperf.kernels import cudnn_graphs as cg
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -180,3 +185,49 @@ def float8_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     _run("sdpa_fp8_bwd", _backward_graph, buffers, causal, scale)
     amaxes = torch.cat([buffers[name].reshape(1) for name in BACKWARD_OUT[3:]])
     return buffers["dq"], buffers["dk"], buffers["dv"], amaxes
+
+
+@torch.library.custom_op("trainperf::cudnn_fp8_sdpa", mutates_args=())
+def cudnn_fp8_sdpa_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                      scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention output (bf16) and the softmax's log-sum-exp per query row, on float8 graphs."""
+    o, stats, _ = float8_forward(q, k, v, causal, scale)
+    return o, stats
+
+
+@cudnn_fp8_sdpa_op.register_fake
+def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+      scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return output_like(q, v), q.new_empty(*q.shape[:3], 1, dtype=torch.float32)
+
+
+@torch.library.custom_op("trainperf::cudnn_fp8_sdpa_backward", mutates_args=())
+def cudnn_fp8_sdpa_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                               o: torch.Tensor, stats: torch.Tensor, causal: bool,
+                               scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk, dv (bf16) on float8 graphs, from the forward's output and statistics."""
+    dq, dk, dv, _ = float8_backward(do, q, k, v, o, _scalar(q.device), stats, causal, scale)
+    return dq, dk, dv
+
+
+register_attention_autograd(cudnn_fp8_sdpa_op, cudnn_fp8_sdpa_backward_op)
+
+
+def require_float8_attention(device: torch.device, what: str = "cudnn-fp8") -> None:
+    """Unsupported (naming the install command, or the GPU it needs) unless it runs here."""
+    cg.require_cudnn(device, what)
+    if torch.cuda.get_device_capability(device) < (9, 0):
+        raise Unsupported(f"{what} needs a Hopper or newer GPU (cuDNN's float8 attention)")
+
+
+def cudnn_fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
+                        scale: float | None = None) -> torch.Tensor:
+    """Attention of bf16 q [batch, heads, seq, dim] over k, v [batch, kv_heads, seq, dim] on
+    cuDNN's float8 graphs; bf16 out, bf16 gradients."""
+    require_float8_attention(q.device)
+    if q.dtype != torch.bfloat16:
+        raise Unsupported(f"cudnn-fp8 takes bf16, not {q.dtype}")
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"query heads {q.shape[1]} are not a multiple of K/V heads {k.shape[1]}")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    return cudnn_fp8_sdpa_op(q, k, v, causal, scale)[0]

@@ -71,6 +71,11 @@ def _cudnn_fe() -> AttentionFn:
     return cudnn_attention
 
 
+def _cudnn_fp8() -> AttentionFn:
+    from trainperf.attention.cudnn_fp8 import cudnn_fp8_attention
+    return cudnn_fp8_attention
+
+
 def _fa4() -> AttentionFn:
     from trainperf.attention.fa4 import fa4_attention
     return fa4_attention
@@ -85,6 +90,7 @@ _FACTORIES: dict[str, Callable[[], AttentionFn]] = {
     "triton-fa2": _triton_fa2,
     "triton-fa2-atomic": lambda: _triton_fa2(atomic_dq=True),
     "cudnn-fe": _cudnn_fe,
+    "cudnn-fp8": _cudnn_fp8,
     "fa4": _fa4,
 }
 
@@ -101,6 +107,9 @@ def get_attention(name: str, device: torch.device | None = None) -> AttentionFn:
     if name == "cudnn-fe" and device is not None:
         from trainperf.kernels.cudnn_graphs import require_cudnn
         require_cudnn(device, name)
+    if name == "cudnn-fp8" and device is not None:
+        from trainperf.attention.cudnn_fp8 import require_float8_attention
+        require_float8_attention(device, name)
     if name == "fa4" and device is not None:
         from trainperf.attention.fa4 import require_fa4
         require_fa4(device, name)

@@ -62,7 +62,7 @@ GLOSSARY: dict[str, str] = {
     "--peak-tflops": "Peak TFLOP/s that MFU divides by (default: the known-GPU table).",
     "--sdpa-backend": "PyTorch SDPA backend(s): CUDNN_ATTENTION, EFFICIENT_ATTENTION, "
                       "FLASH_ATTENTION, MATH; or CUDNN_FE, cuDNN-frontend graphs without PyTorch's SDPA; "
-                      "or FA4, FlashAttention 4.",
+                      "CUDNN_FP8, their float8 graphs; or FA4, FlashAttention 4.",
     "--baseline": "The SDPA backend that speed-ups are relative to.",
     "--optimizer": "Optimizer: adamw, adamw-fused, sgd, none; adamw-pretrain (Llama's betas 0.9 and 0.95, "
                    "gradients clipped to norm 1, warm-up over the first tenth of the steps).",
@@ -71,7 +71,7 @@ GLOSSARY: dict[str, str] = {
               "quack's fused MLP and quack's tuned GEMMs where they run.",
     "--recipe": "Named setups, each a row of the same run: stock, compile, liger, liger-compile, fast, fp8, "
                 "fp8-mlp, fp8-attention, fp8-rowwise, fp8-trainperf, fp8-trainperf-all, fp8-trainperf-head, "
-                "fa4, liger-fa4.",
+                "fp8-trainperf-attn, fa4, liger-fa4.",
     "--train-steps": "Optimizer steps of a loss-parity run (untimed).",
     "--stock-seeds": "Stock's runs from other weights and batch orders of the same task: the band of its own "
                      "noise that a recipe's loss is judged against.",

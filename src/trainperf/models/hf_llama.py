@@ -44,11 +44,12 @@ PRESETS = {"llama-3.2-1b": CONFIG_DIR / "llama-3.2-1b.json", "llama-3.1-8b": CON
            # other families at real size, their configs as published (no weights): `--model hf:NAME`
            "qwen2.5-1.5b": CONFIG_DIR / "qwen2.5-1.5b.json", "qwen2.5-7b": CONFIG_DIR / "qwen2.5-7b.json",
            "gemma-2-2b": CONFIG_DIR / "gemma-2-2b.json"}
-BACKENDS = ("CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "FLASH_ATTENTION", "MATH", "CUDNN_FE", "FA4")
+BACKENDS = ("CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "FLASH_ATTENTION", "MATH", "CUDNN_FE", "CUDNN_FP8",
+            "FA4")
 # Beside PyTorch's SDPA backends, attention that trainperf calls directly: CUDNN_FE is the cuDNN
-# frontend's SDPA graphs without PyTorch's dispatch (attention/cudnn_fe.py), FA4 FlashAttention 4's
-# kernels (attention/fa4.py).
-OWN_BACKENDS = {"CUDNN_FE": "cudnn-fe", "FA4": "fa4"}
+# frontend's SDPA graphs without PyTorch's dispatch (attention/cudnn_fe.py), CUDNN_FP8 its float8
+# graphs (attention/cudnn_fp8.py), FA4 FlashAttention 4's kernels (attention/fa4.py).
+OWN_BACKENDS = {"CUDNN_FE": "cudnn-fe", "CUDNN_FP8": "cudnn-fp8", "FA4": "fa4"}
 # The aten op that each backend dispatches to; what the profiler shows when it really ran.
 BACKEND_OPS = {
     "CUDNN_ATTENTION": "aten::_scaled_dot_product_cudnn_attention",
@@ -56,6 +57,7 @@ BACKEND_OPS = {
     "FLASH_ATTENTION": "aten::_scaled_dot_product_flash_attention",
     "MATH": "aten::_scaled_dot_product_attention_math",
     "CUDNN_FE": "trainperf::cudnn_sdpa",
+    "CUDNN_FP8": "trainperf::cudnn_fp8_sdpa",
     "FA4": "trainperf::fa4_attention",
 }
 PACKED_OP = "trainperf::fa4_packed_attention"  # FA4 with --kv-heads packed (attention/fa4_packed.py)

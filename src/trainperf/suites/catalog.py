@@ -654,10 +654,15 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "--sdpa-backend": "CUDNN_ATTENTION", "--warmup": "3", "--iters": "10"},
                 cpu={"--recipe": "fp8-trainperf-all", "--batch-seq": "1x16", "--sdpa-backend": "MATH",
                      **_TINY}),
+           Part("attention", ("llama",),  # every decoder product and the attention in float8
+                gpu={"--recipe": "fp8,fp8-trainperf-all,fp8-trainperf-attn", "--batch-seq": "1x16384,12x1024",
+                     "--sdpa-backend": "CUDNN_ATTENTION", "--warmup": "3", "--iters": "10"},
+                cpu={"--recipe": "fp8-trainperf-all,fp8-trainperf-attn", "--batch-seq": "1x16",
+                     "--sdpa-backend": "MATH", **_TINY}),
            # six seeds: one draw's band judges only where each seed stays within the others'
            # (parity_band.py); with four, seed 0 left the other three's band on an H200
-           _parity_part("stock,fp8,fp8-trainperf-all,fp8-trainperf-head", "stock,fp8-trainperf-all",
-                        "--repeats", 3, seeds=6)),
+           _parity_part("stock,fp8,fp8-trainperf-all,fp8-trainperf-head,fp8-trainperf-attn",
+                        "stock,fp8-trainperf-all", "--repeats", 3, seeds=6)),
           float8_headline,
           "Seconds per iteration (mean of 10 after 3 warm-up), peak memory and the GPU's energy per "
           "iteration at each shape; loss parity over three runs of one draw of the parity task (300 AdamW "
@@ -767,6 +772,12 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                      "all-but-20+attn", "--compile": "on", "--attention": "fa4",
                      "--float8": "off,torchao,trainperf,trainperf-head"},
                 cpu={"--model": "tiny", "--world-size": "2", "--checkpoint": "all-but-1+attn", **_TINY},
+                min_gpus=2),
+           Part("float8-attention", ("shard",),  # the fastest float8 step with its attention on
+                # cuDNN's float8 graphs beside FlashAttention 4's bf16
+                gpu={**_LEADERBOARD, "--checkpoint": "all-but-8+attn", "--compile": "on",
+                     "--attention": "fa4,cudnn-fp8", "--float8": "trainperf-head"},
+                cpu={"--model": "tiny", "--world-size": "2", "--attention": "sdpa,cudnn-fp8", **_TINY},
                 min_gpus=2),
            Part("leaderboard-graphed", ("shard",),  # the fastest FA4 steps, launched eagerly and
                 # replayed as CUDA graphs (no host work left in the step)

@@ -81,6 +81,9 @@ RECIPES: dict[str, dict[str, str]] = {
     "fp8-trainperf": {**FAST, "float8": "trainperf"},
     "fp8-trainperf-all": {**FAST, "float8": "trainperf-all"},
     "fp8-trainperf-head": {**FAST, "float8": "trainperf-head"},
+    # trainperf's float8 on every decoder Linear and the attention on cuDNN's float8 graphs
+    # (attention/cudnn_fp8.py)
+    "fp8-trainperf-attn": {**FAST, "float8": "trainperf-all", "sdpa_backend": "CUDNN_FP8"},
     "fa4": {"sdpa_backend": "FA4"},  # the stock model with FlashAttention 4 as its attention
     "liger-fa4": {"library": "liger", "sdpa_backend": "FA4"},
 }

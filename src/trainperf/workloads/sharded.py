@@ -279,7 +279,8 @@ def too_large(need: dict[str, float], checkpoint: str, have: float) -> str | Non
 
 ATTENTION_OPS = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
                  "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu")
-CUSTOM_ATTENTION_OPS = ("fa4_attention", "fa4_packed_attention", "cudnn_sdpa", "flash_attention_triton")
+CUSTOM_ATTENTION_OPS = ("fa4_attention", "fa4_packed_attention", "cudnn_sdpa", "cudnn_fp8_sdpa",
+                        "flash_attention_triton")
 
 
 def attention_ops() -> set:
