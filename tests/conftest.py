@@ -30,7 +30,8 @@ def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def check_gqa_attention_against_float64(name: str, causal: bool, kv_heads: int,
-                                        tolerance: tuple[float, float] = (1e-2, 2e-2)) -> None:
+                                        tolerance: tuple[float, float] = (1e-2, 2e-2),
+                                        head_dim: int = 64) -> None:
     """Attention `name` of bf16 inputs on the GPU, with `kv_heads` K/V heads for 8 query heads,
     against float64 attention of the same inputs: the output and the three gradients, each within
     its share of `tolerance` (the output's, the gradients') in relative error."""
@@ -38,7 +39,7 @@ def check_gqa_attention_against_float64(name: str, causal: bool, kv_heads: int,
     from trainperf.attention.registry import get_attention
 
     torch.manual_seed(0)
-    b, h, n, d = 2, 8, 384, 64
+    b, h, n, d = 2, 8, 384, head_dim
     q = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     k, v = (torch.randn(b, kv_heads, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
             for _ in range(2))

@@ -44,6 +44,37 @@ def test_o_and_dp_never_pass_the_bounds_their_scales_come_from():
     assert dp.abs().max() <= bound and dp.abs().max() > bound / 10  # holds, and not far too loose here
 
 
+def test_the_amax_history_scales_by_its_largest_with_headroom_and_forgets_the_oldest():
+    history = f8.AmaxHistory(torch.tensor([[1.0, 2.0, 3.0, 4.0]]).repeat(3, 1), margin=2.0)
+    history.record(torch.tensor([8.0, 1.0, 1.0, 1.0]))
+    assert history.delayed().tolist() == [16.0, 4.0, 6.0, 8.0]
+    for _ in range(2):
+        history.record(torch.tensor([0.5, 0.5, 0.5, 0.5]))
+    assert history.delayed().tolist() == [16.0, 2.0, 2.0, 2.0]  # the first amaxes fell out
+    history.record(torch.tensor([0.5, 0.5, 0.5, 0.5]))
+    assert history.delayed().tolist() == [1.0, 1.0, 1.0, 1.0]
+
+
+def test_delayed_scales_are_powers_of_two_that_fit_the_amaxes_and_ones_for_bf16():
+    amaxes = torch.tensor([3e-5, 0.7, 448.0, 1.0])
+    scales = f8.delayed_scales(amaxes, f8.E4M3)
+    assert scales.shape == (3,) and torch.log2(scales).frac().eq(0).all()
+    assert (amaxes[:3] * scales <= 448).all() and (amaxes[:3] * scales * 2 > 448).all()
+    assert f8.delayed_scales(amaxes, torch.bfloat16).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_float8_output_goes_to_bf16_and_back_to_the_same_float8_exactly():
+    """The ops hand O to the model in bf16 and cast it back in the backward with the same scale: a
+    float8 value times a power of two is a bf16 value, so nothing is lost either way."""
+    every_e4m3 = torch.arange(256, dtype=torch.uint8).view(f8.E4M3)
+    every_e4m3 = every_e4m3[~every_e4m3.float().isnan()]
+    scale, descale = f8.bound_scales(torch.tensor(3e-3), f8.E4M3)
+    o = f8._exact_bf16(every_e4m3, descale).reshape(-1)
+    assert o.dtype == torch.bfloat16 and torch.equal(o.double(), every_e4m3.double() * descale.item())
+    back = (o * scale.to(o.dtype)).to(f8.E4M3).reshape(-1)
+    assert torch.equal(back.view(torch.uint8), every_e4m3.view(torch.uint8))
+
+
 def test_without_the_package_or_a_gpu_float8_attention_is_unsupported_naming_what_it_needs(monkeypatch):
     from trainperf.attention.registry import get_attention
     from trainperf.core.errors import Unsupported
@@ -78,4 +109,24 @@ def test_float8_attention_follows_float64_within_float8_s_precision(kv_heads):
 
     if not cudnn_graphs.cudnn_installed() or torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("needs nvidia-cudnn-frontend and a Hopper or newer GPU")
-    check_gqa_attention_against_float64("cudnn-fp8", True, kv_heads, tolerance=(0.06, 0.12))
+    check_gqa_attention_against_float64("cudnn-fp8", True, kv_heads, tolerance=(0.06, 0.12), head_dim=128)
+
+
+@pytest.mark.gpu
+def test_cudnn_reports_the_amaxes_of_the_gradients_before_their_scales():
+    """A delayed scale needs the amax of the gradient itself, not of its scaled float8 copy."""
+    from trainperf.kernels import cudnn_graphs
+
+    if not cudnn_graphs.cudnn_installed() or torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("needs nvidia-cudnn-frontend and a Hopper or newer GPU")
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 512, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    do = torch.randn_like(q) * 1e-3
+    o, stats, descale_o = f8.float8_forward(q, k, v, True, 128**-0.5)
+    first = f8.float8_backward(do, q, k, v, o, descale_o, stats, True, 128**-0.5)[-1]
+    *grads, descales, amaxes = f8.float8_backward(do, q, k, v, o, descale_o, stats, True, 128**-0.5,
+                                                  delayed=first)
+    assert (descales != 1).all()  # scaled this time
+    for i, g in enumerate(grads):
+        measured = (g.float() * descales[i]).abs().max()
+        assert torch.isclose(amaxes[i], measured, rtol=1 / 8), (i, amaxes[i], measured)

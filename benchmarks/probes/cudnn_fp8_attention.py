@@ -48,13 +48,12 @@ def variant_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Te
 
     first = step()[-1]  # a first call's amaxes scale the gradients, and dP's too where delayed
     delayed = first if variant.endswith("-delayed") else torch.cat([first[:3], f8.dp_bound(do, v).reshape(1)])
-    grad_scale = f8.delayed_scales(delayed, grad_type)
 
     def outputs() -> dict[str, torch.Tensor]:
-        o, descale_o, *grads, amaxes = step()
+        o, descale_o, *grads, descales, amaxes = step()
         out = {"o": o.float() * descale_o}
         for i, (name, t) in enumerate(zip(("dq", "dk", "dv"), grads, strict=True)):
-            out[name] = t.float() / grad_scale[i] if f8.is_float8(t.dtype) else t.float()
+            out[name] = t.float() * descales[i]
         out["dp_share"] = amaxes[3] / f8.dp_bound(do, v)
         return out
 

@@ -2,27 +2,27 @@
 (`cudnn-fp8`): bf16 in and out, float8 inside.
 
 Q, K and V (and in the backward dO) are cast to float8 with the scale of their own amax (a power of
-two: exact to apply in bf16, so each cast rounds once and reads and writes no float32). P, O and
-dP take scales from bounds known before the kernel runs, so no scale waits for the tensor it
-scales and nothing is carried from one step to the next: P is at most 1, |O| at most V's amax
-(each row of O is a convex combination of V's rows), and |dP| at most the longest row of dO times
-the longest row of V (each entry is the dot product of two such rows). O and the gradients are
-written in the types `Float8Types` names. On Hopper cuDNN (9.19) builds only float8 O and
-gradients. dP's bound is far too loose to scale by (dP is the scores' gradient P∘(dO·Vᵀ − D), and
-P's entries are small at long sequences: measured 0.003 of the bound at 32,768 tokens, which
-leaves e4m3 a few bits), and the gradients have no useful bound at all (a key's gradient sums over
-every query that attends to it), so the backward can take `delayed` scales: those of the amaxes
-cuDNN measured on a previous call, as Transformer Engine's delayed scaling carries them.
+two: exact to apply in bf16, so each cast rounds once and reads and writes no float32). P and O
+take scales from bounds known before the kernel runs: P is at most 1, |O| at most V's amax (each
+row of O is a convex combination of V's rows). dP (the scores' gradient P∘(dO·Vᵀ − D)) is bounded
+by the longest row of dO times the longest row of V, but at long sequences P's entries are small
+and dP's amax is far below that bound (0.003 of it at 32,768 tokens, which leaves e4m3 a few
+bits), and the gradients have no useful bound at all (a key's gradient sums over every query that
+attends to it). So the backward takes `delayed` scales for them: those of the amaxes cuDNN measured
+on earlier calls, as Transformer Engine's delayed scaling carries them (`AmaxHistory`).
 
-The ops keep attention/op_autograd.py's contract, so a step saves q, k and v in bf16 as with bf16
-attention, and the backward casts them again: a pass over each, small beside attention at long
-sequences. `benchmarks/probes/cudnn_fp8_attention.py` sets each choice of types beside cuDNN's
-bf16 graphs.
+cuDNN 9.19 builds float8 graphs on Hopper only with float8 O and gradients and head dimension 128
+(`benchmarks/results/float8/h200-2026-12-02c/`). The ops keep attention/op_autograd.py's
+contract: O and the gradients leave them in bf16 (exactly, as every scale is a power of two), a
+step saves q, k, v and O in bf16 as with bf16 attention, and the backward casts them again, a pass
+over each, small beside attention at long sequences. `benchmarks/probes/cudnn_fp8_attention.py`
+sets each choice of types beside cuDNN's bf16 graphs and FlashAttention 4.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,11 +49,13 @@ UID = {name: uid for uid, name in enumerate(
 
 @dataclass(frozen=True)
 class Float8Types:
-    """The types of O, of dO (and with it dP) and of dQ, dK and dV; Q, K and V are e4m3."""
+    """The types of O, of dO (and with it dP) and of dQ, dK and dV; Q, K and V are e4m3. All e4m3
+    by default: on Hopper the only choice cuDNN builds beside e5m2 dO and gradients, and with
+    delayed scales the more accurate one."""
 
-    o: torch.dtype = torch.bfloat16
+    o: torch.dtype = E4M3
     do: torch.dtype = E4M3
-    grads: torch.dtype = torch.bfloat16
+    grads: torch.dtype = E4M3
 
 
 def is_float8(dtype: torch.dtype) -> bool:
@@ -167,8 +169,9 @@ def float8_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
 def float8_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                     descale_o: torch.Tensor, stats: torch.Tensor, causal: bool, scale: float,
                     types: Float8Types = Float8Types(), delayed: torch.Tensor | None = None,
-                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dQ, dK and dV in `types.grads`, and the amaxes of dQ, dK, dV and dP as cuDNN measured them.
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dQ, dK and dV in `types.grads`, their three descales, and the amaxes of dQ, dK, dV and dP as
+    cuDNN measured them.
     `o` is the forward's, in `types.o`. `delayed` holds amaxes in that order from a previous call:
     float8 gradients are then scaled by `delayed_scales` of them and dP by its own, and without it
     the gradients are unscaled and dP is scaled by its bound."""
@@ -184,15 +187,48 @@ def float8_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
         buffers[name] = _scalar(q.device)
     _run("sdpa_fp8_bwd", _backward_graph, buffers, causal, scale)
     amaxes = torch.cat([buffers[name].reshape(1) for name in BACKWARD_OUT[3:]])
-    return buffers["dq"], buffers["dk"], buffers["dv"], amaxes
+    return buffers["dq"], buffers["dk"], buffers["dv"], 1 / scales, amaxes
+
+
+@dataclass
+class AmaxHistory:
+    """The amaxes of dQ, dK, dV and dP over the last `calls` backward calls at one shape (every
+    layer of a model shares it), as Transformer Engine's delayed scaling keeps them: a call scales
+    by the largest with `margin` of headroom. Kept on the GPU and updated there, so nothing waits on
+    the host and a captured CUDA graph replays it."""
+
+    amaxes: torch.Tensor  # [calls, 4], newest first
+    margin: float = 2.0
+
+    def delayed(self) -> torch.Tensor:
+        return self.amaxes.amax(0) * self.margin
+
+    def record(self, amaxes: torch.Tensor) -> None:
+        self.amaxes.copy_(torch.cat([amaxes.reshape(1, 4), self.amaxes[:-1]]))
+
+
+HISTORY_CALLS = 256
+_HISTORIES: dict[tuple, AmaxHistory] = {}
+
+
+def _history(key: tuple, first_amaxes: Callable[[], torch.Tensor]) -> AmaxHistory:
+    """The history at `key`, started from a first backward's amaxes where there is none yet."""
+    if key not in _HISTORIES:
+        _HISTORIES[key] = AmaxHistory(first_amaxes().reshape(1, 4).repeat(HISTORY_CALLS, 1))
+    return _HISTORIES[key]
+
+
+def _exact_bf16(t: torch.Tensor, descale: torch.Tensor) -> torch.Tensor:
+    """A float8 tensor in bf16, descaled: exact, as float8 values times a power of two are bf16."""
+    return t.to(torch.bfloat16) * descale.to(torch.bfloat16)
 
 
 @torch.library.custom_op("trainperf::cudnn_fp8_sdpa", mutates_args=())
 def cudnn_fp8_sdpa_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                       scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention output (bf16) and the softmax's log-sum-exp per query row, on float8 graphs."""
-    o, stats, _ = float8_forward(q, k, v, causal, scale)
-    return o, stats
+    o, stats, descale_o = float8_forward(q, k, v, causal, scale, Float8Types())
+    return _exact_bf16(o, descale_o), stats
 
 
 @cudnn_fp8_sdpa_op.register_fake
@@ -205,9 +241,18 @@ def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
 def cudnn_fp8_sdpa_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                o: torch.Tensor, stats: torch.Tensor, causal: bool,
                                scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dq, dk, dv (bf16) on float8 graphs, from the forward's output and statistics."""
-    dq, dk, dv, _ = float8_backward(do, q, k, v, o, _scalar(q.device), stats, causal, scale)
-    return dq, dk, dv
+    """dq, dk, dv (bf16) on float8 graphs, from the forward's output and statistics; dP and the
+    gradients scaled by the amax history of this shape."""
+    scale_o, descale_o = bound_scales(v.abs().amax(), E4M3)  # the forward's: o casts back exactly
+    o8 = (o * scale_o.to(o.dtype)).to(E4M3)
+
+    def backward(delayed: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+        return float8_backward(do, q, k, v, o8, descale_o, stats, causal, scale, Float8Types(), delayed)
+
+    history = _history((q.shape, k.shape, causal, q.device), lambda: backward(None)[-1])
+    *grads, descales, amaxes = backward(history.delayed())
+    history.record(amaxes)
+    return tuple(_exact_bf16(g, descales[i]) for i, g in enumerate(grads))
 
 
 register_attention_autograd(cudnn_fp8_sdpa_op, cudnn_fp8_sdpa_backward_op)
@@ -229,5 +274,8 @@ def cudnn_fp8_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
         raise Unsupported(f"cudnn-fp8 takes bf16, not {q.dtype}")
     if q.shape[1] % k.shape[1]:
         raise ValueError(f"query heads {q.shape[1]} are not a multiple of K/V heads {k.shape[1]}")
+    if q.shape[-1] != 128 and torch.cuda.get_device_capability(q.device)[0] == 9:
+        raise Unsupported(f"cudnn-fp8 on Hopper takes heads of dimension 128, not {q.shape[-1]} "
+                          "(cuDNN's float8 attention backward)")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     return cudnn_fp8_sdpa_op(q, k, v, causal, scale)[0]
