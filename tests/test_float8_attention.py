@@ -68,11 +68,13 @@ def test_a_float8_output_goes_to_bf16_and_back_to_the_same_float8_exactly():
     float8 value times a power of two is a bf16 value, so nothing is lost either way."""
     every_e4m3 = torch.arange(256, dtype=torch.uint8).view(f8.E4M3)
     every_e4m3 = every_e4m3[~every_e4m3.float().isnan()]
-    scale, descale = f8.bound_scales(torch.tensor(3e-3), f8.E4M3)
-    o = f8._exact_bf16(every_e4m3, descale).reshape(-1)
+    descale = f8.bound_scales(torch.tensor(3e-3), f8.E4M3)[1]
+    o = f8.exact_bf16(every_e4m3, descale).reshape(-1)
     assert o.dtype == torch.bfloat16 and torch.equal(o.double(), every_e4m3.double() * descale.item())
-    back = (o * scale.to(o.dtype)).to(f8.E4M3).reshape(-1)
-    assert torch.equal(back.view(torch.uint8), every_e4m3.view(torch.uint8))
+    v = torch.full((1, 1, 1, 1), 3e-3)  # V's amax: the bound O's scale comes from
+    back, back_descale = f8.recast_output(o, v)
+    assert back_descale.item() == descale.item()
+    assert torch.equal(back.reshape(-1).view(torch.uint8), every_e4m3.view(torch.uint8))
 
 
 def test_without_the_package_or_a_gpu_float8_attention_is_unsupported_naming_what_it_needs(monkeypatch):

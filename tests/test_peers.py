@@ -455,6 +455,11 @@ def test_the_fastest_step_takes_fa4_and_quack_only_where_they_run(monkeypatch):
     assert recipe_setup("fp8-trainperf-all", "cuda") == {**graphed, "float8": "trainperf-all",
                                                          "gemm": "quack"}
     assert recipe_setup("fp8-trainperf-head", "cuda") == {**graphed, "float8": "trainperf-head"}
+    # its own attention reads nothing on the host either: graphed as FA4's recipes are
+    assert recipe_setup("fp8-trainperf-attn", "cuda") == {**graphed, "float8": "trainperf-all",
+                                                          "gemm": "quack", "sdpa_backend": "CUDNN_FP8"}
+    assert "graph" not in recipe_setup("fp8-trainperf-attn", "cuda", replayed=False)
+    assert "graph" not in recipe_setup("fp8-trainperf-attn", "cpu")
     assert "gemm" not in recipe_setup("fp8", "cuda")  # torchao's float8 has the projections
     monkeypatch.setattr(quack_gemm, "tuned_here", lambda device: False)
     assert "swiglu" not in recipe_setup("fp8", "cuda")  # its MLP GEMMs are float8 ones

@@ -75,6 +75,16 @@ def cast(t: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tenso
     return (t * scale.to(t.dtype)).to(dtype), (1 / scale).reshape(1, 1, 1, 1)
 
 
+def _fused_on_gpu(fn: Callable) -> Callable:
+    """`fn`, compiled where its first argument is on a GPU: its passes over a tensor (amax, scale,
+    convert) become one or two kernels instead of four PyTorch ops."""
+    compiled = torch.compile(fn, dynamic=False, fullgraph=True)
+    return lambda t, *args: (compiled if t.is_cuda else fn)(t, *args)
+
+
+fused_cast = _fused_on_gpu(cast)
+
+
 def bound_scales(bound: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """The scale and descale of a float8 tensor whose values are at most `bound` (ones where the
     tensor is not float8: cuDNN then leaves them unused)."""
@@ -147,7 +157,7 @@ def _inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> dict[str, torc
     """What both graphs take first: Q, K and V in e4m3 with their descales, and P's scales."""
     buffers: dict[str, torch.Tensor] = {}
     for name, t in (("q", q), ("k", k), ("v", v)):
-        buffers[name], buffers[f"descale_{name}"] = cast(t, E4M3)
+        buffers[name], buffers[f"descale_{name}"] = fused_cast(t, E4M3)
     buffers["scale_s"], buffers["descale_s"] = bound_scales(torch.ones((), device=q.device), E4M3)
     return buffers
 
@@ -176,7 +186,7 @@ def float8_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     float8 gradients are then scaled by `delayed_scales` of them and dP by its own, and without it
     the gradients are unscaled and dP is scaled by its bound."""
     buffers = {**_inputs(q, k, v), "o": o, "stats": stats, "descale_o": descale_o}
-    buffers["do"], buffers["descale_do"] = cast(do, types.do)
+    buffers["do"], buffers["descale_do"] = fused_cast(do, types.do)
     dp_amax = dp_bound(do, v) if delayed is None else delayed[3]
     buffers["scale_dp"], buffers["descale_dp"] = bound_scales(dp_amax, types.do)
     scales = torch.ones(3, device=q.device) if delayed is None else delayed_scales(delayed, types.grads)
@@ -218,9 +228,21 @@ def _history(key: tuple, first_amaxes: Callable[[], torch.Tensor]) -> AmaxHistor
     return _HISTORIES[key]
 
 
-def _exact_bf16(t: torch.Tensor, descale: torch.Tensor) -> torch.Tensor:
+def exact_bf16(t: torch.Tensor, descale: torch.Tensor) -> torch.Tensor:
     """A float8 tensor in bf16, descaled: exact, as float8 values times a power of two are bf16."""
     return t.to(torch.bfloat16) * descale.to(torch.bfloat16)
+
+
+_fused_bf16 = _fused_on_gpu(exact_bf16)
+
+
+def recast_output(o: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward's float8 O again from its bf16 copy, with the forward's scale: exactly."""
+    scale_o, descale_o = bound_scales(v.abs().amax(), E4M3)
+    return (o * scale_o.to(o.dtype)).to(E4M3), descale_o
+
+
+_fused_recast = _fused_on_gpu(recast_output)
 
 
 @torch.library.custom_op("trainperf::cudnn_fp8_sdpa", mutates_args=())
@@ -228,7 +250,7 @@ def cudnn_fp8_sdpa_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
                       scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention output (bf16) and the softmax's log-sum-exp per query row, on float8 graphs."""
     o, stats, descale_o = float8_forward(q, k, v, causal, scale, Float8Types())
-    return _exact_bf16(o, descale_o), stats
+    return _fused_bf16(o, descale_o), stats
 
 
 @cudnn_fp8_sdpa_op.register_fake
@@ -243,8 +265,7 @@ def cudnn_fp8_sdpa_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tenso
                                scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv (bf16) on float8 graphs, from the forward's output and statistics; dP and the
     gradients scaled by the amax history of this shape."""
-    scale_o, descale_o = bound_scales(v.abs().amax(), E4M3)  # the forward's: o casts back exactly
-    o8 = (o * scale_o.to(o.dtype)).to(E4M3)
+    o8, descale_o = _fused_recast(o, v)
 
     def backward(delayed: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
         return float8_backward(do, q, k, v, o8, descale_o, stats, causal, scale, Float8Types(), delayed)
@@ -252,7 +273,7 @@ def cudnn_fp8_sdpa_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tenso
     history = _history((q.shape, k.shape, causal, q.device), lambda: backward(None)[-1])
     *grads, descales, amaxes = backward(history.delayed())
     history.record(amaxes)
-    return tuple(_exact_bf16(g, descales[i]) for i, g in enumerate(grads))
+    return tuple(_fused_bf16(g, descales[i]) for i, g in enumerate(grads))
 
 
 register_attention_autograd(cudnn_fp8_sdpa_op, cudnn_fp8_sdpa_backward_op)

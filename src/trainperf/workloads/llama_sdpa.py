@@ -95,12 +95,15 @@ RECIPES: dict[str, dict[str, str]] = {
 FA4_WHERE_IT_RUNS = ("fast", "fp8", "fp8-mlp", "fp8-attention", "fp8-rowwise", "fp8-trainperf",
                      "fp8-trainperf-all", "fp8-trainperf-head")
 QUACK_WHERE_IT_RUNS = ("fast",)
-TUNED_GEMMS_WHERE_KNOWN = ("fast", "fp8-trainperf", "fp8-trainperf-all")
+TUNED_GEMMS_WHERE_KNOWN = ("fast", "fp8-trainperf", "fp8-trainperf-all", "fp8-trainperf-attn")
 # Recipes that, on FlashAttention 4, pack each K/V head's query heads into one sequence
 # (--kv-heads packed) at sequences up to PACKED_UP_TO_SEQ: FA4's backward then keeps dK and dV of
 # the four query heads in one program, 1.2x faster at 768 and 1024 tokens a sequence on an H100,
 # slower at 8192 (docs/peers.md).
 PACKED_WHERE_IT_PAYS = ("fast",)
+# Recipes whose own attention (not FlashAttention 4) reads nothing on the host either, so that their
+# timed iterations are replayed as a CUDA graph too
+GRAPHED_WITH_OWN_ATTENTION = ("fp8-trainperf-attn",)
 PACKED_UP_TO_SEQ = 1024
 
 
@@ -109,8 +112,9 @@ def recipe_setup(name: str, device: str, replayed: bool = True, seq: int | None 
     an attention sets `sdpa_backend`; the others run with the backend asked for). `replayed=False`
     leaves the CUDA graph out, for callers that launch the iteration themselves (profiles need its
     launches to see ranges; parity feeds new batches each step) and for steps from token ids
-    (validate): the graph replays the same kernels. The graph comes only with FlashAttention 4,
-    whose step reads nothing on the host; so do packed K/V heads, up to PACKED_UP_TO_SEQ."""
+    (validate): the graph replays the same kernels. The graph comes only with an attention whose
+    step reads nothing on the host (FlashAttention 4's, GRAPHED_WITH_OWN_ATTENTION's); packed K/V
+    heads only with FlashAttention 4, up to PACKED_UP_TO_SEQ."""
     from trainperf.attention.fa4 import fa4_runs
     from trainperf.kernels import quack_gemm
     from trainperf.kernels.quack_mlp import quack_runs
@@ -127,6 +131,8 @@ def recipe_setup(name: str, device: str, replayed: bool = True, seq: int | None 
             setup["graph"] = "step"
         if name in PACKED_WHERE_IT_PAYS and seq is not None and seq <= PACKED_UP_TO_SEQ:
             setup["kv_heads"] = "packed"
+    if name in GRAPHED_WITH_OWN_ATTENTION and replayed and dev.type == "cuda":
+        setup["graph"] = "step"
     return setup
 
 
@@ -151,7 +157,7 @@ def recipe_forms(name: str) -> list[dict[str, str]]:
     if name in TUNED_GEMMS_WHERE_KNOWN:  # tuned GEMMs run only where quack does, and its MLP with them
         forms += [{**form, "gemm": "quack"} for form in forms
                   if form.get("swiglu") == "quack" or name not in QUACK_WHERE_IT_RUNS]
-    if name in FA4_WHERE_IT_RUNS:
+    if name in FA4_WHERE_IT_RUNS or name in GRAPHED_WITH_OWN_ATTENTION:
         forms += [{**form, "graph": "step"} for form in forms]
     if name in PACKED_WHERE_IT_PAYS:
         forms += [{**form, "kv_heads": "packed"} for form in forms]
