@@ -643,7 +643,9 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "beside the same step with torchao's float8 training of every decoder Linear (`fp8`), with "
           "trainperf's float8 on the MLP alone (`fp8-trainperf`) and beside the bf16 fastest step, on "
           "Llama-3.2-1B at the longest and a short shape; and the float8 steps' loss curves from the "
-          "same weights and batches beside stock's.",
+          "same weights and batches beside stock's. On layers of Llama-3.1-8B, whose heads of "
+          "dimension 128 cuDNN's float8 attention takes on Hopper, the same float8 step with that "
+          "attention (`fp8-trainperf-attn`) beside it on FlashAttention 4, timed and trained.",
           (Part("llama", ("llama",),
                 gpu={"--recipe": "fast,fp8,fp8-trainperf,fp8-trainperf-all,fp8-trainperf-head",
                      "--batch-seq": "1x16384",
