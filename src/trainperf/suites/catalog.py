@@ -792,11 +792,10 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                 min_gpus=2),
            Part("float8-attention-layers", ("shard",),  # the same choice on one GPU: four of the
                 # 8B's layers at its sequence, nothing recomputed
-                gpu={**_LEADERBOARD, "--world-size": "1", "--shard": "none", "--batch": "1", "--layers": "4",
+                gpu={**_LEADERBOARD, "--world-size": "1", "--batch": "1", "--layers": "4",
                      "--checkpoint": "none", "--compile": "on", "--attention": "fa4,cudnn-fp8",
                      "--float8": "trainperf-head"},
-                cpu={"--model": "tiny", "--world-size": "1", "--shard": "none",
-                     "--attention": "sdpa,cudnn-fp8", **_TINY}),
+                cpu={"--model": "tiny", "--world-size": "1", "--attention": "sdpa,cudnn-fp8", **_TINY}),
            Part("leaderboard-graphed", ("shard",),  # the fastest FA4 steps, launched eagerly and
                 # replayed as CUDA graphs (no host work left in the step)
                 gpu={**_LEADERBOARD, "--checkpoint": "all-but-8+attn", "--compile": "on",
