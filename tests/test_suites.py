@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from trainperf.cli import app
 from trainperf.core.store import Store
 from trainperf.suites.catalog import SUITES
-from trainperf.suites.page import MARKER, latest_folders, results_page, suite_report
+from trainperf.suites.page import MARKER, latest_folders, newest_parts, results_page, suite_report
 from trainperf.suites.runner import gpu_slug
 
 runner = CliRunner()
@@ -76,6 +76,26 @@ def test_a_second_run_resumes_from_the_store(ran):
                               "--db", str(root / "r.db"), "--quiet"])
     assert res.exit_code == 0
     assert len(Store(root / "r.db").records()) == stored  # nothing measured twice
+
+
+def test_a_run_of_some_parts_leaves_the_others_to_the_older_run_on_the_results_page(ran, tmp_path):
+    root, _ = ran
+    results = tmp_path / "results"
+    source = next((root / "results" / "attention-targets").iterdir())
+    older, newer = (results / "attention-targets" / name for name in ("h100-2026-01-01", "h100-2026-02-01"))
+    for folder in (older, newer):
+        shutil.copytree(source, folder)
+        env = json.loads((folder / "env.json").read_text())
+        (folder / "env.json").write_text(json.dumps({**env, "gpu_name": "NVIDIA H100 80GB HBM3"}))
+    shutil.rmtree(newer / "b8-n2048")  # the newer run measured the other part alone
+    assert newest_parts(results) == {older: {"b8-n2048"}, newer: {"n16384"}}
+    text = results_page(results, tmp_path / "README.md")
+    sections = text.split("\n## ")[1:]
+    assert [s.splitlines()[0].rsplit(" (", 1)[1] for s in sections] == ["b8-n2048)", "n16384)"]
+    short, long = "| B2 H2 N32 D16 |", "| B1 H2 N64 D16 |"  # the two parts' shapes in their tiny form
+    assert short in sections[0] and long not in sections[0]  # each section its own part's rows
+    assert long in sections[1] and short not in sections[1]
+    assert "h100-2026-01-01/report.md" in sections[0] and "h100-2026-02-01/report.md" in sections[1]
 
 
 def test_the_results_page_renders_the_latest_gpu_folder_of_each_suite(ran, tmp_path):

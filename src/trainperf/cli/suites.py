@@ -76,8 +76,8 @@ def report(
     page: Path = option("--file", None, "Here the results page (default: README.md beside the results "
                                         "folder, benchmarks/README.md)."),
 ) -> None:
-    """Write the results page, and each latest folder's report.md and figures, again from the results
-    folders."""
+    """Write the results page, and the report.md and figures of each folder it shows (the newest run
+    of each part of each suite), again from the results folders."""
     from trainperf.suites.page import latest_folders, results_page, write_report
 
     if page is not None:

@@ -136,45 +136,57 @@ def float8_headline(parts: dict[str, Path]) -> pd.DataFrame:
     """peers_headline's table for the float8 recipes: the steps with trainperf's float8 (on every
     Linear, on every decoder Linear, on the MLP alone) against the same step with torchao's float8
     (`fp8`), the widest against the next (what the LM head's float8 brings), and trainperf's float8
-    on every decoder Linear against the bf16 fastest step."""
-    return recipes_headline(parts, [("fp8-trainperf-head", ("fp8",)),
+    on every decoder Linear against the bf16 fastest step; under it, on Llama-3.1-8B's layers, the
+    float8 step with its attention in float8 too against the same step on FlashAttention 4."""
+    main = recipes_headline(parts, [("fp8-trainperf-head", ("fp8",)),
                                     ("fp8-trainperf-head", ("fp8-trainperf-all",)),
                                     ("fp8-trainperf-all", ("fp8",)), ("fp8-trainperf-all", ("fast",)),
                                     ("fp8-trainperf", ("fp8",))])
+    attention = recipes_headline(parts, [("fp8-trainperf-attn", ("fp8-trainperf-all",))],
+                                 timing=("attention",), parity="attention-parity")
+    if attention.empty:
+        return main
+    tables = [("Llama-3.2-1B", main), ("Llama-3.1-8B's layers", attention)]
+    return pd.concat([t.assign(model=name) for name, t in tables if not t.empty], ignore_index=True).pipe(
+        lambda t: t[["model", *t.columns.drop("model")]].fillna("-"))
 
 
-def recipes_headline(parts: dict[str, Path], against: list[tuple[str, tuple[str, ...]]]) -> pd.DataFrame:
-    """One row per recipe of the `llama` parts: seconds per iteration (peak GB, J) at each shape,
-    then its loss parity (the `parity` part); and a row for each (recipe, others) of `against`:
-    its speed-up over the best of the others at each shape, where the recipe ran."""
+def recipes_headline(parts: dict[str, Path], against: list[tuple[str, tuple[str, ...]]],
+                     timing: tuple[str, ...] = ("llama", "llama-more"),
+                     parity: str = "parity") -> pd.DataFrame:
+    """One row per recipe of the `timing` parts: seconds per iteration (peak GB, J) at each shape,
+    then its loss parity (the `parity` part; a recipe it alone trained gets a row of its own); and
+    a row for each (recipe, others) of `against`: its speed-up over the best of the others at each
+    shape, where the recipe ran."""
     from trainperf.workloads.llama_sdpa import recipe_names
 
-    table = pd.concat([_read(parts[p], "training_timing.csv") for p in ("llama", "llama-more") if p in parts],
-                      ignore_index=True)
-    if table.empty:
-        return table
-    table["recipe"] = recipe_names(table)
-    table["case"] = table.batch_size.astype(str) + "x" + table.seq_len.astype(str)
-    energy = table["energy_j_per_iter"] if "energy_j_per_iter" in table else [float("nan")] * len(table)
-    table["cell"] = _cell(table, "mean_s") + [_bracket(g, j) for g, j in zip(table.peak_mem_gb, energy,
-                                                                              strict=True)]
-    out = table.pivot_table(index="recipe", columns="case", values="cell", aggfunc="first", sort=False)
-    ok = table[table.status == "ok"]
-    ran = set(ok.recipe)
-    for recipe, others in (pair for pair in against if pair[0] in ran):  # rows only where it ran
-        out.loc[f"{recipe} vs the best of {', '.join(others)}"] = _against_best(ok, recipe, others)
-    losses = _parity_losses(parts["parity"])[0] if "parity" in parts else pd.DataFrame()
+    frames = [_read(parts[p], "training_timing.csv") for p in timing if p in parts]
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    out = pd.DataFrame(index=pd.Index([], name="recipe"))
+    if not table.empty:
+        table["recipe"] = recipe_names(table)
+        table["case"] = table.batch_size.astype(str) + "x" + table.seq_len.astype(str)
+        energy = table["energy_j_per_iter"] if "energy_j_per_iter" in table else [float("nan")] * len(table)
+        table["cell"] = _cell(table, "mean_s") + [_bracket(g, j) for g, j in zip(table.peak_mem_gb, energy,
+                                                                                  strict=True)]
+        out = table.pivot_table(index="recipe", columns="case", values="cell", aggfunc="first", sort=False)
+        ok = table[table.status == "ok"]
+        ran = set(ok.recipe)
+        for recipe, others in (pair for pair in against if pair[0] in ran):  # rows only where it ran
+            out.loc[f"{recipe} vs the best of {', '.join(others)}"] = _against_best(ok, recipe, others)
+    losses = _parity_losses(parts[parity])[0] if parity in parts else pd.DataFrame()
     if not losses.empty:
         from trainperf.workloads.parity import deviation_text, parity_table
 
-        parity = parity_table(losses).set_index("recipe")
-        out["largest deviation from stock"] = parity.apply(deviation_text, axis=1)
-        out["deviation over the last fifth"] = parity.final_rel_dev.map(
+        judged = parity_table(losses).set_index("recipe")  # stock, the reference, gets no row of its own
+        out = out.reindex([*out.index, *(r for r in judged.index if r not in out.index and r != "stock")])
+        out["largest deviation from stock"] = judged.apply(deviation_text, axis=1)
+        out["deviation over the last fifth"] = judged.final_rel_dev.map(
             lambda d: f"{d:.2%}" if pd.notna(d) else "")
-        band = band_verdicts(parts["parity"])
+        band = band_verdicts(parts[parity])
         if not band.empty:
             out["loss against stock's band"] = band.reindex(out.index).fillna("-")
-    return out.reset_index()
+    return out.fillna("-").reset_index() if len(out) else pd.DataFrame()
 
 
 def _parity_losses(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
