@@ -181,10 +181,9 @@ def float8_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
                     types: Float8Types = Float8Types(), delayed: torch.Tensor | None = None,
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK and dV in `types.grads`, their three descales, and the amaxes of dQ, dK, dV and dP as
-    cuDNN measured them.
-    `o` is the forward's, in `types.o`. `delayed` holds amaxes in that order from a previous call:
-    float8 gradients are then scaled by `delayed_scales` of them and dP by its own, and without it
-    the gradients are unscaled and dP is scaled by its bound."""
+    cuDNN measured them. `o` is the forward's, in `types.o`. `delayed` holds amaxes in that order
+    from earlier calls: float8 gradients are then scaled by `delayed_scales` of them and dP by its
+    own; without it the gradients are unscaled and dP is scaled by its bound."""
     buffers = {**_inputs(q, k, v), "o": o, "stats": stats, "descale_o": descale_o}
     buffers["do"], buffers["descale_do"] = fused_cast(do, types.do)
     dp_amax = dp_bound(do, v) if delayed is None else delayed[3]
