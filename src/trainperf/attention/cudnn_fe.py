@@ -53,7 +53,7 @@ def _backward_graph(do, q, k, v, o, stats, dq, dk, dv, causal: bool, scale: floa
     return g
 
 
-def output_like(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def _output_like(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     b, h, s, _ = q.shape
     return q.new_empty(b, s, h, v.shape[-1]).transpose(1, 2)
 
@@ -62,7 +62,7 @@ def output_like(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 def cudnn_sdpa_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                   scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention output and the softmax's log-sum-exp per query row (float32)."""
-    o = output_like(q, v)
+    o = _output_like(q, v)
     stats = torch.empty(*q.shape[:3], 1, dtype=torch.float32, device=q.device)
     key = ("sdpa", cg.layout(q), cg.layout(k), cg.layout(v), causal, scale, q.device)
     graph = cg.cached_graph(key, lambda: _forward_graph(q, k, v, o, stats, causal, scale))
@@ -71,9 +71,10 @@ def cudnn_sdpa_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
 
 
 @cudnn_sdpa_op.register_fake
-def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-      scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return output_like(q, v), q.new_empty(*q.shape[:3], 1, dtype=torch.float32)
+def fake_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                 scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward's outputs as its graphs lay them out (the float8 graphs' too), without running."""
+    return _output_like(q, v), q.new_empty(*q.shape[:3], 1, dtype=torch.float32)
 
 
 @torch.library.custom_op("trainperf::cudnn_sdpa_backward", mutates_args=())

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from trainperf.attention.cudnn_fe import output_like
+from trainperf.attention.cudnn_fe import fake_forward
 from trainperf.attention.op_autograd import register_attention_autograd
 from trainperf.core.errors import Unsupported
 from trainperf.kernels import cudnn_graphs as cg
@@ -252,10 +252,7 @@ def cudnn_fp8_sdpa_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
     return _fused_bf16(o, descale_o), stats
 
 
-@cudnn_fp8_sdpa_op.register_fake
-def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-      scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return output_like(q, v), q.new_empty(*q.shape[:3], 1, dtype=torch.float32)
+cudnn_fp8_sdpa_op.register_fake(fake_forward)
 
 
 @torch.library.custom_op("trainperf::cudnn_fp8_sdpa_backward", mutates_args=())
