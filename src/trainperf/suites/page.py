@@ -202,24 +202,25 @@ def write_report(folder: Path) -> None:
     (folder / "report.md").write_text(suite_report(folder))
 
 
-def newest_parts(results: Path) -> dict[Path, set[str]]:
+def newest_parts(results: Path) -> dict[Path, set[str] | None]:
     """Per (suite, machine kind), the newest folder of each part, with the parts it is newest for:
     newest first (`<gpu>-<YYYY-MM-DD>` names sort by date, and a letter after the date,
     `-2026-11-28b`, names a later run of that day), a folder is kept for the parts that no newer
     folder holds, so that a run of a few parts does not hide an older run of the others. A folder
-    that holds no part's files counts as one part of its own."""
+    that holds no part's files counts as one part of its own, and is kept with None (all its
+    parts) where no newer such folder is."""
     by_kind: dict[tuple[str, str], list[Path]] = {}
     for meta in sorted(results.glob("*/*/suite.json")):
         folder = meta.parent
         kind = re.sub(r"-\d{4}-\d{2}-\d{2}[a-z]?$", "", folder.name)
         by_kind.setdefault((folder.parent.name, kind), []).append(folder)
-    kept: dict[Path, set[str]] = {}
+    kept: dict[Path, set[str] | None] = {}
     for folders in by_kind.values():
         shown: set[str] = set()
         for folder in sorted(folders, key=lambda f: f.name, reverse=True):
             parts = {part.name for part in part_dirs(folder) if any(part.iterdir())} or {""}
             if parts - shown:
-                kept[folder] = parts - shown
+                kept[folder] = parts - shown - {""} or None
                 shown |= parts
     order = {name: i for i, name in enumerate(SUITES)}
     return dict(sorted(kept.items(), key=lambda kv: (order.get(kv[0].parent.name, len(order)), kv[0].name)))
@@ -238,7 +239,7 @@ def results_page(results: Path, page: Path) -> str:
         intro = page.read_text().split(MARKER)[0].rstrip() + "\n"
     newest = {f: parts for f, parts in newest_parts(results).items() if not f.name.startswith("cpu-")}
     folders = list(newest)
-    sections = [page_entry(f, page.parent, newest[f] - {""} or None) for f in folders]
+    sections = [page_entry(f, page.parent, newest[f]) for f in folders]
     missing = [name for name in SUITES if name not in {f.parent.name for f in folders}]
     tail = ([f"Not yet run on a GPU: {', '.join(f'`{m}`' for m in missing)}."] if missing else [])
     return "\n".join([intro, MARKER, "", *sections, *tail]).rstrip() + "\n"

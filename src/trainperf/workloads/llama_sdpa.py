@@ -101,10 +101,10 @@ TUNED_GEMMS_WHERE_KNOWN = ("fast", "fp8-trainperf", "fp8-trainperf-all", "fp8-tr
 # the four query heads in one program, 1.2x faster at 768 and 1024 tokens a sequence on an H100,
 # slower at 8192 (docs/peers.md).
 PACKED_WHERE_IT_PAYS = ("fast",)
+PACKED_UP_TO_SEQ = 1024
 # Recipes whose own attention (not FlashAttention 4) reads nothing on the host either, so that their
 # timed iterations are replayed as a CUDA graph too
 GRAPHED_WITH_OWN_ATTENTION = ("fp8-trainperf-attn",)
-PACKED_UP_TO_SEQ = 1024
 
 
 def recipe_setup(name: str, device: str, replayed: bool = True, seq: int | None = None) -> dict[str, str]:
