@@ -145,3 +145,23 @@ def test_the_float8_mlp_leaves_swiglu_to_itself(db):
     res = CliRunner().invoke(app, ["llama", "--device", "cpu", "--quiet", "--float8", "trainperf",
                                    "--swiglu", "triton", "--batch-seq", "1x32", "--db", str(db)])
     assert res.exit_code == 2 and "--float8 trainperf computes SwiGLU in its own float8 MLP" in res.output
+
+
+@pytest.mark.parametrize("fast_backward", [True, False])
+def test_the_backward_products_accumulate_as_fast_backward_says_and_the_forward_ones_fast(
+        monkeypatch, fast_backward):
+    from trainperf.kernels.float8_linear import float8_linear, linear_state
+
+    seen: list[bool] = []
+    product = f8.float8_product
+    monkeypatch.setattr(f8, "float8_product", lambda *a: seen.append(a[5]) or product(*a))
+    monkeypatch.setattr(f8, "FAST_BACKWARD", fast_backward)
+    mlp = Float8SwiGLUMLP(_mlp(torch.bfloat16))
+    x = torch.randn(32, 64, device=DEVICE).bfloat16().requires_grad_()
+    y = mlp(x)
+    w = torch.randn(48, 64, device=DEVICE).bfloat16().requires_grad_()
+    z = float8_linear(x, w, linear_state(w))
+    assert seen == [True] * 3
+    monkeypatch.setattr(f8, "FAST_BACKWARD", not fast_backward)  # the forward's setting holds
+    (y.sum() + z.sum()).backward()
+    assert seen == [True] * 3 + [fast_backward] * 6

@@ -3,7 +3,8 @@
 
 The same casts and scales as trainperf's float8 MLP (kernels/float8_mlp.py): each tensor is cast
 once with its transpose beside it, at a scale from the largest amax of its last iterations;
-activations and weights e4m3, the output's gradient e5m2, fast accumulation in the forward only.
+activations and weights e4m3, the output's gradient e5m2, fast accumulation in the forward, and in
+the backward where float8_mlp.FAST_BACKWARD says.
 
   forward   x → x8, x8ᵀ;  W → W8, W8ᵀ;  y = x8·W8ᵀ
   backward  dy → dy8, dy8ᵀ;  dx = dy8·W8;  dW = dy8ᵀ·x8
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from trainperf.kernels import float8_mlp
 from trainperf.kernels.float8_mlp import (
     E4M3,
     E5M2,
@@ -40,6 +42,7 @@ class _Float8Linear(torch.autograd.Function):
         y = scaled_mm(x8, w8, state, IN, WEIGHT, fast=True)
         ctx.save_for_backward(x8t, w8t)
         ctx.state, ctx.shape, ctx.dtypes = state, shape, (x.dtype, weight.dtype)
+        ctx.fast = float8_mlp.FAST_BACKWARD
         return as_dtype(y.reshape(*shape[:-1], y.shape[-1]), x.dtype)
 
     @staticmethod
@@ -47,8 +50,8 @@ class _Float8Linear(torch.autograd.Function):
         x8t, w8t = ctx.saved_tensors
         state = ctx.state
         dy8, dy8t = cast_transposed(dy.reshape(-1, dy.shape[-1]).contiguous(), state, GRAD, E5M2)
-        dx = scaled_mm(dy8, w8t, state, GRAD, WEIGHT)
-        grad_weight = scaled_mm(dy8t, x8t, state, GRAD, IN)
+        dx = scaled_mm(dy8, w8t, state, GRAD, WEIGHT, ctx.fast)
+        grad_weight = scaled_mm(dy8t, x8t, state, GRAD, IN, ctx.fast)
         return as_dtype(dx.reshape(ctx.shape), ctx.dtypes[0]), as_dtype(grad_weight, ctx.dtypes[1]), None
 
 

@@ -12,13 +12,14 @@ copy beside it and records its amax for the iterations after:
   backward  dy → dy8, dy8ᵀ;  dh = dy8·W_d;  dW_d = dy8ᵀ·h8;  (dg, du) → dgu8, dgu8ᵀ;
             dx = dgu8·W_gu;  dW_gu = dgu8ᵀ·x8
 
-Activations and weights are e4m3, gradients e5m2; GEMMs accumulate in fp32 (fast accumulation in
-the forward ones only, as torchao's default). A tensor's first cast calibrates: its scale then
-comes from its current amax. A value beyond its history's amax saturates at the float8 maximum.
-The step with this MLP is faster than with torchao's float8, and like it trains within stock's
-noise (the band of stock's own runs, docs/peers.md). It is `--float8 trainperf` and the recipe
-`fp8-trainperf`; `--float8 trainperf-all` (the recipe `fp8-trainperf-all`) puts the attention
-projections' products on float8 GEMMs too (kernels/float8_linear.py); `fp8` stays torchao's.
+Activations and weights are e4m3, gradients e5m2. The forward GEMMs accumulate fast, and so do the
+backward ones where FAST_BACKWARD says (by default; torchao's default promotes their partial sums to
+float32). A tensor's first cast calibrates: its scale then comes from its current amax. A value
+beyond its history's amax saturates at the float8 maximum. The step with this MLP is faster than
+with torchao's float8, and like it trains within stock's noise (the band of stock's own runs,
+docs/peers.md). It is `--float8 trainperf` and the recipe `fp8-trainperf`; `--float8 trainperf-all`
+(the recipe `fp8-trainperf-all`) puts the attention projections' products on float8 GEMMs too
+(kernels/float8_linear.py); `fp8` stays torchao's.
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 # The tensors with a scale each, by their row in a module's scale state.
 X, H, DY, DGU, W_GU, W_D = range(6)
 ROLES = 6
+# Whether the input and weight gradients' products of the MLP and of the float8 Linears accumulate
+# fast too: Hopper's float8 tensor cores then sum in fewer bits than float32 without cuBLAS
+# promoting the partial sums. At the 1B step's shapes their error against float64 goes from 1.7e-3,
+# the bf16 output's rounding, to at most 3.2e-3 (benchmarks/probes/float8_fast_accum.py), the step
+# is 1.02-1.04x faster (float8_fast_backward_step.py) and its loss stays within stock's band.
+FAST_BACKWARD = True
 TILE = (64, 128)  # (rows, columns) of a cast tile
 WARPS = 4  # per cast program (benchmarks/probes/float8_cast_tiles.py)
 
@@ -339,7 +346,7 @@ class _Float8MLP(torch.autograd.Function):
         h8, h8t = _swiglu_op(gu, *state.tensors())
         y = scaled_mm(h8, w_d8, state, H, W_D, fast=True)
         ctx.save_for_backward(x8t, gu, h8t, w_gu8t, w_d8t)
-        ctx.state, ctx.shape = state, shape
+        ctx.state, ctx.shape, ctx.fast = state, shape, FAST_BACKWARD
         return as_dtype(y.reshape(*shape[:-1], y.shape[-1]), x.dtype)
 
     @staticmethod
@@ -348,11 +355,11 @@ class _Float8MLP(torch.autograd.Function):
         state = ctx.state
         dy = dy.reshape(-1, dy.shape[-1]).contiguous()
         dy8, dy8t = cast_transposed(dy, state, DY, E5M2)
-        dh = scaled_mm(dy8, w_d8t, state, DY, W_D)
-        grad_w_d = scaled_mm(dy8t, h8t, state, DY, H)
+        dh = scaled_mm(dy8, w_d8t, state, DY, W_D, ctx.fast)
+        grad_w_d = scaled_mm(dy8t, h8t, state, DY, H, ctx.fast)
         dgu8, dgu8t = _swiglu_bwd_op(dh, gu, *state.tensors())
-        dx = scaled_mm(dgu8, w_gu8t, state, DGU, W_GU)
-        grad_w_gu = scaled_mm(dgu8t, x8t, state, DGU, X)
+        dx = scaled_mm(dgu8, w_gu8t, state, DGU, W_GU, ctx.fast)
+        grad_w_gu = scaled_mm(dgu8t, x8t, state, DGU, X, ctx.fast)
         return dx.reshape(ctx.shape), grad_w_gu, grad_w_d, None
 
 
