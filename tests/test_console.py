@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -145,6 +146,22 @@ def test_console_txt_keeps_python_s_lines_the_descriptors_and_child_processes(tm
     seen = capfd.readouterr()
     assert "from python" in seen.out and "[W from a library" in seen.err and "from a child" in seen.err
 
+
+
+def test_console_txt_keeps_a_printed_line_whole_when_a_library_writes_while_it_is_printed(tmp_path):
+    """print writes its text and its newline apart; a library's line written in between goes
+    before the printed line in the file, not into it, and a last line without a newline is kept."""
+    path = tmp_path / "console.txt"
+    with console_to(path):
+        sys.stdout.write("from python")
+        os.write(2, b"[W from a library\n")
+        for _ in range(500):  # until the descriptor's pump has written the library's line
+            if "[W" in path.read_text():
+                break
+            time.sleep(0.01)
+        sys.stdout.write("\n")
+        sys.stdout.write("last, without a newline")
+    assert path.read_text().splitlines() == ["[W from a library", "from python", "last, without a newline"]
 
 RANK_THAT_DIES = """
 import multiprocessing as mp, os, signal, sys

@@ -28,29 +28,41 @@ class _Log:
         self.file, self.lock = file, threading.Lock()
 
     def write(self, text: str) -> None:
-        if not CURSOR_MOVES.search(text):
+        if keeps(text):
             with self.lock:
                 self.file.write(COLOURS.sub("", text).replace("\r", ""))
                 self.file.flush()
 
 
+def keeps(text: str) -> bool:
+    """Whether the log keeps a write: not one that moves the cursor (a progress bar's redraw)."""
+    return not CURSOR_MOVES.search(text)
+
+
 class _Tee:
     """A stream that writes to `stream` and the log; once the run ends (`detach`), to the stream it
-    stood in for alone, for a console that a Ctrl-C pinned to it (cli/interrupts.keep_only)."""
+    stood in for alone, for a console that a Ctrl-C pinned to it (cli/interrupts.keep_only). The
+    log gets whole lines: `print` writes its text and its newline apart, and a line a library
+    writes to the descriptor in between would otherwise land inside the printed one."""
 
     def __init__(self, stream: IO[str], log: _Log) -> None:
-        self.stream, self.log = stream, log
+        self.stream, self.log, self.pending = stream, log, ""
 
     def write(self, text: str) -> int:
         self.stream.write(text)
-        if self.log is not None:
-            self.log.write(text)
+        if self.log is not None and keeps(text):
+            lines, newline, self.pending = (self.pending + text).rpartition("\n")
+            if newline:
+                self.log.write(lines + newline)
         return len(text)
 
     def detach(self, stream: IO[str]) -> None:
         self.stream, self.log = stream, None
 
     def flush(self) -> None:
+        if self.log is not None and self.pending:
+            self.log.write(self.pending)
+            self.pending = ""
         self.stream.flush()
 
     def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding: the terminal's
