@@ -147,7 +147,6 @@ def test_console_txt_keeps_python_s_lines_the_descriptors_and_child_processes(tm
     assert "from python" in seen.out and "[W from a library" in seen.err and "from a child" in seen.err
 
 
-
 def test_console_txt_keeps_a_printed_line_whole_when_a_library_writes_while_it_is_printed(tmp_path):
     """print writes its text and its newline apart; a library's line written in between goes
     before the printed line in the file, not into it, and a last line without a newline is kept."""
@@ -162,6 +161,7 @@ def test_console_txt_keeps_a_printed_line_whole_when_a_library_writes_while_it_i
         sys.stdout.write("\n")
         sys.stdout.write("last, without a newline")
     assert path.read_text().splitlines() == ["[W from a library", "from python", "last, without a newline"]
+
 
 RANK_THAT_DIES = """
 import multiprocessing as mp, os, signal, sys
