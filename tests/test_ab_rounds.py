@@ -56,3 +56,14 @@ def test_without_the_reference_the_summary_gives_no_ratio():
     (line,) = ab_rounds.summary(results, "A")
     assert "over" not in line and "nan" not in line
     assert "best 0.1800 s" in line and "peak 3.50 GiB" in line
+
+
+def test_a_probe_starts_each_case_only_with_its_build_time_left_and_says_which_it_skips(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(ab_rounds.time, "time", lambda: now[0])
+    said: list[str] = []
+    started = []
+    for case in ab_rounds.cases_in_time(["1x16384", "12x1024", "24x768"], 400.0, 250.0, say=said.append):
+        started.append(case)
+        now[0] += 60  # the first case's build and rounds took a minute
+    assert started == ["1x16384"] and said == ["deadline: skipping 12x1024", "deadline: skipping 24x768"]

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from trainperf.core.ab_rounds import alternating_rounds, summary
+from trainperf.core.ab_rounds import alternating_rounds, cases_in_time, summary
 from trainperf.workloads import llama_sdpa
 
 VARIANTS = ("model", "model+loss")
@@ -37,10 +37,7 @@ def built(shape: str, variant: str) -> llama_sdpa.LlamaStep:
 def main() -> None:
     deadline, shapes = float(sys.argv[1]), sys.argv[2:]
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    for shape in shapes:
-        if time.time() > deadline - 240:
-            print("deadline: skipping", shape, flush=True)
-            continue
+    for shape in cases_in_time(shapes, deadline, 240):
         steps = {v: built(shape, v) for v in VARIANTS}
         results = alternating_rounds({v: (lambda s=s: s) for v, s in steps.items()}, 3, 10,
                                      torch.device("cuda"), deadline, say=lambda line: print(line, flush=True))

@@ -27,7 +27,7 @@ import types
 
 import torch
 
-from trainperf.core.ab_rounds import alternating_rounds, summary
+from trainperf.core.ab_rounds import alternating_rounds, cases_in_time, summary
 from trainperf.workloads import llama_sdpa
 from trainperf.workloads.step_graph import GraphedIteration
 
@@ -114,15 +114,12 @@ def known(variant: str) -> bool:
 def main() -> None:
     deadline, cases = float(sys.argv[1]), sys.argv[2:]
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    for case in cases:
+    for case in cases_in_time(cases, deadline, 2 * BUILD_S):
         shape, _, names = case.partition(":")
         variants = names.split(",")
         if bad := [v for v in variants if not known(v)]:
             sys.exit(f"unknown variants {bad}: {'|'.join(KV_HEADS)}, then any of +{', +'.join(FLAGS)}")
-        if time.time() < deadline - 2 * BUILD_S:
-            in_step(shape, variants, deadline)
-        else:
-            print("deadline: skipping", case, flush=True)
+        in_step(shape, variants, deadline)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from trainperf.core.ab_rounds import alternating_rounds, summary
+from trainperf.core.ab_rounds import alternating_rounds, cases_in_time, summary
 from trainperf.kernels import float8_mlp
 from trainperf.workloads import llama_sdpa
 from trainperf.workloads.step_graph import GraphedIteration
@@ -73,11 +73,8 @@ def in_step(shape: str, deadline: float) -> None:
 def main() -> None:
     deadline, shapes = float(sys.argv[1]), sys.argv[2:]
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    for shape in shapes:  # a shape starts only with time left to build its steps
-        if time.time() < deadline - BUILD_S:
-            in_step(shape, deadline)
-        else:
-            print("deadline: skipping", shape, flush=True)
+    for shape in cases_in_time(shapes, deadline, BUILD_S):
+        in_step(shape, deadline)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from trainperf.core.ab_rounds import alternating_rounds, summary
+from trainperf.core.ab_rounds import alternating_rounds, cases_in_time, summary
 from trainperf.workloads import llama_sdpa
 
 VARIANTS = ("stock", "stock+fp32", "compile", "compile+fp32")
@@ -44,11 +44,8 @@ def built(shape: str, variant: str) -> llama_sdpa.LlamaStep:
 def main() -> None:
     deadline, shapes = float(sys.argv[1]), sys.argv[2:]
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    for arg in shapes:
+    for arg in cases_in_time(shapes, deadline, 300):
         shape, _, named = arg.partition(":")
-        if time.time() > deadline - 300:
-            print("deadline: skipping", shape, flush=True)
-            continue
         steps = {v: built(shape, v) for v in (named.split(",") if named else VARIANTS)}
         results = alternating_rounds({v: (lambda s=s: s) for v, s in steps.items()}, 3, 10,
                                      torch.device("cuda"), deadline, say=lambda line: print(line, flush=True))

@@ -24,7 +24,7 @@ import time
 import torch
 
 from trainperf.attention.fa4 import fa4_attention_backward_op, fa4_attention_op
-from trainperf.core.ab_rounds import alternating_rounds, summary
+from trainperf.core.ab_rounds import alternating_rounds, cases_in_time, summary
 from trainperf.kernels.chunked_loss import chunk_rows, loss_and_grads
 from trainperf.kernels.quack_gemm import mm_into, tuned_mm
 from trainperf.workloads import llama_sdpa
@@ -177,14 +177,11 @@ def known(variant: str) -> bool:
 def main() -> None:
     deadline, cases = float(sys.argv[1]), sys.argv[2:]
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    for case in cases:
+    for case in cases_in_time(cases, deadline, 300):
         shape, _, names = case.partition(":")
         variants = names.split(",") if names else list(DEFAULT)
         if bad := [v for v in variants if not known(v)]:
             sys.exit(f"unknown variants {bad}: a recipe, or floor then any of +{', +'.join(FLAGS)}")
-        if time.time() > deadline - 300:
-            print("deadline: skipping", shape, flush=True)
-            continue
         makers = {v: built(shape, v) for v in variants}
         results = alternating_rounds(makers, 3, 10, torch.device("cuda"), deadline,
                                      say=lambda line: print(line, flush=True))

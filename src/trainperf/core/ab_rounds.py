@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -61,3 +61,15 @@ def summary(results: dict[str, list[dict[str, Any]]], reference: str) -> list[st
         lines.append(f"{name:14s}: best {best:.4f} s, mean {statistics.fmean(r['s'] for r in rs):.4f} s, "
                      f"{ratio}peak {max(r['peak_gib'] for r in rs):.2f} GiB")
     return lines
+
+
+def cases_in_time(cases: Iterable[str], deadline: float, build_s: float,
+                  say: Callable[[str], None] = lambda line: print(line, flush=True)) -> Iterator[str]:
+    """Each of a probe's `cases` that starts with `build_s` seconds (what building its steps takes)
+    left before `deadline` (epoch seconds); says which it skips, so the output shows what a device
+    call's time limit left out."""
+    for case in cases:
+        if time.time() < deadline - build_s:
+            yield case
+        else:
+            say(f"deadline: skipping {case}")
