@@ -22,16 +22,15 @@ COLOURS = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class _Log:
-    """The file both levels write to, one write at a time."""
+    """The file both levels write to, one write at a time (what `keeps` lets through)."""
 
     def __init__(self, file: IO[str]) -> None:
         self.file, self.lock = file, threading.Lock()
 
     def write(self, text: str) -> None:
-        if keeps(text):
-            with self.lock:
-                self.file.write(COLOURS.sub("", text).replace("\r", ""))
-                self.file.flush()
+        with self.lock:
+            self.file.write(COLOURS.sub("", text).replace("\r", ""))
+            self.file.flush()
 
 
 def keeps(text: str) -> bool:
@@ -74,7 +73,8 @@ def _pump(source: int, terminal: int, log: _Log) -> None:
     with os.fdopen(source, "rb", buffering=0) as pipe:
         while chunk := pipe.read(65536):
             os.write(terminal, chunk)
-            log.write(chunk.decode("utf-8", errors="replace"))
+            if keeps(text := chunk.decode("utf-8", errors="replace")):
+                log.write(text)
 
 
 @contextmanager
