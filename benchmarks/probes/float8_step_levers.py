@@ -1,5 +1,6 @@
 """Probe: does each lever of trainperf's float8 step pay in the step?
-usage: PYTHONPATH=src python3 benchmarks/probes/float8_step_levers.py DEADLINE_EPOCH SHAPE...
+usage: PYTHONPATH=src python3 benchmarks/probes/float8_step_levers.py DEADLINE_EPOCH SHAPE[:VARIANT,...]...
+(every variant where a shape names none)
 
 `fp8-trainperf-all` at each shape as trainperf runs it (`all`), beside it with one lever taken
 back at a time, and torchao's `fp8`, in one process:
@@ -98,9 +99,9 @@ def captured(shape: str, recipe: str, fast: bool, prepare) -> tuple[llama_sdpa.L
     return step, GraphedIteration(step)
 
 
-def in_step(shape: str, deadline: float) -> None:
+def in_step(shape: str, names: list[str], deadline: float) -> None:
     default = float8_mlp.FAST_BACKWARD
-    built = {name: captured(shape, *settings) for name, settings in VARIANTS.items()}
+    built = {name: captured(shape, *VARIANTS[name]) for name in names}
     try:
         results = alternating_rounds({name: lambda g=graph: g for name, (_, graph) in built.items()},
                                      3, 10, torch.device("cuda"), deadline,
@@ -110,15 +111,17 @@ def in_step(shape: str, deadline: float) -> None:
             step.close()
         float8_mlp.FAST_BACKWARD = default
     for reference in ("fp8", "all"):
-        for line in summary(results, reference):
+        for line in summary(results, reference) if reference in results else ():
             print(shape, line, flush=True)
 
 
 def main() -> None:
     deadline, shapes = float(sys.argv[1]), sys.argv[2:]
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    for shape in cases_in_time(shapes, deadline, BUILD_S):
-        in_step(shape, deadline)
+    for arg in cases_in_time(shapes, deadline, BUILD_S):
+        shape, _, names = arg.partition(":")
+        in_step(shape, names.split(",") if names else list(VARIANTS), deadline)
+
 
 if __name__ == "__main__":
     main()
