@@ -386,7 +386,7 @@ def float8_attention(model: torch.nn.Module) -> None:
             raise Unsupported("--float8 trainperf-all takes attention projections without biases")
         check_dims(*(d for proj in projections for d in proj.weight.shape))
         attn.float8_qkv, attn.float8_o = linear_state(attn.q_proj.weight), linear_state(attn.o_proj.weight)
-        attn.llama_functions = (modeling_llama.ALL_ATTENTION_FUNCTIONS,
+        attn.llama_functions = (modeling_llama.apply_rotary_pos_emb, modeling_llama.ALL_ATTENTION_FUNCTIONS,
                                 modeling_llama.eager_attention_forward)
         attn.forward = types.MethodType(_attention_forward_float8, attn)
 
@@ -399,20 +399,21 @@ def _attention_forward_float8(self, hidden_states: torch.Tensor,  # noqa: ANN001
                               attention_mask: torch.Tensor | None = None,
                               **kwargs: object) -> tuple[torch.Tensor, torch.Tensor | None]:
     """transformers' Llama attention, but for its projections: q, k and v one float8 product on
-    their stacked weights with RoPE inside it (kernels/float8_linear.py float8_qkv_rope), o
-    another. transformers' functions come bound to the layer: importing
+    their stacked weights, o another. transformers' functions come bound to the layer: importing
     their module here broke the compiled layer's graph (torch 2.11's Dynamo cannot import from
     transformers' lazy modules) and left the attention block eager."""
-    from trainperf.kernels.float8_linear import float8_linear, float8_qkv_rope
+    from trainperf.kernels.float8_linear import float8_linear
 
     if any(kwargs.pop(name, None) is not None for name in _CACHES):
         raise Unsupported("--float8 trainperf-all trains; it takes no KV cache")
     input_shape = hidden_states.shape[:-1]
+    hidden_shape = (*input_shape, -1, self.head_dim)
     qkv_weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
-    heads = tuple(p.out_features // self.head_dim for p in (self.q_proj, self.k_proj, self.v_proj))
-    query, key, value = (t.transpose(1, 2) for t in float8_qkv_rope(
-        hidden_states, qkv_weight, *position_embeddings, self.float8_qkv, heads))
-    attention_functions, eager_attention = self.llama_functions
+    qkv = float8_linear(hidden_states, qkv_weight, self.float8_qkv)
+    sizes = [p.out_features for p in (self.q_proj, self.k_proj, self.v_proj)]
+    query, key, value = (t.view(hidden_shape).transpose(1, 2) for t in qkv.split(sizes, dim=-1))
+    rotary, attention_functions, eager_attention = self.llama_functions
+    query, key = rotary(query, key, *position_embeddings)
     attention = attention_functions.get_interface(self.config._attn_implementation, eager_attention)
     out, weights = attention(self, query, key, value, attention_mask,
                              dropout=0.0 if not self.training else self.attention_dropout,

@@ -31,7 +31,6 @@ FLOAT8 = ("off", "torchao", "torchao-mlp", "torchao-attention", "torchao-rowwise
 # trainperf-all, the attention projections' products too (kernels/float8_linear.py); with
 # trainperf-head, the chunked loss's LM-head products as well (kernels/float8_head.py)
 TRAINPERF_FLOAT8 = ("trainperf", "trainperf-all", "trainperf-head")
-TRAINPERF_FLOAT8_ATTENTION = ("trainperf-all", "trainperf-head")  # those with the projections too
 # torchao's float8 choices: the decoder's products they take and how they scale. The narrower ones
 # tell which products or which scaling move a float8 run's loss off stock's band (docs/peers.md).
 TORCHAO_FLOAT8 = {"torchao": ("all", "tensorwise"), "torchao-mlp": ("mlp", "tensorwise"),

@@ -236,9 +236,6 @@ def validate(spec: LlamaSpec) -> None:
         raise SpecError(f"--float8 {spec.float8} computes SwiGLU in its own float8 MLP; leave --swiglu "
                         "at torch")
     peers.check_float8_loss(spec.float8, spec.loss)
-    if spec.float8 in peers.TRAINPERF_FLOAT8_ATTENTION and spec.rope != "torch":
-        raise SpecError(f"--float8 {spec.float8} applies RoPE inside its q, k and v product; leave --rope "
-                        "at torch")
     if spec.library != "none" and spec.loss != "torch":
         raise SpecError(f"--library {spec.library} brings its own loss; leave --loss at torch")
     try:
@@ -291,7 +288,7 @@ class LlamaStep:
         if spec.float8 in peers.TORCHAO_FLOAT8:
             peers.apply_float8(self.model, spec.float8)
         if spec.float8 in peers.TRAINPERF_FLOAT8:
-            hf_llama.float8_layers(self.model, attention=spec.float8 in peers.TRAINPERF_FLOAT8_ATTENTION)
+            hf_llama.float8_layers(self.model, attention=spec.float8 != "trainperf")
         if spec.float8 == "trainperf-head":
             from trainperf.kernels.float8_head import float8_chunked_lm_loss, head_state
 
