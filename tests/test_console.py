@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from trainperf.core.graph_breaks import outside_graph
 from trainperf.core.library_noise import VERBOSE_ENV, quiet_libraries
 from trainperf.core.runner import measure_case
 from trainperf.suites.console_log import console_to
@@ -59,6 +60,24 @@ def test_a_compiled_case_s_graph_breaks_are_its_note_and_a_whole_graph_has_none(
     again = measure_case("t", {"fn": "whole"}, lambda s: measure(whole), {})  # a case counts its own
     assert "notes" not in again.metrics
 
+
+
+def test_a_break_where_trainperf_keeps_a_function_out_of_the_graph_says_which_and_why():
+    @outside_graph("the test keeps it out")
+    def kept_out(x):
+        return x * 2
+
+    def calls_it(x):
+        return kept_out(x.sin()).cos()
+
+    def measure(fn):
+        torch._dynamo.reset()
+        torch.compile(fn, backend="eager")(torch.ones(4))
+        return {}
+
+    rec = measure_case("t", {"fn": "kept"}, lambda s: measure(calls_it), {})
+    assert re.fullmatch(r"1 graph break\(s\) where `\S+<locals>\.kept_out` is kept out of the compiled graph "
+                        r"on purpose: the test keeps it out", rec.metrics["notes"]), rec.metrics["notes"]
 
 def _warn_from(module: str, message: str) -> None:
     exec(compile(f"import warnings\nwarnings.warn({message!r}, UserWarning)", module, "exec"),

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from trainperf.core.errors import Unsupported
 from trainperf.core.extras import broken_install, import_problem
+from trainperf.core.graph_breaks import outside_graph
 
 INSTALL_QUACK = "pip install 'trainperf[fa4]' (quack-kernels comes with flash-attn-4)"
 # looked up once, like FA4's: None, "not installed", or why the installed package does not import
@@ -71,7 +72,7 @@ class FusedSwiGLUMLP(torch.nn.Module):
 # Outside torch.compile's graphs: in a compiled decoder layer, the step with this graph break was
 # faster than with Dynamo tracing quack's autograd functions (0.327 against 0.332 s at 1 x 16384 on
 # an H100, benchmarks/results/explorations).
-@torch._dynamo.disable
+@outside_graph("quack's MLP is faster called between compiled pieces than traced")
 def _quack_mlp(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
                residual: torch.Tensor | None) -> torch.Tensor:
     """quack's MLP (its mlp_func with the stacked [gate; up] layout), with the down projection our
