@@ -61,7 +61,6 @@ def test_a_compiled_case_s_graph_breaks_are_its_note_and_a_whole_graph_has_none(
     assert "notes" not in again.metrics
 
 
-
 def test_a_break_where_trainperf_keeps_a_function_out_of_the_graph_says_which_and_why():
     @outside_graph("the test keeps it out")
     def kept_out(x):
@@ -78,6 +77,7 @@ def test_a_break_where_trainperf_keeps_a_function_out_of_the_graph_says_which_an
     rec = measure_case("t", {"fn": "kept"}, lambda s: measure(calls_it), {})
     assert re.fullmatch(r"1 graph break\(s\) where `\S+<locals>\.kept_out` is kept out of the compiled graph "
                         r"on purpose: the test keeps it out", rec.metrics["notes"]), rec.metrics["notes"]
+
 
 def _warn_from(module: str, message: str) -> None:
     exec(compile(f"import warnings\nwarnings.warn({message!r}, UserWarning)", module, "exec"),
