@@ -4,7 +4,7 @@ casts against the same layer with them apart."""
 
 import pytest
 import torch
-from conftest import assert_float8_equal, cast_ref, rel_err
+from conftest import cast_ref, float8_mismatches, rel_err
 
 from trainperf.kernels import float8_mlp as f8
 from trainperf.kernels import float8_norm
@@ -32,7 +32,13 @@ def test_the_kernel_adds_normalises_and_casts_with_the_transpose_and_amax(with_r
         else:
             assert s.numel() == 0
         assert y.dtype == yt.dtype == f8.E4M3 and torch.equal(yt.view(torch.uint8), y.t().view(torch.uint8))
-        assert_float8_equal(y, cast_ref(ref, state.scale[f8.X], f8.E4M3))
+        want = cast_ref(ref, state.scale[f8.X], f8.E4M3)
+        differ = float8_mismatches(y, want)
+        # the kernel's 1/rms (its own order of summing a row's squares; Triton's rsqrt) may be a bit
+        # off PyTorch's: a value on a rounding boundary of the normalised tensor then casts one
+        # float8 step (at most 2⁻³ of it) away
+        off = ((y.float() - want.float()).abs() / want.float().abs().clamp_min(1e-3))[differ]
+        assert differ.float().mean() < 2e-3 and (off <= 0.13).all(), (int(differ.sum()), off.max())
         assert state.now[f8.X] == pytest.approx(ref.abs().max().item(), rel=1e-2)
     assert state.calibrated[f8.X]
 
