@@ -30,6 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
+from trainperf.kernels.llama_rmsnorm import rms_norm_backward
 from trainperf.kernels.quack_mlp import FusedSwiGLUMLP
 
 HISTORY = 16  # iterations of amax a scale looks back over
@@ -353,8 +354,6 @@ def input_grads(grad: torch.Tensor, s: torch.Tensor, norm_weight: torch.Tensor |
     product's input (cast_input's): s's own without a norm."""
     if norm_weight is None:
         return grad, None
-    from trainperf.kernels.float8_norm import rms_norm_backward
-
     return rms_norm_backward(s, norm_weight, eps, grad)
 
 

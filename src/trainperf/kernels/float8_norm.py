@@ -6,7 +6,7 @@ float8 copy and that copy's transpose. Here one kernel does both: it adds the re
 sum, the next residual stream), takes each row's 1/rms, and writes the normalised rows as float8
 with their transpose and amax, so the bf16 normalised tensor never reaches memory. Its values are
 LlamaRMSNorm's, rounded where LlamaRMSNorm rounds: weight · bf16(s · rsqrt(mean(s²) + eps)), in
-the input's dtype. The backward is plain PyTorch (rms_norm_backward), which Inductor fuses.
+the input's dtype. The backward is plain PyTorch (kernels/llama_rmsnorm.py), which Inductor fuses.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from trainperf.kernels.float8_mlp import (
     store_float8,
     with_transpose,
 )
+from trainperf.kernels.llama_rmsnorm import rms_norm_reference
 
 
 @triton.jit
@@ -59,30 +60,12 @@ def _norm_cast_kernel(X, R, S, W, Y, YT, SCALE, AMAX, M, N, eps, HAS_RESIDUAL: t
         n = (w * normed).to(X.dtype.element_ty).to(tl.float32)
         amax = tl.maximum(amax, tl.where(mask, tl.abs(n), 0.0))
         store_float8(n, Y, at, mask, scale, FMAX)
-        tl.debug_barrier()  # the float8 tile this program's threads stored is read back transposed
-        r, c = rows[None, :], cols[:, None]
+    tl.atomic_max(AMAX, tl.max(tl.max(amax, 1), 0))
+    tl.debug_barrier()  # the float8 rows this program's threads stored are read back transposed
+    for start in range(0, N, BN):
+        r, c = rows[None, :], start + tl.arange(0, BN)[:, None]
         tmask = (r < M) & (c < N)
         tl.store(YT + c * M + r, tl.load(Y + r * N + c, mask=tmask), mask=tmask)
-    tl.atomic_max(AMAX, tl.max(tl.max(amax, 1), 0))
-
-
-def rms_norm_reference(s: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """LlamaRMSNorm of s, rounded where it rounds."""
-    s32 = s.float()
-    normed = (s32 * torch.rsqrt(s32.pow(2).mean(-1, keepdim=True) + eps)).to(s.dtype)
-    return weight * normed
-
-
-def rms_norm_backward(s: torch.Tensor, weight: torch.Tensor, eps: float,
-                      grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The gradients of s and of the weight, from the gradient of rms_norm_reference(s, weight, eps)."""
-    s32, g = s.float(), grad.float()
-    rstd = torch.rsqrt(s32.pow(2).mean(-1, keepdim=True) + eps)
-    unit = s32 * rstd
-    grad_weight = (g * unit.to(s.dtype).float()).sum(0)
-    gw = g * weight.float()
-    grad_s = rstd * (gw - unit * (gw * unit).mean(-1, keepdim=True))
-    return grad_s.to(s.dtype), grad_weight.to(weight.dtype)
 
 
 @torch.library.custom_op("trainperf::float8_rms_norm_cast", mutates_args=STATE)
