@@ -79,29 +79,3 @@ def breakdown_text(tmp_path_factory) -> str:
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     return next(out.glob("*.json")).read_text()
-
-
-def float8_mismatches(y: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
-    """Where y differs from PyTorch's cast `ref` bit for bit; in the interpreter, not counting where
-    y lies one step of float8 nearer zero, or at half of a power of two that ref holds (its dropped
-    carry)."""
-    differ = y.view(torch.uint8) != ref.view(torch.uint8)
-    if not torch.cuda.is_available():
-        magnitude = ref.view(torch.uint8).int() & 0x7F
-        nearer_zero = magnitude - (y.view(torch.uint8).int() & 0x7F) == 1
-        exponent = torch.frexp(ref.float())[1]
-        carry = (ref.float().abs() == 2.0 ** (exponent - 1)) & (y.float() * 2 == ref.float())
-        differ &= ~((nearer_zero & (y.float() * ref.float() >= 0)) | carry)
-    return differ
-
-
-def assert_float8_equal(y: torch.Tensor, ref: torch.Tensor) -> None:
-    """y equals PyTorch's cast `ref` bit for bit (in the interpreter, but for its rounding)."""
-    differ = float8_mismatches(y, ref)
-    assert not differ.any(), f"{int(differ.sum())} of {y.numel()} casts differ"
-
-
-def cast_ref(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """x cast to float8 at `scale` by PyTorch."""
-    fmax = torch.finfo(dtype).max
-    return (x.float() * scale).clamp(-fmax, fmax).to(dtype)

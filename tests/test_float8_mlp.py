@@ -7,7 +7,7 @@ there allow exactly that, and on the GPU the same tests check the casts bit for 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import assert_float8_equal, cast_ref, rel_err
+from conftest import rel_err
 from typer.testing import CliRunner
 
 from trainperf.cli import app
@@ -16,6 +16,24 @@ from trainperf.kernels.float8_mlp import Float8SwiGLUMLP, ScaleState
 from trainperf.models import hf_llama
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def assert_float8_equal(y: torch.Tensor, ref: torch.Tensor) -> None:
+    """y equals PyTorch's cast `ref` bit for bit; in the interpreter, also where y lies one step
+    of float8 nearer zero, or at half of a power of two that ref holds (its dropped carry)."""
+    differ = y.view(torch.uint8) != ref.view(torch.uint8)
+    if DEVICE == "cpu":
+        magnitude = ref.view(torch.uint8).int() & 0x7F
+        nearer_zero = magnitude - (y.view(torch.uint8).int() & 0x7F) == 1
+        exponent = torch.frexp(ref.float())[1]
+        carry = (ref.float().abs() == 2.0 ** (exponent - 1)) & (y.float() * 2 == ref.float())
+        differ &= ~((nearer_zero & (y.float() * ref.float() >= 0)) | carry)
+    assert not differ.any(), f"{int(differ.sum())} of {y.numel()} casts differ"
+
+
+def _cast_ref(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    fmax = f8.float8_max(dtype)
+    return (x.float() * scale).clamp(-fmax, fmax).to(dtype)
 
 
 @pytest.mark.parametrize("dtype", [f8.E4M3, f8.E5M2])
@@ -29,7 +47,7 @@ def test_a_cast_writes_the_tensor_and_its_transpose_and_records_its_amax(dtype):
     # the first cast calibrates: its scale maps its own amax to the float8 maximum
     amax = x.float().abs().max()
     torch.testing.assert_close(state.scale[f8.DY], f8.float8_max(dtype) / amax)
-    assert_float8_equal(y, cast_ref(x, state.scale[f8.DY], dtype))
+    assert_float8_equal(y, _cast_ref(x, state.scale[f8.DY], dtype))
     assert state.now[f8.DY] == amax  # recorded for the next scale
 
 
@@ -49,7 +67,7 @@ def test_the_swiglu_kernels_cast_what_the_reference_computes():
         inputs = (gu,) if role == f8.H else (dh, gu)
         kernel[f8.tile_grid(t, f)](*inputs, y, yt, state.scale[role:], state.now[role:], t, f,
                                FMAX=f8.float8_max(dtype), BM=f8.TILE[0], BN=f8.TILE[1])
-        assert_float8_equal(y, cast_ref(ref, state.scale[role], dtype))
+        assert_float8_equal(y, _cast_ref(ref, state.scale[role], dtype))
         assert torch.equal(yt.view(torch.uint8), y.view(torch.uint8).t())
         torch.testing.assert_close(state.now[role], ref.abs().max(), rtol=1e-6, atol=0)
 

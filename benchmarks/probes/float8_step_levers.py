@@ -6,8 +6,6 @@ usage: PYTHONPATH=src python3 benchmarks/probes/float8_step_levers.py DEADLINE_E
 back at a time, and torchao's `fp8`, in one process:
 - `all-float32`: the backward products accumulating in float32 (kernels/float8_mlp.py
   FAST_BACKWARD off), as torchao's do.
-- `all-norms-apart`: the decoder layers' RMSNorms as their own (compiled) kernels rather than
-  inside the float8 casts (models/hf_llama.py NORMS_IN_CASTS off).
 Each step is captured once as a CUDA graph, as the suite runs it, and the variants take turns in
 three rounds of 10 replays (core/ab_rounds.py): CUDA-event time, energy, clock and power (the peak
 memory it prints is the replays' alone: each graph is captured before the rounds). Before its
@@ -23,7 +21,6 @@ import torch
 
 from trainperf.core.ab_rounds import alternating_rounds, cases_in_time, summary
 from trainperf.kernels import float8_mlp
-from trainperf.models import hf_llama
 from trainperf.workloads import llama_sdpa
 from trainperf.workloads.step_graph import GraphedIteration
 
@@ -48,27 +45,24 @@ def calls_seen(step: llama_sdpa.LlamaStep) -> dict[str, int]:
     return dict(counts)
 
 
-VARIANTS = {  # name: (recipe, fast backward, norms in the casts)
-    "fp8": ("fp8", True, True),
-    "all-float32": ("fp8-trainperf-all", False, True),
-    "all-norms-apart": ("fp8-trainperf-all", True, False),
-    "all": ("fp8-trainperf-all", True, True),
+VARIANTS = {  # name: (recipe, fast backward)
+    "fp8": ("fp8", True),
+    "all-float32": ("fp8-trainperf-all", False),
+    "all": ("fp8-trainperf-all", True),
 }
 
 
-def captured(shape: str, recipe: str, fast: bool, norms_in_casts: bool
-             ) -> tuple[llama_sdpa.LlamaStep, GraphedIteration]:
-    float8_mlp.FAST_BACKWARD, hf_llama.NORMS_IN_CASTS = fast, norms_in_casts
+def captured(shape: str, recipe: str, fast: bool) -> tuple[llama_sdpa.LlamaStep, GraphedIteration]:
+    float8_mlp.FAST_BACKWARD = fast
     t0 = time.time()
     step = llama_sdpa.recipe_step(recipe, *map(int, shape.split("x")))
-    fused = sum(hasattr(m, "float8_norm") for m in step.model.modules())
-    print(f"{shape} {recipe} fast backward {fast}, norms in the casts of {fused} layers: built in "
-          f"{time.time() - t0:.0f} s, calls {calls_seen(step)}", flush=True)
+    print(f"{shape} {recipe} fast backward {fast}: built in {time.time() - t0:.0f} s, "
+          f"calls {calls_seen(step)}", flush=True)
     return step, GraphedIteration(step)
 
 
 def in_step(shape: str, names: list[str], deadline: float) -> None:
-    default = float8_mlp.FAST_BACKWARD, hf_llama.NORMS_IN_CASTS
+    default = float8_mlp.FAST_BACKWARD
     built = {name: captured(shape, *VARIANTS[name]) for name in names}
     try:
         results = alternating_rounds({name: lambda g=graph: g for name, (_, graph) in built.items()},
@@ -77,7 +71,7 @@ def in_step(shape: str, names: list[str], deadline: float) -> None:
     finally:
         for step, _ in built.values():
             step.close()
-        float8_mlp.FAST_BACKWARD, hf_llama.NORMS_IN_CASTS = default
+        float8_mlp.FAST_BACKWARD = default
     for reference in ("fp8", "all"):
         for line in summary(results, reference) if reference in results else ():
             print(shape, line, flush=True)

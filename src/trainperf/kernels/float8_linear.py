@@ -10,8 +10,7 @@ the backward where float8_mlp.FAST_BACKWARD says.
   backward  dy → dy8, dy8ᵀ;  dx = dy8·W8;  dW = dy8ᵀ·x8
 
 A layer's q, k and v projections are one such product on their stacked weights, so their input is
-cast once, and with the layer's input norm inside that cast where the decoder layer hands it over
-(models/hf_llama.py).
+cast once.
 """
 
 from __future__ import annotations
@@ -24,10 +23,8 @@ from trainperf.kernels.float8_mlp import (
     E5M2,
     ScaleState,
     as_dtype,
-    cast_input,
     cast_transposed,
     check_tokens,
-    input_grads,
     scaled_mm,
 )
 
@@ -38,37 +35,30 @@ ROLES = 3
 
 class _Float8Linear(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, state, norm_weight, eps):  # noqa: ANN001, ANN205
+    def forward(ctx, x, weight, state):  # noqa: ANN001, ANN205
         shape = x.shape
-        x = x.reshape(-1, shape[-1]).contiguous()
-        _, x8, x8t = cast_input(x, state, IN, norm_weight, eps)
+        x8, x8t = cast_transposed(x.reshape(-1, shape[-1]).contiguous(), state, IN, E4M3)
         w8, w8t = cast_transposed(weight, state, WEIGHT, E4M3)
         y = scaled_mm(x8, w8, state, IN, WEIGHT, fast=True)
-        ctx.save_for_backward(x8t, w8t, x if norm_weight is not None else None, norm_weight)
-        ctx.state, ctx.shape, ctx.dtypes, ctx.eps = state, shape, (x.dtype, weight.dtype), eps
+        ctx.save_for_backward(x8t, w8t)
+        ctx.state, ctx.shape, ctx.dtypes = state, shape, (x.dtype, weight.dtype)
         ctx.fast = float8_mlp.FAST_BACKWARD
         return as_dtype(y.reshape(*shape[:-1], y.shape[-1]), x.dtype)
 
     @staticmethod
     def backward(ctx, dy):  # noqa: ANN001, ANN205
-        x8t, w8t, x, norm_weight = ctx.saved_tensors
+        x8t, w8t = ctx.saved_tensors
         state = ctx.state
         dy8, dy8t = cast_transposed(dy.reshape(-1, dy.shape[-1]).contiguous(), state, GRAD, E5M2)
         dx = scaled_mm(dy8, w8t, state, GRAD, WEIGHT, ctx.fast)
         grad_weight = scaled_mm(dy8t, x8t, state, GRAD, IN, ctx.fast)
-        dx, grad_norm = input_grads(dx, x, norm_weight, ctx.eps)
-        return (as_dtype(dx.reshape(ctx.shape), ctx.dtypes[0]), as_dtype(grad_weight, ctx.dtypes[1]), None,
-                grad_norm, None)
+        return as_dtype(dx.reshape(ctx.shape), ctx.dtypes[0]), as_dtype(grad_weight, ctx.dtypes[1]), None
 
 
-def float8_linear(x: torch.Tensor, weight: torch.Tensor, state: ScaleState,
-                  norm: torch.nn.Module | None = None) -> torch.Tensor:
-    """x · weightᵀ on float8 GEMMs, scaled from `state` (a ScaleState of ROLES roles); with `norm`
-    (a LlamaRMSNorm), norm(x) · weightᵀ, the norm inside x's cast (kernels/float8_norm.py)."""
+def float8_linear(x: torch.Tensor, weight: torch.Tensor, state: ScaleState) -> torch.Tensor:
+    """x · weightᵀ on float8 GEMMs, scaled from `state` (a ScaleState of ROLES roles)."""
     check_tokens(x)
-    if norm is None:
-        return _Float8Linear.apply(x, weight, state, None, 0.0)
-    return _Float8Linear.apply(x, weight, state, norm.weight, norm.variance_epsilon)
+    return _Float8Linear.apply(x, weight, state)
 
 
 def linear_state(weight: torch.Tensor) -> ScaleState:

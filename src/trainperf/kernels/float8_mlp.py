@@ -30,7 +30,6 @@ import torch
 import triton
 import triton.language as tl
 
-from trainperf.kernels.llama_rmsnorm import rms_norm_backward
 from trainperf.kernels.quack_mlp import FusedSwiGLUMLP
 
 HISTORY = 16  # iterations of amax a scale looks back over
@@ -214,7 +213,7 @@ def scale_and_cast(x: torch.Tensor, state: tuple[torch.Tensor, ...], role: int,
     in one pass."""
     next_scale(*state, role, dtype, lambda: x)
     m, n = x.shape
-    y, yt = with_transpose(m, n, dtype, x.device)
+    y, yt = _with_transpose(m, n, dtype, x.device)
     scale, now = state[2], state[1]
     _cast_kernel[tile_grid(m, n)](x, y, yt, scale[role:], now[role:], m, n,
                                   FMAX=float8_max(dtype), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
@@ -223,7 +222,7 @@ def scale_and_cast(x: torch.Tensor, state: tuple[torch.Tensor, ...], role: int,
 
 @_cast_op.register_fake
 def _(x, hist, now, scale, inv, calibrated, role, e5m2):  # noqa: ANN001, ANN202
-    return with_transpose(*x.shape, E5M2 if e5m2 else E4M3, x.device)
+    return _with_transpose(*x.shape, E5M2 if e5m2 else E4M3, x.device)
 
 
 @torch.library.custom_op("trainperf::float8_swiglu", mutates_args=STATE)
@@ -231,7 +230,7 @@ def _swiglu_op(gu: torch.Tensor, hist: torch.Tensor, now: torch.Tensor, scale: t
                inv: torch.Tensor, calibrated: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     t, f = gu.shape[0], gu.shape[1] // 2
     next_scale(hist, now, scale, inv, calibrated, H, E4M3, lambda: swiglu_reference(gu))
-    h8, h8t = with_transpose(t, f, E4M3, gu.device)
+    h8, h8t = _with_transpose(t, f, E4M3, gu.device)
     _swiglu_kernel[tile_grid(t, f)](gu, h8, h8t, scale[H:], now[H:], t, f,
                                     FMAX=float8_max(E4M3), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
     return h8, h8t
@@ -239,7 +238,7 @@ def _swiglu_op(gu: torch.Tensor, hist: torch.Tensor, now: torch.Tensor, scale: t
 
 @_swiglu_op.register_fake
 def _(gu, hist, now, scale, inv, calibrated):  # noqa: ANN001, ANN202
-    return with_transpose(gu.shape[0], gu.shape[1] // 2, E4M3, gu.device)
+    return _with_transpose(gu.shape[0], gu.shape[1] // 2, E4M3, gu.device)
 
 
 @torch.library.custom_op("trainperf::float8_swiglu_backward", mutates_args=STATE)
@@ -248,7 +247,7 @@ def _swiglu_bwd_op(dh: torch.Tensor, gu: torch.Tensor, hist: torch.Tensor, now: 
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     t, f = dh.shape
     next_scale(hist, now, scale, inv, calibrated, DGU, E5M2, lambda: swiglu_grad_reference(dh, gu))
-    dgu8, dgu8t = with_transpose(t, 2 * f, E5M2, dh.device)
+    dgu8, dgu8t = _with_transpose(t, 2 * f, E5M2, dh.device)
     _swiglu_bwd_kernel[tile_grid(t, f)](dh, gu, dgu8, dgu8t, scale[DGU:], now[DGU:], t, f,
                                         FMAX=float8_max(E5M2), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
     return dgu8, dgu8t
@@ -256,7 +255,7 @@ def _swiglu_bwd_op(dh: torch.Tensor, gu: torch.Tensor, hist: torch.Tensor, now: 
 
 @_swiglu_bwd_op.register_fake
 def _(dh, gu, hist, now, scale, inv, calibrated):  # noqa: ANN001, ANN202
-    return with_transpose(dh.shape[0], 2 * dh.shape[1], E5M2, dh.device)
+    return _with_transpose(dh.shape[0], 2 * dh.shape[1], E5M2, dh.device)
 
 
 def cast_transposed(x: torch.Tensor, state: ScaleState, role: int,
@@ -276,7 +275,7 @@ def swiglu_grad_reference(dh: torch.Tensor, gu: torch.Tensor) -> torch.Tensor:
     return torch.cat([dh * u * sig * (1 + g * (1 - sig)), dh * g * sig], dim=-1)
 
 
-def with_transpose(m: int, n: int, dtype: torch.dtype,
+def _with_transpose(m: int, n: int, dtype: torch.dtype,
                     device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Empty float8 tensors [m, n] and [n, m]: what a cast kernel writes."""
     return (torch.empty(m, n, dtype=dtype, device=device),
@@ -335,64 +334,33 @@ def as_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t if t.dtype == dtype else t.to(dtype)
 
 
-def cast_input(x: torch.Tensor, state: ScaleState, role: int, norm_weight: torch.Tensor | None = None,
-               eps: float = 0.0, residual: torch.Tensor | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(s, x8, x8ᵀ) for a product's input x [M, N]: s = x, and x cast at `role`'s scale. With
-    `norm_weight`, s = x + residual (or x) and x8 the cast of LlamaRMSNorm(s) with that weight and
-    eps, in one kernel (kernels/float8_norm.py, whose import registers the operator)."""
-    if norm_weight is None:
-        return (x, *cast_transposed(x, state, role, E4M3))
-    s, x8, x8t = torch.ops.trainperf.float8_rms_norm_cast(x, residual, norm_weight, eps, *state.tensors(),
-                                                          role)
-    return (x if residual is None else s), x8, x8t
-
-
-def input_grads(grad: torch.Tensor, s: torch.Tensor, norm_weight: torch.Tensor | None,
-                eps: float) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The gradients of a product's input s and of its norm's weight from the gradient of the
-    product's input (cast_input's): s's own without a norm."""
-    if norm_weight is None:
-        return grad, None
-    return rms_norm_backward(s, norm_weight, eps, grad)
-
-
 class _Float8MLP(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, w_gu, w_d, state, norm_weight, eps, residual):  # noqa: ANN001, ANN205
+    def forward(ctx, x, w_gu, w_d, state):  # noqa: ANN001, ANN205
         shape = x.shape
         x = x.reshape(-1, shape[-1]).contiguous()
-        if residual is not None:
-            residual = residual.reshape(-1, shape[-1]).contiguous()
-        s, x8, x8t = cast_input(x, state, X, norm_weight, eps, residual)
+        x8, x8t = cast_transposed(x, state, X, E4M3)
         w_gu8, w_gu8t = cast_transposed(w_gu, state, W_GU, E4M3)
         w_d8, w_d8t = cast_transposed(w_d, state, W_D, E4M3)
         gu = scaled_mm(x8, w_gu8, state, X, W_GU, fast=True)
         h8, h8t = _swiglu_op(gu, *state.tensors())
         y = scaled_mm(h8, w_d8, state, H, W_D, fast=True)
-        ctx.save_for_backward(x8t, gu, h8t, w_gu8t, w_d8t, s if norm_weight is not None else None,
-                              norm_weight)
-        ctx.state, ctx.shape, ctx.fast, ctx.eps = state, shape, FAST_BACKWARD, eps
-        ctx.residual = residual is not None
-        y = as_dtype(y.reshape(*shape[:-1], y.shape[-1]), x.dtype)
-        return (s.view(shape), y) if ctx.residual else y
+        ctx.save_for_backward(x8t, gu, h8t, w_gu8t, w_d8t)
+        ctx.state, ctx.shape, ctx.fast = state, shape, FAST_BACKWARD
+        return as_dtype(y.reshape(*shape[:-1], y.shape[-1]), x.dtype)
 
     @staticmethod
-    def backward(ctx, *grads):  # noqa: ANN002, ANN205
-        x8t, gu, h8t, w_gu8t, w_d8t, s, norm_weight = ctx.saved_tensors
+    def backward(ctx, dy):  # noqa: ANN001, ANN205
+        x8t, gu, h8t, w_gu8t, w_d8t = ctx.saved_tensors
         state = ctx.state
-        dy = grads[-1].reshape(-1, grads[-1].shape[-1]).contiguous()
+        dy = dy.reshape(-1, dy.shape[-1]).contiguous()
         dy8, dy8t = cast_transposed(dy, state, DY, E5M2)
         dh = scaled_mm(dy8, w_d8t, state, DY, W_D, ctx.fast)
         grad_w_d = scaled_mm(dy8t, h8t, state, DY, H, ctx.fast)
         dgu8, dgu8t = _swiglu_bwd_op(dh, gu, *state.tensors())
         dx = scaled_mm(dgu8, w_gu8t, state, DGU, W_GU, ctx.fast)
         grad_w_gu = scaled_mm(dgu8t, x8t, state, DGU, X, ctx.fast)
-        dx, grad_norm = input_grads(dx, s, norm_weight, ctx.eps)
-        dx = dx.reshape(ctx.shape)
-        if ctx.residual:
-            dx = dx + grads[0]
-        return dx, grad_w_gu, grad_w_d, None, grad_norm, None, dx if ctx.residual else None
+        return dx.reshape(ctx.shape), grad_w_gu, grad_w_d, None
 
 
 class Float8SwiGLUMLP(FusedSwiGLUMLP):
@@ -406,16 +374,9 @@ class Float8SwiGLUMLP(FusedSwiGLUMLP):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return float8_mlp(x, self.gate_up.weight, self.down_proj.weight, self.state)
 
-    def normed(self, x: torch.Tensor, residual: torch.Tensor,
-               norm: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
-        """(s, mlp(norm(s))) with s = x + residual, the norm (a LlamaRMSNorm) inside the input's cast."""
-        check_tokens(x)
-        return _Float8MLP.apply(x, self.gate_up.weight, self.down_proj.weight, self.state, norm.weight,
-                                norm.variance_epsilon, residual)
-
 
 def float8_mlp(x: torch.Tensor, w_gu: torch.Tensor, w_d: torch.Tensor, state: ScaleState) -> torch.Tensor:
     """down(silu(g)·u) with [g | u] = x·w_guᵀ (w_gu: gate's and up's weights stacked), every
     product on float8 GEMMs scaled from `state` (a ScaleState of ROLES roles)."""
     check_tokens(x)
-    return _Float8MLP.apply(x, w_gu, w_d, state, None, 0.0, None)
+    return _Float8MLP.apply(x, w_gu, w_d, state)

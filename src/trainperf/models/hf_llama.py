@@ -367,40 +367,6 @@ def float8_layers(model: torch.nn.Module, attention: bool = True) -> None:
         _replace(model, name, Float8SwiGLUMLP(module))
     if attention:
         float8_attention(model)
-        if NORMS_IN_CASTS:
-            norms_in_casts(model)
-
-
-# Whether `--float8 trainperf-all` computes each decoder layer's RMSNorms inside the float8 casts
-# of the products they feed (norms_in_casts); a probe turns it off to weigh it.
-NORMS_IN_CASTS = True
-
-
-def norms_in_casts(model: torch.nn.Module) -> None:
-    """Have every decoder layer of `model` whose norms are transformers' own RMSNorms in the
-    model's dtype, whose MLP is a float8 one and whose attention has float8 projections, compute
-    its norms inside the float8 casts of their products (kernels/float8_norm.py): the attention
-    normalises its input in the q, k and v cast, the MLP adds the residual and normalises in its
-    input's cast."""
-    import trainperf.kernels.float8_norm  # noqa: F401  (registers the fused operator)
-    from trainperf.kernels.float8_mlp import Float8SwiGLUMLP
-
-    for layer in model.modules():
-        norms = [getattr(layer, name, None) for name in ("input_layernorm", "post_attention_layernorm")]
-        if not (isinstance(getattr(layer, "mlp", None), Float8SwiGLUMLP)
-                and hasattr(getattr(layer, "self_attn", None), "float8_qkv")
-                and all(type(norm).__name__ == "LlamaRMSNorm" for norm in norms)):
-            continue
-        # the attention reads the norm; it stays the layer's submodule alone
-        object.__setattr__(layer.self_attn, "float8_norm", layer.input_layernorm)
-        layer.forward = types.MethodType(_layer_forward_norms_in_casts, layer)
-
-
-def _layer_forward_norms_in_casts(self, hidden_states: torch.Tensor, **kwargs: object) -> torch.Tensor:  # noqa: ANN001
-    """transformers' Llama decoder layer, but its norms are computed inside the float8 casts."""
-    attn, _ = self.self_attn(hidden_states=hidden_states, **kwargs)
-    residual, out = self.mlp.normed(hidden_states, attn, self.post_attention_layernorm)
-    return residual + out
 
 
 def float8_attention(model: torch.nn.Module) -> None:
@@ -433,8 +399,7 @@ def _attention_forward_float8(self, hidden_states: torch.Tensor,  # noqa: ANN001
                               attention_mask: torch.Tensor | None = None,
                               **kwargs: object) -> tuple[torch.Tensor, torch.Tensor | None]:
     """transformers' Llama attention, but for its projections: q, k and v one float8 product on
-    their stacked weights (with the layer's input norm inside its cast where norms_in_casts set
-    `float8_norm`), o another. transformers' functions come bound to the layer: importing
+    their stacked weights, o another. transformers' functions come bound to the layer: importing
     their module here broke the compiled layer's graph (torch 2.11's Dynamo cannot import from
     transformers' lazy modules) and left the attention block eager."""
     from trainperf.kernels.float8_linear import float8_linear
@@ -444,7 +409,7 @@ def _attention_forward_float8(self, hidden_states: torch.Tensor,  # noqa: ANN001
     input_shape = hidden_states.shape[:-1]
     hidden_shape = (*input_shape, -1, self.head_dim)
     qkv_weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
-    qkv = float8_linear(hidden_states, qkv_weight, self.float8_qkv, getattr(self, "float8_norm", None))
+    qkv = float8_linear(hidden_states, qkv_weight, self.float8_qkv)
     sizes = [p.out_features for p in (self.q_proj, self.k_proj, self.v_proj)]
     query, key, value = (t.view(hidden_shape).transpose(1, 2) for t in qkv.split(sizes, dim=-1))
     rotary, attention_functions, eager_attention = self.llama_functions
