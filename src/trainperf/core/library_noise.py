@@ -48,7 +48,10 @@ INTERNAL_LOGS = (("liger_kernel.backends.registry", r"Backend impl .* could not 
                  # modify tensors in place (trainperf's policies' gradients are tested against eager)
                  ("torch._higher_order_ops.wrap", r"context_fn is passed to torch\.utils\.checkpoint"),
                  # spawn ending the other ranks once one failed: trainperf names the failing rank
-                 ("torch.multiprocessing.spawn", r"Terminating process \d+ via signal SIGTERM"))
+                 ("torch.multiprocessing.spawn", r"Terminating process \d+ via signal SIGTERM"),
+                 # a compile on the CPU of a machine whose CUDA toolkit has no GPU to run on (say,
+                 # CUDA_VISIBLE_DEVICES="")
+                 ("torch.utils.cpp_extension", r"No CUDA runtime is found, using CUDA_HOME"))
 # (logger, message) of log lines about the case: torch.compile could not read which inputs a Triton
 # kernel of the case writes (Liger's, under compile) and takes all of them as written, which may
 # cost the compiled step copies; logged with the parser's whole traceback at every trace.
