@@ -6,6 +6,9 @@ usage: PYTHONPATH=src python3 benchmarks/probes/float8_step_levers.py DEADLINE_E
 back at a time, and torchao's `fp8`, in one process:
 - `all-float32`: the backward products accumulating in float32 (kernels/float8_mlp.py
   FAST_BACKWARD off), as torchao's do.
+- `all-expanded`, `fp8-expanded`: K and V expanded to every query head before FlashAttention 4
+  (`--kv-heads expanded`), so its backward writes dK and dV per query head instead of summing each
+  group's in float32.
 Each step is captured once as a CUDA graph, as the suite runs it, and the variants take turns in
 three rounds of 10 replays (core/ab_rounds.py): CUDA-event time, energy, clock and power (the peak
 memory it prints is the replays' alone: each graph is captured before the rounds). Before its
@@ -45,18 +48,22 @@ def calls_seen(step: llama_sdpa.LlamaStep) -> dict[str, int]:
     return dict(counts)
 
 
-VARIANTS = {  # name: (recipe, fast backward)
-    "fp8": ("fp8", True),
-    "all-float32": ("fp8-trainperf-all", False),
-    "all": ("fp8-trainperf-all", True),
+EXPANDED = {"kv_heads": "expanded"}
+VARIANTS = {  # name: (recipe, fast backward, fields over the recipe's)
+    "fp8": ("fp8", True, {}),
+    "fp8-expanded": ("fp8", True, EXPANDED),
+    "all-float32": ("fp8-trainperf-all", False, {}),
+    "all": ("fp8-trainperf-all", True, {}),
+    "all-expanded": ("fp8-trainperf-all", True, EXPANDED),
 }
 
 
-def captured(shape: str, recipe: str, fast: bool) -> tuple[llama_sdpa.LlamaStep, GraphedIteration]:
+def captured(shape: str, recipe: str, fast: bool,
+             fields: dict[str, str]) -> tuple[llama_sdpa.LlamaStep, GraphedIteration]:
     float8_mlp.FAST_BACKWARD = fast
     t0 = time.time()
-    step = llama_sdpa.recipe_step(recipe, *map(int, shape.split("x")))
-    print(f"{shape} {recipe} fast backward {fast}: built in {time.time() - t0:.0f} s, "
+    step = llama_sdpa.recipe_step(recipe, *map(int, shape.split("x")), **fields)
+    print(f"{shape} {recipe} {fields or ''} fast backward {fast}: built in {time.time() - t0:.0f} s, "
           f"calls {calls_seen(step)}", flush=True)
     return step, GraphedIteration(step)
 
