@@ -437,12 +437,13 @@ def test_a_ctrl_c_a_library_swallowed_stops_the_sweep_after_the_case_in_flight(d
 
 
 _POOL_SCRIPT = """
-import sys, threading, time
+import signal, sys, threading, time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
 from trainperf.core.sigint import quiet_forkserver
 
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as at the CLI's start, whoever started the tests
 if sys.argv[1] != "stock":
     quiet_forkserver()
 pool = ProcessPoolExecutor(2, mp_context=get_context("forkserver"))  # as quack's compile pool
