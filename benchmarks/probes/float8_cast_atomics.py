@@ -44,16 +44,14 @@ def _cast_amax_as(X, Y, YT, SCALE, AMAX, M, N, FMAX: tl.constexpr, BM: tl.conste
 
 
 def cast_form(sem: str):  # noqa: ANN201
-    """A launcher of the plain cast with its amax at `sem`."""
+    """A launcher of the plain cast with its amax at `sem` ("trainperf": the kernel trainperf ships)."""
+    kernel, extra = (mlp._cast_kernel, {}) if sem == "trainperf" else (_cast_amax_as, {"SEM": sem})
+
     def launch(x: torch.Tensor, y: torch.Tensor, yt: torch.Tensor, scale: torch.Tensor,
                amax: torch.Tensor) -> None:
         m, n = x.shape
-        if sem == "trainperf":
-            mlp._cast_kernel[mlp.tile_grid(m, n)](x, y, yt, scale, amax, m, n, FMAX=mlp.float8_max(mlp.E4M3),
-                                                  BM=mlp.TILE[0], BN=mlp.TILE[1], num_warps=mlp.WARPS)
-        else:
-            _cast_amax_as[mlp.tile_grid(m, n)](x, y, yt, scale, amax, m, n, FMAX=mlp.float8_max(mlp.E4M3),
-                                               BM=mlp.TILE[0], BN=mlp.TILE[1], SEM=sem, num_warps=mlp.WARPS)
+        kernel[mlp.tile_grid(m, n)](x, y, yt, scale, amax, m, n, FMAX=mlp.float8_max(mlp.E4M3),
+                                    BM=mlp.TILE[0], BN=mlp.TILE[1], num_warps=mlp.WARPS, **extra)
     return launch
 
 
