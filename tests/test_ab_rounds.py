@@ -67,3 +67,29 @@ def test_a_probe_starts_each_case_only_with_its_build_time_left_and_says_which_i
         started.append(case)
         now[0] += 60  # the first case's build and rounds took a minute
     assert started == ["1x16384"] and said == ["deadline: skipping 12x1024", "deadline: skipping 24x768"]
+
+
+class _Step:
+    def __init__(self):
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+
+
+def test_graphs_in_rounds_times_each_graph_and_closes_every_step(fake_gpu):
+    steps = {"A": _Step(), "B": _Step()}
+    results = ab_rounds.graphs_in_rounds({n: (steps[n], lambda n=n: n) for n in "AB"}, float("inf"),
+                                         rounds=2, calls=5)
+    assert fake_gpu == [("A", 5), ("B", 5)] * 2 and [len(results[n]) for n in "AB"] == [2, 2]
+    assert all(s.closed for s in steps.values())
+
+
+def test_graphs_in_rounds_closes_the_steps_when_a_round_fails(fake_gpu, monkeypatch):
+    def failing(run, calls, device):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+    monkeypatch.setattr(ab_rounds, "monitored_calls", failing)
+    step = _Step()
+    with pytest.raises(torch.OutOfMemoryError):
+        ab_rounds.graphs_in_rounds({"A": (step, lambda: "A")}, float("inf"))
+    assert step.closed

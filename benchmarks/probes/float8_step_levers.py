@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from trainperf.core.ab_rounds import alternating_rounds, cases_in_time, summary
+from trainperf.core.ab_rounds import cases_in_time, graphs_in_rounds, summary
 from trainperf.kernels import float8_mlp
 from trainperf.workloads import llama_sdpa
 from trainperf.workloads.step_graph import GraphedIteration
@@ -72,12 +72,8 @@ def in_step(shape: str, names: list[str], deadline: float) -> None:
     default = float8_mlp.FAST_BACKWARD
     built = {name: captured(shape, *VARIANTS[name]) for name in names}
     try:
-        results = alternating_rounds({name: lambda g=graph: g for name, (_, graph) in built.items()},
-                                     3, 10, torch.device("cuda"), deadline,
-                                     say=lambda line: print(line, flush=True))
+        results = graphs_in_rounds(built, deadline)
     finally:
-        for step, _ in built.values():
-            step.close()
         float8_mlp.FAST_BACKWARD = default
     for reference in ("fp8", "all"):
         for line in summary(results, reference) if reference in results else ():

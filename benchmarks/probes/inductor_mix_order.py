@@ -20,7 +20,7 @@ import time
 import torch
 import triton
 
-from trainperf.core.ab_rounds import alternating_rounds, cases_in_time, summary
+from trainperf.core.ab_rounds import cases_in_time, graphs_in_rounds, summary
 from trainperf.workloads import llama_sdpa
 from trainperf.workloads.step_graph import GraphedIteration
 
@@ -65,13 +65,7 @@ def in_step(recipe: str, shape: str, names: list[str], deadline: float) -> None:
             break
         torch._dynamo.reset()
         built[name] = captured(recipe, shape, name)
-    try:
-        results = alternating_rounds({name: lambda g=graph: g for name, (_, graph) in built.items()},
-                                     3, 10, torch.device("cuda"), deadline,
-                                     say=lambda line: print(line, flush=True))
-    finally:
-        for step, _ in built.values():
-            step.close()
+    results = graphs_in_rounds(built, deadline)
     for line in summary(results, "default") if "default" in results else ():
         print(shape, recipe, line, flush=True)
 

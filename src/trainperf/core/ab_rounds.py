@@ -49,6 +49,20 @@ def alternating_rounds(variants: dict[str, Variant], rounds: int, calls: int, de
     return results
 
 
+def graphs_in_rounds(built: dict[str, tuple[Any, Callable[[], object]]], deadline: float,
+                     rounds: int = 3, calls: int = 10) -> dict[str, list[dict[str, Any]]]:
+    """`alternating_rounds` over a probe's captured iterations (name: (the step it was captured
+    from, the graph)), printing each round; the steps are closed afterwards even when a round
+    fails, so that a probe's next shape starts with their memory free."""
+    try:
+        return alternating_rounds({name: lambda g=graph: g for name, (_, graph) in built.items()},
+                                  rounds, calls, torch.device("cuda"), deadline,
+                                  say=lambda line: print(line, flush=True))
+    finally:
+        for step, _ in built.values():
+            step.close()
+
+
 def summary(results: dict[str, list[dict[str, Any]]], reference: str) -> list[str]:
     """One line per variant that ran: its best and mean seconds per call, the reference's best over
     its best (where the reference ran), and its peak memory."""
