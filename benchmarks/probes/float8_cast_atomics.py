@@ -3,7 +3,7 @@
 Each program of trainperf's float8 cast kernels (kernels/float8_mlp.py) folds its tile's amax into
 one float32 with an atomic max. Triton's atomics default to acquire-release semantics, which fence
 the program's memory traffic around the atomic; the amax is read only by later kernels, so relaxed
-ordering does. The plain cast is timed as trainperf ships it (`trainperf`), with the atomic at
+ordering suffices. The plain cast is timed as trainperf ships it (`trainperf`), with the atomic at
 Triton's default ordering (`acq_rel`, the base of the ratios), relaxed (`relaxed`) and with no
 amax at all (`none`, the floor), on the tensors of the Llama-3.2-1B step: one layer's weights and
 its activations at 12 x 1024 and 1 x 16384 tokens. Each form runs as a CUDA graph of back-to-back
