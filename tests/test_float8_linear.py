@@ -6,8 +6,10 @@ little more (tests/test_float8_mlp.py); the bounds there are looser."""
 import pytest
 import torch
 from conftest import rel_err
+from test_float8_mlp import _cast_ref, assert_float8_equal
 
 from trainperf.core.errors import Unsupported
+from trainperf.kernels import float8_linear as f8l
 from trainperf.kernels.float8_linear import float8_linear, linear_state
 from trainperf.models import hf_llama
 
@@ -37,6 +39,69 @@ def test_a_float8_linear_follows_float64():
     assert all(state.calibrated)
 
 
+def _rope_inputs(t: int, d: int, cos_batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [cos_batch, t, d] with repeated halves, as a Llama's rotary module makes them."""
+    angles = torch.rand(cos_batch, t, d // 2, device=DEVICE) * 100
+    emb = torch.cat([angles, angles], dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def test_the_rope_gradient_reference_is_transformers_rope_s_backward():
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    torch.manual_seed(0)
+    q = torch.randn(2, 5, 4, 8, dtype=torch.float64, device=DEVICE, requires_grad=True)
+    k = torch.randn(2, 5, 2, 8, dtype=torch.float64, device=DEVICE, requires_grad=True)
+    v = torch.randn(2, 5, 2, 8, dtype=torch.float64, device=DEVICE)
+    cos, sin = (t.double() for t in _rope_inputs(5, 8, 2))
+    dq, dk = torch.randn_like(q), torch.randn_like(k)
+    rq, rk = apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=2)
+    torch.autograd.backward([rq, rk], [dq, dk])
+    want = torch.cat([q.grad, k.grad, v], dim=2).reshape(10, -1).float()
+    torch.testing.assert_close(f8l.qkv_rope_grad_reference(dq, dk, v, cos, sin), want)
+
+
+@pytest.mark.parametrize(("d", "cos_batch"), [(64, 2), (128, 1)])
+def test_the_qkv_gradient_cast_takes_q_and_k_back_through_rope_and_stacks_v(d, cos_batch):
+    torch.manual_seed(0)
+    b, t, hq, hk = 2, 40, 4, 2  # 80 rows: edges that fill no whole tile
+    dq = torch.randn(b, hq, t, d, device=DEVICE).bfloat16().transpose(1, 2)  # as attention hands it back
+    dk, dv = (torch.randn(b, t, hk, d, device=DEVICE).bfloat16() for _ in range(2))
+    cos, sin = (x.bfloat16() for x in _rope_inputs(t, d, cos_batch))
+    state = linear_state(dk)
+    y, yt = f8l._qkv_rope_grad_op(dq, dk, dv, cos, sin, *state.tensors())
+    want = f8l.qkv_rope_grad_reference(dq, dk, dv, cos, sin)
+    assert y.shape == (b * t, (hq + 2 * hk) * d) and y.dtype == torch.float8_e5m2
+    assert torch.equal(yt.view(torch.uint8), y.view(torch.uint8).t())
+    ref = _cast_ref(want, state.scale[f8l.GRAD], torch.float8_e5m2)
+    if DEVICE == "cuda":  # a fused multiply-add moves a rare float32 sum across a float8 rounding point
+        steps = (y.view(torch.uint8).int() - ref.view(torch.uint8).int()).abs()
+        assert steps.max() <= 1 and (steps > 0).float().mean() < 1e-3
+    else:
+        assert_float8_equal(y, ref)
+    assert state.now[f8l.GRAD] == want.abs().max()
+
+
+def test_rope_inside_the_qkv_product_trains_as_rope_after_it():
+    """The same float8 products either way: the forward is the same to the bit, the gradients differ
+    only where RoPE's backward rounded them to bf16 before their float8 cast."""
+    models = [_layer(torch.bfloat16) for _ in range(2)]
+    for model, inside in zip(models, (False, True), strict=True):
+        hf_llama.float8_layers(model, attention=True)
+        model.model.layers[0].self_attn.rope_in_product = inside
+    ids = torch.randint(0, models[0].config.vocab_size, (2, 32), device=DEVICE)
+    losses = [model(input_ids=ids, labels=ids).loss for model in models]
+    for loss in losses:
+        loss.backward()
+    assert losses[0].item() == losses[1].item()
+    attns = [model.model.layers[0].self_attn for model in models]
+    for name in ("q_proj", "k_proj", "v_proj"):
+        apart, inside = (getattr(attn, name).weight.grad for attn in attns)
+        assert rel_err(inside, apart) < 0.05, name
+    amax = [attn.float8_qkv.now[f8l.GRAD] for attn in attns]  # of the stacked gradient's cast
+    assert amax[1] > 0 and abs(amax[1] - amax[0]) <= 0.01 * amax[0]
+
+
 def _layer(dtype: torch.dtype) -> torch.nn.Module:
     torch.manual_seed(0)
     model = hf_llama.build_model(hf_llama.load_config("tiny", layers=1), dtype, torch.device(DEVICE))
@@ -63,7 +128,8 @@ def test_a_layer_with_float8_projections_follows_float64():
     assert all(attn.float8_qkv.calibrated) and all(attn.float8_o.calibrated)
 
 
-def test_a_compiled_llama_layer_with_float8_projections_is_one_graph():
+@pytest.mark.parametrize("rope_in_product", [False, True])
+def test_a_compiled_llama_layer_with_float8_projections_is_one_graph(rope_in_product):
     """The patched attention forward is traced with the rest of its decoder layer: a graph break
     there (torch 2.11 broke at an import from transformers inside it) ran the attention block
     eagerly, copying q, k and v between the pieces of the layer's graph in every backward."""
@@ -71,6 +137,7 @@ def test_a_compiled_llama_layer_with_float8_projections_is_one_graph():
 
     fp8 = _layer(torch.float32)
     hf_llama.float8_layers(fp8, attention=True)
+    fp8.model.layers[0].self_attn.rope_in_product = rope_in_product
     counters.clear()
     torch._dynamo.reset()
     fp8.model.layers[0].compile()

@@ -85,6 +85,12 @@ CASES = {  # name: (module, kernel, signature, constexprs, warps or compile opti
                       {"FMAX": 448.0, **TILE}, float8_mlp.WARPS),
     "float8 swiglu backward": (F8, "_swiglu_bwd_kernel", _float8("*bf16", "*fp8e5", ("DH", "GU"),
                                ("T", "F")), {"FMAX": 57344.0, **TILE}, float8_mlp.WARPS),
+    # the q, k and v product's gradient, q's and k's taken back through RoPE: a program per head
+    "float8 qkv rope grad": ("trainperf.kernels.float8_linear", "_qkv_rope_grad_kernel", {
+        **dict.fromkeys(("DQ", "DK", "DV", "COS", "SIN"), "*bf16"), **_float8(None, "*fp8e5", (), ()),
+        **dict.fromkeys(("M", "N", "SEQ", "HQ", "HK", "sqb", "sqs", "sqh", "skb", "sks", "skh", "svb", "svs",
+                         "svh", "scb", "scs"), "i32")},
+        {"D": 64, "FMAX": 57344.0, "BM": float8_mlp.TILE[0]}, float8_mlp.WARPS),
     "float8 next scale": (F8, "_next_scale_kernel", {"HIST": "*fp32", "NOW": "*fp32", "SCALE": "*fp32",
                           "INV": "*fp32"}, {"FMAX": 448.0, "LEN": 16}, 1),
 }

@@ -9,21 +9,29 @@ back at a time, and torchao's `fp8`, in one process:
 - `all-expanded`, `fp8-expanded`: K and V expanded to every query head before FlashAttention 4
   (`--kv-heads expanded`), so its backward writes dK and dV per query head instead of summing each
   group's in float32.
+- `all-tuned`, `head-tuned`: `fp8-trainperf-all` and `fp8-trainperf-head` with their layers compiled
+  with Inductor's coordinate-descent tuning (`--compile layers-tuned`), as torchao's `fp8` is;
+  `head` is `fp8-trainperf-head` as trainperf runs it.
+- `all-rope-inside`, `head-rope-inside`: the same with RoPE inside the q, k and v product
+  (models/hf_llama.py ROPE_IN_QKV_PRODUCT; kernels/float8_linear.py float8_qkv_rope), whose
+  backward takes q's and k's gradients back through RoPE in the kernel that casts the stacked
+  gradient, where transformers' RoPE backward writes it in bf16 for the cast to read again.
 Each step is captured once as a CUDA graph, as the suite runs it, and the variants take turns in
 three rounds of 10 replays (core/ab_rounds.py): CUDA-event time, energy, clock and power (the peak
 memory it prints is the replays' alone: each graph is captured before the rounds). Before its
-capture each float8 step runs once with its products counted by how they accumulate, so a build
-that did not take its setting shows.
+capture each float8 step runs once with its products counted by how they accumulate and its casts
+of the stacked gradient through RoPE counted, so a build that did not take its setting shows.
 """
 
 import collections
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 
 from trainperf.core.ab_rounds import cases_in_time, graphs_in_rounds, summary
-from trainperf.kernels import float8_mlp
+from trainperf.kernels import float8_linear, float8_mlp
 from trainperf.workloads import llama_sdpa
 from trainperf.workloads.step_graph import GraphedIteration
 
@@ -31,40 +39,63 @@ BUILD_S = 300  # the steps' first builds at a shape, before one is measured
 
 
 def calls_seen(step: llama_sdpa.LlamaStep) -> dict[str, int]:
-    """One iteration's trainperf float8 products by how they accumulate."""
+    """One iteration's trainperf float8 products by how they accumulate, and its casts of the q, k
+    and v product's gradient that take RoPE's backward in."""
     counts: dict[str, int] = collections.Counter()
-    product = float8_mlp.float8_product
+    product, scale = float8_mlp.float8_product, float8_linear.next_scale
 
     def counted_product(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         counts[f"fast {args[5] if len(args) > 5 else kwargs.get('fast', False)}"] += 1
         return product(*args, **kwargs)
 
-    float8_mlp.float8_product = counted_product
+    def counted_scale(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        counts["rope-grad casts"] += 1
+        return scale(*args, **kwargs)
+
+    float8_mlp.float8_product, float8_linear.next_scale = counted_product, counted_scale
     try:
         step()
         torch.cuda.synchronize()
     finally:
-        float8_mlp.float8_product = product
+        float8_mlp.float8_product, float8_linear.next_scale = product, scale
     return dict(counts)
 
 
 EXPANDED = {"kv_heads": "expanded"}
-VARIANTS = {  # name: (recipe, fast backward, fields over the recipe's)
-    "fp8": ("fp8", True, {}),
-    "fp8-expanded": ("fp8", True, EXPANDED),
-    "all-float32": ("fp8-trainperf-all", False, {}),
-    "all": ("fp8-trainperf-all", True, {}),
-    "all-expanded": ("fp8-trainperf-all", True, EXPANDED),
+TUNED = {"compile": "layers-tuned"}
+VARIANTS = {  # name: (recipe, fast backward, fields over the recipe's, RoPE inside the q, k and v product)
+    "fp8": ("fp8", True, {}, None),
+    "fp8-expanded": ("fp8", True, EXPANDED, None),
+    "all-float32": ("fp8-trainperf-all", False, {}, None),
+    "all": ("fp8-trainperf-all", True, {}, None),
+    "all-expanded": ("fp8-trainperf-all", True, EXPANDED, None),
+    "all-tuned": ("fp8-trainperf-all", True, TUNED, None),
+    "all-rope-inside": ("fp8-trainperf-all", True, {}, True),
+    "head": ("fp8-trainperf-head", True, {}, None),
+    "head-tuned": ("fp8-trainperf-head", True, TUNED, None),
+    "head-rope-inside": ("fp8-trainperf-head", True, {}, True),
 }
 
 
-def captured(shape: str, recipe: str, fast: bool,
-             fields: dict[str, str]) -> tuple[llama_sdpa.LlamaStep, GraphedIteration]:
+def rope_where(inside: bool | None) -> Callable[[llama_sdpa.LlamaStep], None] | None:
+    """What makes a step's float8 attention layers rotate q and k inside their product or after it
+    (None: as trainperf builds them)."""
+    def prepare(step: llama_sdpa.LlamaStep) -> None:
+        for module in step.model.modules():
+            if hasattr(module, "rope_in_product"):
+                module.rope_in_product = inside
+
+    return None if inside is None else prepare
+
+
+def captured(shape: str, recipe: str, fast: bool, fields: dict[str, str],
+             rope_inside: bool | None) -> tuple[llama_sdpa.LlamaStep, GraphedIteration]:
     float8_mlp.FAST_BACKWARD = fast
     t0 = time.time()
-    step = llama_sdpa.recipe_step(recipe, *map(int, shape.split("x")), **fields)
-    print(f"{shape} {recipe} {fields or ''} fast backward {fast}: built in {time.time() - t0:.0f} s, "
-          f"calls {calls_seen(step)}", flush=True)
+    step = llama_sdpa.recipe_step(recipe, *map(int, shape.split("x")), prepare=rope_where(rope_inside),
+                                  **fields)
+    print(f"{shape} {recipe} {fields or ''} fast backward {fast}, RoPE inside {rope_inside}: built in "
+          f"{time.time() - t0:.0f} s, calls {calls_seen(step)}", flush=True)
     return step, GraphedIteration(step)
 
 

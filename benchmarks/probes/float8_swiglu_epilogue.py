@@ -39,7 +39,6 @@ from trainperf.kernels.float8_mlp import (
     W_GU,
     H,
     X,
-    _with_transpose,
     atomic_amax,
     float8_max,
     float8_product,
@@ -47,6 +46,7 @@ from trainperf.kernels.float8_mlp import (
     store_float8,
     swiglu_grad_reference,
     swiglu_reference,
+    with_transpose,
 )
 
 TILES = [dict(BM=bm, BN=bn, BK=128, num_warps=w, num_stages=s, GROUP=8, TMA=tma)
@@ -158,7 +158,7 @@ def gated_forward(x8: torch.Tensor, w_gu8: torch.Tensor, state: tuple[torch.Tens
     f = w_gu8.shape[0] // 2
     hist, now, scale, inv, calibrated = state
     gu = torch.empty(t, 2 * f, dtype=torch.bfloat16, device=x8.device)
-    h8, h8t = _with_transpose(t, f, E4M3, x8.device)
+    h8, h8t = with_transpose(t, f, E4M3, x8.device)
     next_scale(hist, now, scale, inv, calibrated, H, E4M3, lambda: swiglu_reference(
         float8_product(x8, w_gu8, inv, X, W_GU, fast=True)))
     _launch(_gated_forward_kernel, tile, t, f, x8, w_gu8, gu, h8, h8t, inv[X], inv[W_GU], scale[H:],
@@ -172,7 +172,7 @@ def gated_backward(dy8: torch.Tensor, w_d8t: torch.Tensor, gu: torch.Tensor, sta
     t, k = dy8.shape
     f = w_d8t.shape[0]
     hist, now, scale, inv, calibrated = state
-    dgu8, dgu8t = _with_transpose(t, 2 * f, E5M2, dy8.device)
+    dgu8, dgu8t = with_transpose(t, 2 * f, E5M2, dy8.device)
     next_scale(hist, now, scale, inv, calibrated, DGU, E5M2, lambda: swiglu_grad_reference(
         float8_product(dy8, w_d8t, inv, DY, W_D), gu))
     _launch(_gated_backward_kernel, tile, t, f, dy8, w_d8t, gu, dgu8, dgu8t, inv[DY], inv[W_D], scale[DGU:],

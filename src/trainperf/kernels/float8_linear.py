@@ -10,22 +10,35 @@ the backward where float8_mlp.FAST_BACKWARD says.
   backward  dy → dy8, dy8ᵀ;  dx = dy8·W8;  dW = dy8ᵀ·x8
 
 A layer's q, k and v projections are one such product on their stacked weights, so their input is
-cast once.
+cast once. With RoPE inside it (float8_qkv_rope) the product's forward rotates q and k as
+transformers' Llama does, and its backward takes q's and k's gradients back through the rotation,
+stacks them with v's and casts them with the transpose in one kernel, a program per tile of one
+head, so that the stacked bf16 gradient is never written for the cast to read again.
 """
 
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
 
 from trainperf.kernels import float8_mlp
 from trainperf.kernels.float8_mlp import (
     E4M3,
     E5M2,
+    STATE,
+    TILE,
+    WARPS,
     ScaleState,
     as_dtype,
+    atomic_amax,
     cast_transposed,
     check_tokens,
+    float8_max,
+    next_scale,
     scaled_mm,
+    store_float8,
+    transpose_back,
 )
 
 # The tensors with a scale each, by their row in a Linear's scale state.
@@ -33,26 +46,39 @@ IN, WEIGHT, GRAD = range(3)
 ROLES = 3
 
 
+def _forward_product(x: torch.Tensor, weight: torch.Tensor, state: ScaleState
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x [..., in] · weightᵀ as bf16 [tokens, out], and the transposed float8 operands the
+    backward's products take."""
+    x8, x8t = cast_transposed(x.reshape(-1, x.shape[-1]).contiguous(), state, IN, E4M3)
+    w8, w8t = cast_transposed(weight, state, WEIGHT, E4M3)
+    return scaled_mm(x8, w8, state, IN, WEIGHT, fast=True), x8t, w8t
+
+
+def _save(ctx, x: torch.Tensor, weight: torch.Tensor, state: ScaleState, *saved: torch.Tensor) -> None:  # noqa: ANN001
+    ctx.save_for_backward(*saved)
+    ctx.state, ctx.shape, ctx.dtypes = state, x.shape, (x.dtype, weight.dtype)
+    ctx.fast = float8_mlp.FAST_BACKWARD
+
+
+def _input_and_weight_grads(ctx, dy8: torch.Tensor, dy8t: torch.Tensor, x8t: torch.Tensor,  # noqa: ANN001
+                            w8t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    dx = scaled_mm(dy8, w8t, ctx.state, GRAD, WEIGHT, ctx.fast)
+    grad_weight = scaled_mm(dy8t, x8t, ctx.state, GRAD, IN, ctx.fast)
+    return as_dtype(dx.reshape(ctx.shape), ctx.dtypes[0]), as_dtype(grad_weight, ctx.dtypes[1])
+
+
 class _Float8Linear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, state):  # noqa: ANN001, ANN205
-        shape = x.shape
-        x8, x8t = cast_transposed(x.reshape(-1, shape[-1]).contiguous(), state, IN, E4M3)
-        w8, w8t = cast_transposed(weight, state, WEIGHT, E4M3)
-        y = scaled_mm(x8, w8, state, IN, WEIGHT, fast=True)
-        ctx.save_for_backward(x8t, w8t)
-        ctx.state, ctx.shape, ctx.dtypes = state, shape, (x.dtype, weight.dtype)
-        ctx.fast = float8_mlp.FAST_BACKWARD
-        return as_dtype(y.reshape(*shape[:-1], y.shape[-1]), x.dtype)
+        y, x8t, w8t = _forward_product(x, weight, state)
+        _save(ctx, x, weight, state, x8t, w8t)
+        return as_dtype(y.reshape(*x.shape[:-1], y.shape[-1]), x.dtype)
 
     @staticmethod
     def backward(ctx, dy):  # noqa: ANN001, ANN205
-        x8t, w8t = ctx.saved_tensors
-        state = ctx.state
-        dy8, dy8t = cast_transposed(dy.reshape(-1, dy.shape[-1]).contiguous(), state, GRAD, E5M2)
-        dx = scaled_mm(dy8, w8t, state, GRAD, WEIGHT, ctx.fast)
-        grad_weight = scaled_mm(dy8t, x8t, state, GRAD, IN, ctx.fast)
-        return as_dtype(dx.reshape(ctx.shape), ctx.dtypes[0]), as_dtype(grad_weight, ctx.dtypes[1]), None
+        dy8, dy8t = cast_transposed(dy.reshape(-1, dy.shape[-1]).contiguous(), ctx.state, GRAD, E5M2)
+        return *_input_and_weight_grads(ctx, dy8, dy8t, *ctx.saved_tensors), None
 
 
 def float8_linear(x: torch.Tensor, weight: torch.Tensor, state: ScaleState) -> torch.Tensor:
@@ -64,3 +90,113 @@ def float8_linear(x: torch.Tensor, weight: torch.Tensor, state: ScaleState) -> t
 def linear_state(weight: torch.Tensor) -> ScaleState:
     """A fresh scale state for a float8 Linear with this weight."""
     return ScaleState(weight.device, ROLES)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """transformers' Llama rotate_half: [x1, x2] → [−x2, x1] over the last dim."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def qkv_rope_grad_reference(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cos: torch.Tensor,
+                            sin: torch.Tensor) -> torch.Tensor:
+    """The gradient of the stacked q|k|v product's output [batch·seq, (Hq + 2·Hk)·D] in float32,
+    from the gradients of RoPE's q and k and of v ([batch, seq, heads, D]; cos, sin
+    [batch or 1, seq, D] with repeated halves): q's and k's taken back through the rotation,
+    [dx1, dx2] = [dy1·cos + dy2·sin, dy2·cos − dy1·sin]."""
+    c, s = cos.float().unsqueeze(2), sin.float().unsqueeze(2)
+
+    def back(g: torch.Tensor) -> torch.Tensor:
+        z1, z2 = (g.float() * s).chunk(2, dim=-1)
+        return g.float() * c + torch.cat((z2, -z1), dim=-1)
+
+    b, t = dq.shape[:2]
+    return torch.cat([back(dq), back(dk), dv.float()], dim=2).reshape(b * t, -1)
+
+
+@triton.jit
+def _qkv_rope_grad_kernel(DQ, DK, DV, COS, SIN, Y, YT, SCALE, AMAX, M, N, SEQ, HQ, HK,
+                          sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, scb, scs, D: tl.constexpr,
+                          FMAX: tl.constexpr, BM: tl.constexpr):
+    """Y [M, N] = [dq | dk | dv] with dq and dk taken back through RoPE, cast, and YT = Yᵀ; the
+    amax into AMAX. A program takes BM rows of one head (program_id(1)), as its two halves."""
+    HALF: tl.constexpr = D // 2
+    scale = tl.load(SCALE)
+    head = tl.program_id(1)
+    rows = (tl.program_id(0) * BM + tl.arange(0, BM)).to(tl.int64)
+    b, s = rows // SEQ, rows % SEQ
+    j = tl.arange(0, HALF)[None, :]
+    mask = (rows < M)[:, None] & (j < HALF)
+    if head < HQ:
+        at = DQ + (b * sqb + s * sqs + head * sqh)[:, None] + j
+    elif head < HQ + HK:
+        at = DK + (b * skb + s * sks + (head - HQ) * skh)[:, None] + j
+    else:
+        at = DV + (b * svb + s * svs + (head - HQ - HK) * svh)[:, None] + j
+    g1 = tl.load(at, mask=mask, other=0.0).to(tl.float32)
+    g2 = tl.load(at + HALF, mask=mask, other=0.0).to(tl.float32)
+    if head < HQ + HK:  # q and k went through RoPE: the rotation by −θ takes their gradients back
+        cs = (b * scb + s * scs)[:, None] + j
+        cos = tl.load(COS + cs, mask=mask, other=0.0).to(tl.float32)
+        sin = tl.load(SIN + cs, mask=mask, other=0.0).to(tl.float32)
+        g1, g2 = g1 * cos + g2 * sin, g2 * cos - g1 * sin
+    atomic_amax(AMAX, tl.maximum(tl.abs(g1), tl.abs(g2)), mask)
+    out = rows[:, None] * N + head * D + j
+    store_float8(g1, Y, out, mask, scale, FMAX)
+    store_float8(g2, Y, out + HALF, mask, scale, FMAX)
+    transpose_back(Y, YT, M, N, N, M, BM, D)
+
+
+def _unit_last(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+@torch.library.custom_op("trainperf::float8_qkv_rope_grad", mutates_args=STATE)
+def _qkv_rope_grad_op(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cos: torch.Tensor,
+                      sin: torch.Tensor, hist: torch.Tensor, now: torch.Tensor, scale: torch.Tensor,
+                      inv: torch.Tensor, calibrated: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    state = (hist, now, scale, inv, calibrated)
+    next_scale(*state, GRAD, E5M2, lambda: qkv_rope_grad_reference(dq, dk, dv, cos, sin))
+    dq, dk, dv, cos, sin = map(_unit_last, (dq, dk, dv, cos, sin))
+    b, t, hq, d = dq.shape
+    hk = dk.shape[2]
+    m, n = b * t, (hq + 2 * hk) * d
+    y, yt = float8_mlp.with_transpose(m, n, E5M2, dq.device)
+    _qkv_rope_grad_kernel[triton.cdiv(m, TILE[0]), hq + 2 * hk](
+        dq, dk, dv, cos, sin, y, yt, scale[GRAD:], now[GRAD:], m, n, t, hq, hk,
+        *dq.stride()[:3], *dk.stride()[:3], *dv.stride()[:3], cos.stride(0) if cos.shape[0] > 1 else 0,
+        cos.stride(1), D=d, FMAX=float8_max(E5M2), BM=TILE[0], num_warps=WARPS)
+    return y, yt
+
+
+@_qkv_rope_grad_op.register_fake
+def _(dq, dk, dv, cos, sin, hist, now, scale, inv, calibrated):  # noqa: ANN001, ANN202
+    b, t, hq, d = dq.shape
+    return float8_mlp.with_transpose(b * t, (hq + 2 * dk.shape[2]) * d, E5M2, dq.device)
+
+
+class _Float8QKVRope(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, cos, sin, state, heads):  # noqa: ANN001, ANN205
+        qkv, x8t, w8t = _forward_product(x, weight, state)
+        q, k, v = qkv.view(*x.shape[:-1], sum(heads), -1).split(heads, dim=-2)
+        c, s = cos.unsqueeze(2), sin.unsqueeze(2)
+        q, k = (t * c + rotate_half(t) * s for t in (q, k))
+        _save(ctx, x, weight, state, x8t, w8t, cos, sin)
+        return as_dtype(q, x.dtype), as_dtype(k, x.dtype), as_dtype(v, x.dtype)
+
+    @staticmethod
+    def backward(ctx, dq, dk, dv):  # noqa: ANN001, ANN205
+        x8t, w8t, cos, sin = ctx.saved_tensors
+        dy8, dy8t = _qkv_rope_grad_op(dq, dk, dv, cos, sin, *ctx.state.tensors())
+        return *_input_and_weight_grads(ctx, dy8, dy8t, x8t, w8t), None, None, None, None
+
+
+def float8_qkv_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                    state: ScaleState, heads: tuple[int, int, int]
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k and v [batch, seq, heads, D] from one float8 product of x with the stacked weights of
+    `heads` (query, key, value) heads, q and k rotated by RoPE (cos, sin [batch or 1, seq, D], as
+    transformers' Llama makes them)."""
+    check_tokens(x)
+    return _Float8QKVRope.apply(x, weight, cos, sin, state, heads)

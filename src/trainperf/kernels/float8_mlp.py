@@ -216,7 +216,7 @@ def scale_and_cast(x: torch.Tensor, state: tuple[torch.Tensor, ...], role: int,
     in one pass."""
     next_scale(*state, role, dtype, lambda: x)
     m, n = x.shape
-    y, yt = _with_transpose(m, n, dtype, x.device)
+    y, yt = with_transpose(m, n, dtype, x.device)
     scale, now = state[2], state[1]
     _cast_kernel[tile_grid(m, n)](x, y, yt, scale[role:], now[role:], m, n,
                                   FMAX=float8_max(dtype), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
@@ -225,7 +225,7 @@ def scale_and_cast(x: torch.Tensor, state: tuple[torch.Tensor, ...], role: int,
 
 @_cast_op.register_fake
 def _(x, hist, now, scale, inv, calibrated, role, e5m2):  # noqa: ANN001, ANN202
-    return _with_transpose(*x.shape, E5M2 if e5m2 else E4M3, x.device)
+    return with_transpose(*x.shape, E5M2 if e5m2 else E4M3, x.device)
 
 
 @torch.library.custom_op("trainperf::float8_swiglu", mutates_args=STATE)
@@ -233,7 +233,7 @@ def _swiglu_op(gu: torch.Tensor, hist: torch.Tensor, now: torch.Tensor, scale: t
                inv: torch.Tensor, calibrated: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     t, f = gu.shape[0], gu.shape[1] // 2
     next_scale(hist, now, scale, inv, calibrated, H, E4M3, lambda: swiglu_reference(gu))
-    h8, h8t = _with_transpose(t, f, E4M3, gu.device)
+    h8, h8t = with_transpose(t, f, E4M3, gu.device)
     _swiglu_kernel[tile_grid(t, f)](gu, h8, h8t, scale[H:], now[H:], t, f,
                                     FMAX=float8_max(E4M3), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
     return h8, h8t
@@ -241,7 +241,7 @@ def _swiglu_op(gu: torch.Tensor, hist: torch.Tensor, now: torch.Tensor, scale: t
 
 @_swiglu_op.register_fake
 def _(gu, hist, now, scale, inv, calibrated):  # noqa: ANN001, ANN202
-    return _with_transpose(gu.shape[0], gu.shape[1] // 2, E4M3, gu.device)
+    return with_transpose(gu.shape[0], gu.shape[1] // 2, E4M3, gu.device)
 
 
 @torch.library.custom_op("trainperf::float8_swiglu_backward", mutates_args=STATE)
@@ -250,7 +250,7 @@ def _swiglu_bwd_op(dh: torch.Tensor, gu: torch.Tensor, hist: torch.Tensor, now: 
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     t, f = dh.shape
     next_scale(hist, now, scale, inv, calibrated, DGU, E5M2, lambda: swiglu_grad_reference(dh, gu))
-    dgu8, dgu8t = _with_transpose(t, 2 * f, E5M2, dh.device)
+    dgu8, dgu8t = with_transpose(t, 2 * f, E5M2, dh.device)
     _swiglu_bwd_kernel[tile_grid(t, f)](dh, gu, dgu8, dgu8t, scale[DGU:], now[DGU:], t, f,
                                         FMAX=float8_max(E5M2), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
     return dgu8, dgu8t
@@ -258,7 +258,7 @@ def _swiglu_bwd_op(dh: torch.Tensor, gu: torch.Tensor, hist: torch.Tensor, now: 
 
 @_swiglu_bwd_op.register_fake
 def _(dh, gu, hist, now, scale, inv, calibrated):  # noqa: ANN001, ANN202
-    return _with_transpose(dh.shape[0], 2 * dh.shape[1], E5M2, dh.device)
+    return with_transpose(dh.shape[0], 2 * dh.shape[1], E5M2, dh.device)
 
 
 def cast_transposed(x: torch.Tensor, state: ScaleState, role: int,
@@ -278,7 +278,7 @@ def swiglu_grad_reference(dh: torch.Tensor, gu: torch.Tensor) -> torch.Tensor:
     return torch.cat([dh * u * sig * (1 + g * (1 - sig)), dh * g * sig], dim=-1)
 
 
-def _with_transpose(m: int, n: int, dtype: torch.dtype,
+def with_transpose(m: int, n: int, dtype: torch.dtype,
                     device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Empty float8 tensors [m, n] and [n, m]: what a cast kernel writes."""
     return (torch.empty(m, n, dtype=dtype, device=device),

@@ -319,6 +319,10 @@ def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torc
 
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")  # an attention layer's Linears
+# Whether trainperf's float8 attention rotates q and k inside their product, whose backward then
+# takes their gradients back through RoPE in the kernel that casts the stacked gradient
+# (kernels/float8_linear.py float8_qkv_rope), or leaves RoPE to transformers' function after it.
+ROPE_IN_QKV_PRODUCT = False
 
 
 def tune_projections(model: torch.nn.Module) -> None:
@@ -388,6 +392,7 @@ def float8_attention(model: torch.nn.Module) -> None:
         attn.float8_qkv, attn.float8_o = linear_state(attn.q_proj.weight), linear_state(attn.o_proj.weight)
         attn.llama_functions = (modeling_llama.apply_rotary_pos_emb, modeling_llama.ALL_ATTENTION_FUNCTIONS,
                                 modeling_llama.eager_attention_forward)
+        attn.rope_in_product = ROPE_IN_QKV_PRODUCT
         attn.forward = types.MethodType(_attention_forward_float8, attn)
 
 
@@ -399,21 +404,27 @@ def _attention_forward_float8(self, hidden_states: torch.Tensor,  # noqa: ANN001
                               attention_mask: torch.Tensor | None = None,
                               **kwargs: object) -> tuple[torch.Tensor, torch.Tensor | None]:
     """transformers' Llama attention, but for its projections: q, k and v one float8 product on
-    their stacked weights, o another. transformers' functions come bound to the layer: importing
+    their stacked weights (RoPE inside it where the layer's `rope_in_product` says), o another.
+    transformers' functions come bound to the layer: importing
     their module here broke the compiled layer's graph (torch 2.11's Dynamo cannot import from
     transformers' lazy modules) and left the attention block eager."""
-    from trainperf.kernels.float8_linear import float8_linear
+    from trainperf.kernels.float8_linear import float8_linear, float8_qkv_rope
 
     if any(kwargs.pop(name, None) is not None for name in _CACHES):
         raise Unsupported("--float8 trainperf-all trains; it takes no KV cache")
     input_shape = hidden_states.shape[:-1]
-    hidden_shape = (*input_shape, -1, self.head_dim)
     qkv_weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
-    qkv = float8_linear(hidden_states, qkv_weight, self.float8_qkv)
-    sizes = [p.out_features for p in (self.q_proj, self.k_proj, self.v_proj)]
-    query, key, value = (t.view(hidden_shape).transpose(1, 2) for t in qkv.split(sizes, dim=-1))
     rotary, attention_functions, eager_attention = self.llama_functions
-    query, key = rotary(query, key, *position_embeddings)
+    if self.rope_in_product:
+        heads = tuple(p.out_features // self.head_dim for p in (self.q_proj, self.k_proj, self.v_proj))
+        query, key, value = (t.transpose(1, 2) for t in float8_qkv_rope(
+            hidden_states, qkv_weight, *position_embeddings, self.float8_qkv, heads))
+    else:
+        qkv = float8_linear(hidden_states, qkv_weight, self.float8_qkv)
+        sizes = [p.out_features for p in (self.q_proj, self.k_proj, self.v_proj)]
+        query, key, value = (t.view(*input_shape, -1, self.head_dim).transpose(1, 2)
+                             for t in qkv.split(sizes, dim=-1))
+        query, key = rotary(query, key, *position_embeddings)
     attention = attention_functions.get_interface(self.config._attn_implementation, eager_attention)
     out, weights = attention(self, query, key, value, attention_mask,
                              dropout=0.0 if not self.training else self.attention_dropout,
