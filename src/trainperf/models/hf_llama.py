@@ -322,7 +322,7 @@ PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")  # an attention layer's L
 # Whether trainperf's float8 attention rotates q and k inside their product, whose backward then
 # takes their gradients back through RoPE in the kernel that casts the stacked gradient
 # (kernels/float8_linear.py float8_qkv_rope), or leaves RoPE to transformers' function after it.
-ROPE_IN_QKV_PRODUCT = False
+ROPE_IN_QKV_PRODUCT = True
 
 
 def tune_projections(model: torch.nn.Module) -> None:
