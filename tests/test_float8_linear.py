@@ -128,6 +128,25 @@ def test_a_layer_with_float8_projections_follows_float64():
     assert all(attn.float8_qkv.calibrated) and all(attn.float8_o.calibrated)
 
 
+def test_heads_the_rope_gradient_cast_does_not_take_leave_rope_after_the_product():
+    torch.manual_seed(0)
+    cfg = hf_llama.load_config("tiny", layers=1)
+    cfg.head_dim = 24  # 4 x 24 query and 2 x 24 key and value features: multiples of 16 for float8
+    model = hf_llama.build_model(cfg, torch.bfloat16, torch.device(DEVICE))
+    hf_llama.set_attention(model, hf_llama.attention_name("MATH", expand_kv=False))
+    hf_llama.float8_layers(model, attention=True)
+    attn = model.model.layers[0].self_attn
+    assert hf_llama.ROPE_IN_QKV_PRODUCT and not attn.rope_in_product
+    ids = torch.randint(0, cfg.vocab_size, (2, 32), device=DEVICE)
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert attn.q_proj.weight.grad.abs().sum() > 0
+    grads = [torch.zeros(2, 16, 4, 24, device=DEVICE).bfloat16()] + [torch.zeros(2, 16, 2, 24, device=DEVICE)
+                                                                     .bfloat16()] * 2
+    cos_sin = [torch.ones(1, 16, 24, device=DEVICE).bfloat16()] * 2
+    with pytest.raises(ValueError, match="power-of-two dimension of at least 16, not 24"):
+        f8l._qkv_rope_grad_op(*grads, *cos_sin, *linear_state(attn.q_proj.weight).tensors())
+
+
 @pytest.mark.parametrize("rope_in_product", [False, True])
 def test_a_compiled_llama_layer_with_float8_projections_is_one_graph(rope_in_product):
     """The patched attention forward is traced with the rest of its decoder layer: a graph break

@@ -147,6 +147,12 @@ def _qkv_rope_grad_kernel(DQ, DK, DV, COS, SIN, Y, YT, SCALE, AMAX, M, N, SEQ, H
     transpose_back(Y, YT, M, N, N, M, BM, D)
 
 
+def rope_grad_cast_takes(head_dim: int) -> bool:
+    """Whether the kernel casting the stacked gradient through RoPE takes heads of this dimension:
+    its programs hold a head's halves as tiles, whose sides Triton takes as powers of two."""
+    return head_dim >= 16 and head_dim & (head_dim - 1) == 0
+
+
 def _unit_last(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
@@ -159,6 +165,9 @@ def _qkv_rope_grad_op(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cos:
     next_scale(*state, GRAD, E5M2, lambda: qkv_rope_grad_reference(dq, dk, dv, cos, sin))
     dq, dk, dv, cos, sin = map(_unit_last, (dq, dk, dv, cos, sin))
     b, t, hq, d = dq.shape
+    if not rope_grad_cast_takes(d):
+        raise ValueError(f"RoPE inside the float8 q, k and v product takes heads of a power-of-two "
+                         f"dimension of at least 16, not {d}")
     hk = dk.shape[2]
     m, n = b * t, (hq + 2 * hk) * d
     y, yt = float8_mlp.with_transpose(m, n, E5M2, dq.device)

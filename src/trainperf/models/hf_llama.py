@@ -321,7 +321,8 @@ def apply_swaps(model: torch.nn.Module, norm: str = "torch", swiglu: str = "torc
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")  # an attention layer's Linears
 # Whether trainperf's float8 attention rotates q and k inside their product, whose backward then
 # takes their gradients back through RoPE in the kernel that casts the stacked gradient
-# (kernels/float8_linear.py float8_qkv_rope), or leaves RoPE to transformers' function after it.
+# (kernels/float8_linear.py float8_qkv_rope), or leaves RoPE to transformers' function after it
+# (always, for heads whose dimension that kernel does not take).
 ROPE_IN_QKV_PRODUCT = True
 
 
@@ -379,7 +380,7 @@ def float8_attention(model: torch.nn.Module) -> None:
     projections' own; each product keeps its scales on the layer."""
     from transformers.models.llama import modeling_llama
 
-    from trainperf.kernels.float8_linear import linear_state
+    from trainperf.kernels.float8_linear import linear_state, rope_grad_cast_takes
     from trainperf.kernels.float8_mlp import check_dims
 
     for attn in model.modules():
@@ -392,7 +393,7 @@ def float8_attention(model: torch.nn.Module) -> None:
         attn.float8_qkv, attn.float8_o = linear_state(attn.q_proj.weight), linear_state(attn.o_proj.weight)
         attn.llama_functions = (modeling_llama.apply_rotary_pos_emb, modeling_llama.ALL_ATTENTION_FUNCTIONS,
                                 modeling_llama.eager_attention_forward)
-        attn.rope_in_product = ROPE_IN_QKV_PRODUCT
+        attn.rope_in_product = ROPE_IN_QKV_PRODUCT and rope_grad_cast_takes(attn.head_dim)
         attn.forward = types.MethodType(_attention_forward_float8, attn)
 
 
