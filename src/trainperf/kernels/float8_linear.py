@@ -168,14 +168,22 @@ def _qkv_rope_grad_op(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cos:
     if not rope_grad_cast_takes(d):
         raise ValueError(f"RoPE inside the float8 q, k and v product takes heads of a power-of-two "
                          f"dimension of at least 16, not {d}")
-    hk = dk.shape[2]
-    m, n = b * t, (hq + 2 * hk) * d
-    y, yt = float8_mlp.with_transpose(m, n, E5M2, dq.device)
-    _qkv_rope_grad_kernel[triton.cdiv(m, TILE[0]), hq + 2 * hk](
-        dq, dk, dv, cos, sin, y, yt, scale[GRAD:], now[GRAD:], m, n, t, hq, hk,
-        *dq.stride()[:3], *dk.stride()[:3], *dv.stride()[:3], cos.stride(0) if cos.shape[0] > 1 else 0,
-        cos.stride(1), D=d, FMAX=float8_max(E5M2), BM=TILE[0], num_warps=WARPS)
+    y, yt = float8_mlp.with_transpose(b * t, (hq + 2 * dk.shape[2]) * d, E5M2, dq.device)
+    launch_rope_grad_cast(dq, dk, dv, cos, sin, y, yt, scale[GRAD:], now[GRAD:])
     return y, yt
+
+
+def launch_rope_grad_cast(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cos: torch.Tensor,
+                          sin: torch.Tensor, y: torch.Tensor, yt: torch.Tensor, scale: torch.Tensor,
+                          amax: torch.Tensor, rows: int = TILE[0], warps: int = WARPS) -> None:
+    """The kernel of the stacked gradient's cast through RoPE into y and yt (scale[0] and amax[0]
+    the cast's), `rows` rows of a head a program."""
+    b, t, hq, d = dq.shape
+    hk = dk.shape[2]
+    _qkv_rope_grad_kernel[triton.cdiv(b * t, rows), hq + 2 * hk](
+        dq, dk, dv, cos, sin, y, yt, scale, amax, b * t, (hq + 2 * hk) * d, t, hq, hk,
+        *dq.stride()[:3], *dk.stride()[:3], *dv.stride()[:3], cos.stride(0) if cos.shape[0] > 1 else 0,
+        cos.stride(1), D=d, FMAX=float8_max(E5M2), BM=rows, num_warps=warps)
 
 
 @_qkv_rope_grad_op.register_fake
