@@ -161,13 +161,13 @@ def _unit_last(t: torch.Tensor) -> torch.Tensor:
 def _qkv_rope_grad_op(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cos: torch.Tensor,
                       sin: torch.Tensor, hist: torch.Tensor, now: torch.Tensor, scale: torch.Tensor,
                       inv: torch.Tensor, calibrated: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    state = (hist, now, scale, inv, calibrated)
-    next_scale(*state, GRAD, E5M2, lambda: qkv_rope_grad_reference(dq, dk, dv, cos, sin))
-    dq, dk, dv, cos, sin = map(_unit_last, (dq, dk, dv, cos, sin))
     b, t, hq, d = dq.shape
     if not rope_grad_cast_takes(d):
         raise ValueError(f"RoPE inside the float8 q, k and v product takes heads of a power-of-two "
                          f"dimension of at least 16, not {d}")
+    state = (hist, now, scale, inv, calibrated)
+    next_scale(*state, GRAD, E5M2, lambda: qkv_rope_grad_reference(dq, dk, dv, cos, sin))
+    dq, dk, dv, cos, sin = map(_unit_last, (dq, dk, dv, cos, sin))
     y, yt = float8_mlp.with_transpose(b * t, (hq + 2 * dk.shape[2]) * d, E5M2, dq.device)
     launch_rope_grad_cast(dq, dk, dv, cos, sin, y, yt, scale[GRAD:], now[GRAD:])
     return y, yt

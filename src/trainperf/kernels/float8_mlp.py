@@ -279,7 +279,7 @@ def swiglu_grad_reference(dh: torch.Tensor, gu: torch.Tensor) -> torch.Tensor:
 
 
 def with_transpose(m: int, n: int, dtype: torch.dtype,
-                    device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Empty float8 tensors [m, n] and [n, m]: what a cast kernel writes."""
     return (torch.empty(m, n, dtype=dtype, device=device),
             torch.empty(n, m, dtype=dtype, device=device))
