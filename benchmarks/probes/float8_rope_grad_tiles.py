@@ -14,6 +14,7 @@ Usage: PYTHONPATH=src python3 benchmarks/probes/float8_rope_grad_tiles.py [round
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
 from collections.abc import Callable
@@ -49,20 +50,9 @@ def fused(rows: int, warps: int) -> Callable[..., None]:
     return lambda *args: f8l.launch_rope_grad_cast(*args, rows=rows, warps=warps)
 
 
-def rope_backward_bf16(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cos: torch.Tensor,
-                       sin: torch.Tensor) -> torch.Tensor:
-    """transformers' RoPE backward in bf16 with the stack after it, as Inductor compiles it in the step."""
-    c, s = cos.unsqueeze(2), sin.unsqueeze(2)
-
-    def back(g: torch.Tensor) -> torch.Tensor:
-        z1, z2 = (g * s).chunk(2, dim=-1)
-        return g * c + torch.cat((z2, -z1), dim=-1)
-
-    return torch.cat([back(dq), back(dk), dv], dim=2).reshape(dq.shape[0] * dq.shape[1], -1)
-
-
 def apart() -> Callable[..., None]:
-    compiled = torch.compile(rope_backward_bf16)
+    # transformers' RoPE backward in bf16 with the stack after it, as Inductor compiles it in the step
+    compiled = torch.compile(functools.partial(f8l.qkv_rope_grad_reference, dtype=torch.bfloat16))
 
     def launch(dq, dk, dv, cos, sin, y, yt, scale, amax) -> None:  # noqa: ANN001
         g = compiled(dq, dk, dv, cos, sin)

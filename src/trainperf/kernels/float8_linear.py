@@ -99,19 +99,19 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def qkv_rope_grad_reference(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, cos: torch.Tensor,
-                            sin: torch.Tensor) -> torch.Tensor:
-    """The gradient of the stacked q|k|v product's output [batch·seq, (Hq + 2·Hk)·D] in float32,
+                            sin: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The gradient of the stacked q|k|v product's output [batch·seq, (Hq + 2·Hk)·D] in `dtype`,
     from the gradients of RoPE's q and k and of v ([batch, seq, heads, D]; cos, sin
     [batch or 1, seq, D] with repeated halves): q's and k's taken back through the rotation,
     [dx1, dx2] = [dy1·cos + dy2·sin, dy2·cos − dy1·sin]."""
-    c, s = cos.float().unsqueeze(2), sin.float().unsqueeze(2)
+    c, s = cos.to(dtype).unsqueeze(2), sin.to(dtype).unsqueeze(2)
 
     def back(g: torch.Tensor) -> torch.Tensor:
-        z1, z2 = (g.float() * s).chunk(2, dim=-1)
-        return g.float() * c + torch.cat((z2, -z1), dim=-1)
+        z1, z2 = (g.to(dtype) * s).chunk(2, dim=-1)
+        return g.to(dtype) * c + torch.cat((z2, -z1), dim=-1)
 
     b, t = dq.shape[:2]
-    return torch.cat([back(dq), back(dk), dv.float()], dim=2).reshape(b * t, -1)
+    return torch.cat([back(dq), back(dk), dv.to(dtype)], dim=2).reshape(b * t, -1)
 
 
 @triton.jit
