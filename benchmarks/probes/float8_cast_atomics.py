@@ -101,20 +101,24 @@ def per_launch_ms(graph: torch.cuda.CUDAGraph) -> float:
     return start.elapsed_time(end) / LAUNCHES
 
 
+def medians_in_rounds(graphs: dict[str, torch.cuda.CUDAGraph], rounds: int) -> dict[str, float]:
+    """Each graph's median milliseconds per launch over `rounds` alternating rounds."""
+    times: dict[str, list[float]] = {name: [] for name in graphs}
+    for _ in range(rounds):
+        for name, graph in graphs.items():
+            times[name].append(per_launch_ms(graph))
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def main(rounds: int = 7) -> None:
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, flush=True)
     for label, shape in SHAPES.items():
         check(shape)
         bufs = buffers(shape)
-        graphs = {name: graph_of(launch, bufs) for name, launch in FORMS.items()}
-        times: dict[str, list[float]] = {name: [] for name in FORMS}
-        for _ in range(rounds):
-            for name, graph in graphs.items():
-                times[name].append(per_launch_ms(graph))
+        medians = medians_in_rounds({name: graph_of(launch, bufs) for name, launch in FORMS.items()}, rounds)
         moved = bufs[0].numel() * 4  # bf16 in, float8 and its transpose out
-        base = statistics.median(times["acq_rel"])
-        for name, ts in times.items():
-            ms = statistics.median(ts)
+        base = medians["acq_rel"]
+        for name, ms in medians.items():
             print(f"  {label:15s} {str(shape):14s} {name:10s} {ms * 1e3:8.1f} us  "
                   f"{moved / ms / 1e9:5.2f} TB/s  {base / ms:5.3f}x", flush=True)
 

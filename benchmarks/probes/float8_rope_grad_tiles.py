@@ -7,19 +7,20 @@ it moves its bytes at about 2.5 TB/s (benchmarks/results/explorations/h200-2026-
 times it at several row counts and warp counts on the step's shapes, beside the form it replaced
 (`apart`: Inductor's kernel for RoPE's backward writing the stacked bf16 gradient, then the plain
 float8 cast reading it), each as a CUDA graph of back-to-back launches in alternating rounds
-(median per launch). Every tile's float8 outputs and amax are checked equal to the shipped tile's
-first; on the CPU (Triton's interpreter) only that check runs.
+(median per launch; the graphs and rounds of float8_cast_atomics.py). Every tile's float8 outputs
+and amax are checked equal to the shipped tile's first; on the CPU (Triton's interpreter) only
+that check runs.
 Usage: PYTHONPATH=src python3 benchmarks/probes/float8_rope_grad_tiles.py [rounds]
 """
 
 from __future__ import annotations
 
 import functools
-import statistics
 import sys
 from collections.abc import Callable
 
 import torch
+from float8_cast_atomics import graph_of, medians_in_rounds  # the graphs and rounds of the casts' probe
 
 from trainperf.kernels import float8_linear as f8l
 from trainperf.kernels import float8_mlp as mlp
@@ -29,7 +30,6 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 SHAPES = {"1B 1x16384": (1, 16384, 32, 8, 64), "1B 12x1024": (12, 1024, 32, 8, 64),
           "8B 1x16384": (1, 16384, 32, 8, 128)} if DEVICE == "cuda" else {"tiny": (2, 40, 4, 2, 64)}
 TILES = ((mlp.TILE[0], mlp.WARPS), (32, 4), (64, 8), (128, 4), (128, 8))  # (rows, warps), shipped first
-LAUNCHES = 20  # per graph
 
 
 def inputs(b: int, t: int, hq: int, hk: int, d: int) -> tuple[torch.Tensor, ...]:
@@ -76,23 +76,6 @@ def check(label: str, shape: tuple[int, ...], forms: dict[str, Callable[..., Non
         print(f"{label}: {name}: {'equal' if same else 'DIFFERENT'}", flush=True)
 
 
-def per_launch_ms(launch: Callable[..., None], args: tuple[torch.Tensor, ...]) -> Callable[[], float]:
-    launch(*args)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(LAUNCHES):
-            launch(*args)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-    def timed() -> float:
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / LAUNCHES
-    return timed
-
-
 def main(rounds: int = 7) -> None:
     forms = {f"{rows} rows, {warps} warps": fused(rows, warps) for rows, warps in TILES}
     if DEVICE == "cuda":
@@ -103,17 +86,11 @@ def main(rounds: int = 7) -> None:
         if DEVICE != "cuda":
             continue
         args = (*inputs(*shape), *outputs(*shape))
-        timers = {name: per_launch_ms(launch, args) for name, launch in forms.items()}
-        times: dict[str, list[float]] = {name: [] for name in forms}
-        for _ in range(rounds):
-            for name, timed in timers.items():
-                times[name].append(timed())
+        medians = medians_in_rounds({name: graph_of(launch, args) for name, launch in forms.items()}, rounds)
         moved = sum(t.numel() for t in args[:3]) * 4  # bf16 in; float8 and its transpose out
-        base = statistics.median(times["apart"])
-        for name, ts in times.items():
-            ms = statistics.median(ts)
+        for name, ms in medians.items():
             print(f"  {label:11s} {name:18s} {ms * 1e3:7.1f} us  {moved / ms / 1e9:5.2f} TB/s  "
-                  f"{base / ms:5.2f}x apart", flush=True)
+                  f"{medians['apart'] / ms:5.2f}x apart", flush=True)
 
 
 if __name__ == "__main__":
