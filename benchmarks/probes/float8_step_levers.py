@@ -12,10 +12,10 @@ back at a time, and torchao's `fp8`, in one process:
 - `all-tuned`, `head-tuned`: `fp8-trainperf-all` and `fp8-trainperf-head` with their layers compiled
   with Inductor's coordinate-descent tuning (`--compile layers-tuned`), as torchao's `fp8` is;
   `head` is `fp8-trainperf-head` as trainperf runs it.
-- `all-rope-inside`, `head-rope-inside`: the same with RoPE inside the q, k and v product
-  (models/hf_llama.py ROPE_IN_QKV_PRODUCT; kernels/float8_linear.py float8_qkv_rope), whose
-  backward takes q's and k's gradients back through RoPE in the kernel that casts the stacked
-  gradient, where transformers' RoPE backward writes it in bf16 for the cast to read again.
+- `all-rope-apart`, `head-rope-apart`: RoPE after the q, k and v product, as transformers applies
+  it: its backward writes the stacked bf16 gradient, which the product's backward then casts
+  (trainperf rotates inside the product and casts the gradient through RoPE in one kernel:
+  models/hf_llama.py ROPE_IN_QKV_PRODUCT, kernels/float8_linear.py float8_qkv_rope).
 Each step is captured once as a CUDA graph, as the suite runs it, and the variants take turns in
 three rounds of 10 replays (core/ab_rounds.py): CUDA-event time, energy, clock and power (the peak
 memory it prints is the replays' alone: each graph is captured before the rounds). Before its
@@ -70,10 +70,10 @@ VARIANTS = {  # name: (recipe, fast backward, fields over the recipe's, RoPE ins
     "all": ("fp8-trainperf-all", True, {}, None),
     "all-expanded": ("fp8-trainperf-all", True, EXPANDED, None),
     "all-tuned": ("fp8-trainperf-all", True, TUNED, None),
-    "all-rope-inside": ("fp8-trainperf-all", True, {}, True),
+    "all-rope-apart": ("fp8-trainperf-all", True, {}, False),
     "head": ("fp8-trainperf-head", True, {}, None),
     "head-tuned": ("fp8-trainperf-head", True, TUNED, None),
-    "head-rope-inside": ("fp8-trainperf-head", True, {}, True),
+    "head-rope-apart": ("fp8-trainperf-head", True, {}, False),
 }
 
 
