@@ -415,14 +415,14 @@ def _attention_forward_float8(self, hidden_states: torch.Tensor,  # noqa: ANN001
         raise Unsupported("--float8 trainperf-all trains; it takes no KV cache")
     input_shape = hidden_states.shape[:-1]
     qkv_weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+    sizes = [p.out_features for p in (self.q_proj, self.k_proj, self.v_proj)]
     rotary, attention_functions, eager_attention = self.llama_functions
     if self.rope_in_product:
-        heads = tuple(p.out_features // self.head_dim for p in (self.q_proj, self.k_proj, self.v_proj))
+        heads = tuple(size // self.head_dim for size in sizes)
         query, key, value = (t.transpose(1, 2) for t in float8_qkv_rope(
             hidden_states, qkv_weight, *position_embeddings, self.float8_qkv, heads))
     else:
         qkv = float8_linear(hidden_states, qkv_weight, self.float8_qkv)
-        sizes = [p.out_features for p in (self.q_proj, self.k_proj, self.v_proj)]
         query, key, value = (t.view(*input_shape, -1, self.head_dim).transpose(1, 2)
                              for t in qkv.split(sizes, dim=-1))
         query, key = rotary(query, key, *position_embeddings)
