@@ -249,8 +249,14 @@ def test_checkpointed_float8_layers_compile_whole_and_train_as_eager_ones(checkp
     assert not counters["graph_break"] and counters["stats"]["unique_graphs"] == 1
     states = [[s for m in lm.modules() if getattr(m, "float8", None) is not None
                for s in (m.float8 if isinstance(m.float8, tuple) else (m.float8,))] for lm in models]
+    from trainperf.kernels import float8_mlp as f8
+
     for eager, compiled in zip(*states, strict=True):
-        assert bool(compiled.calibrated.all())
+        used = compiled.calibrated.clone()
+        if used.numel() == f8.ROLES:  # a checkpointed MLP keeps its gate and up product in bf16
+            assert not compiled.gate_up_in_float8 and not used[f8.GU]
+            used[f8.GU] = True
+        assert bool(used.all())
         # the scales; not the histories: where a compiled step keeps a cast for the backward instead
         # of recomputing it, its amax enters the history once a step instead of twice
         torch.testing.assert_close(compiled.scale, eager.scale, rtol=EXACT[0], atol=0)

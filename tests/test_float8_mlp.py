@@ -156,6 +156,7 @@ def test_the_backward_products_accumulate_as_fast_backward_says_and_the_forward_
     product = f8.float8_product
     monkeypatch.setattr(f8, "float8_product", lambda *a: seen.append(a[5]) or product(*a))
     monkeypatch.setattr(f8, "FAST_BACKWARD", fast_backward)
+    monkeypatch.setattr(f8, "GATE_UP_IN_FLOAT8", False)  # the float8 gate/up product is always fast
     mlp = Float8SwiGLUMLP(_mlp(torch.bfloat16))
     x = torch.randn(32, 64, device=DEVICE).bfloat16().requires_grad_()
     y = mlp(x)
@@ -165,3 +166,65 @@ def test_the_backward_products_accumulate_as_fast_backward_says_and_the_forward_
     monkeypatch.setattr(f8, "FAST_BACKWARD", not fast_backward)  # the forward's setting holds
     (y.sum() + z.sum()).backward()
     assert seen == [True] * 3 + [fast_backward] * 6
+
+
+def _float8_operands(m: int, n: int, k: int, state: ScaleState) -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    a, _ = f8.cast_transposed(torch.randn(m, k, device=DEVICE).bfloat16(), state, f8.X, f8.E4M3)
+    b, _ = f8.cast_transposed(torch.randn(n, k, device=DEVICE).bfloat16(), state, f8.W_GU, f8.E4M3)
+    return a, b
+
+
+@pytest.mark.parametrize("room", [1.0, 0.25])
+def test_the_gate_up_product_is_quantized_at_its_scale_and_saturates(room):
+    # room 0.25: the scale leaves room for a quarter of the product's amax, so most values saturate
+    state = ScaleState(torch.device(DEVICE))
+    a, b = _float8_operands(64, 96, 128, state)
+    product = f8.float8_product(a, b, state.inv, f8.X, f8.W_GU, out_dtype=torch.float32)
+    state.next(f8.GU, f8.E4M3, product * room)
+    gu8 = f8.float8_product_as_float8(a, b, state.inv, f8.X, f8.W_GU, f8.GU)
+    fmax = f8.float8_max(f8.E4M3)
+    scaled = product * state.scale[f8.GU]
+    assert gu8.dtype == f8.E4M3 and not gu8.float().isnan().any()
+    saturated = scaled.abs() >= fmax * 1.07  # beyond rounding's reach of the maximum
+    assert (gu8.float()[saturated].abs() == fmax).all() and saturated.any() == (room < 1)
+    inside = ~saturated
+    # within one e4m3 step (2**-3 of a value) of the scaled product, the accumulations aside
+    err = (gu8.float() - scaled.clamp(-fmax, fmax)).abs()[inside]
+    assert (err <= scaled.abs()[inside] / 8 + 2**-6).all()
+
+
+def test_the_swiglu_kernel_takes_a_float8_gate_up_and_records_its_amax_saturation_aware():
+    torch.manual_seed(0)
+    state = ScaleState(torch.device(DEVICE))
+    t, f = 96, 80
+    gu = 3 * torch.randn(t, 2 * f, device=DEVICE)
+    state.next(f8.GU, f8.E4M3, gu / 2)  # half the room: the largest values saturate
+    fmax = f8.float8_max(f8.E4M3)
+    gu8 = (gu * state.scale[f8.GU]).clamp(-fmax, fmax).to(f8.E4M3)
+    values = f8.gate_up_values(gu8, state.inv)
+    torch.testing.assert_close(values, gu8.float() / state.scale[f8.GU])
+    h8, h8t = f8._swiglu_op(gu8, *state.tensors())
+    ref = f8.swiglu_reference(values)
+    assert_float8_equal(h8, _cast_ref(ref, state.scale[f8.H], f8.E4M3))
+    assert torch.equal(h8t.view(torch.uint8), h8.view(torch.uint8).t())
+    # saturated values count twice their float8 value: the next scale grows past them
+    torch.testing.assert_close(state.now[f8.GU], 2 * fmax * state.inv[f8.GU, 0], rtol=1e-6, atol=0)
+    dh = torch.randn(t, f, device=DEVICE).bfloat16()
+    dgu8, _ = f8._swiglu_bwd_op(dh, gu8, *state.tensors())
+    grad_ref = f8.swiglu_grad_reference(dh, values)
+    assert_float8_equal(dgu8, _cast_ref(grad_ref, state.scale[f8.DGU], f8.E5M2))
+
+
+def test_the_mlp_keeps_the_gate_up_product_in_float8_where_gate_up_in_float8_says(monkeypatch):
+    for in_float8 in (True, False):
+        monkeypatch.setattr(f8, "GATE_UP_IN_FLOAT8", in_float8)
+        mlp = Float8SwiGLUMLP(_mlp(torch.bfloat16))
+        x = torch.randn(32, 64, device=DEVICE).bfloat16().requires_grad_()
+        y = mlp(x)
+        saved = {t.dtype for t in y.grad_fn.saved_tensors}
+        assert (f8.E4M3 in saved and torch.bfloat16 not in saved) == in_float8
+        assert bool(mlp.state.calibrated[f8.GU]) == in_float8
+        gu = x.detach().float() @ mlp.gate_up.weight.float().t()
+        if in_float8:  # its amax is recorded for the next scale, within float8's rounding
+            torch.testing.assert_close(mlp.state.now[f8.GU], gu.abs().max(), rtol=0.15, atol=0)

@@ -81,10 +81,17 @@ CASES = {  # name: (module, kernel, signature, constexprs, warps or compile opti
         {"X": "*bf16", "LSE": "*fp32", "T": "*i64", **_float8(None, "*fp8e5", (), ("M", "V", "LDT")),
          "scale_n": "fp32"},
         {"FMAX": 57344.0, "BM": 64, "BN": 128, "CAST": cast}, float8_mlp.WARPS) for cast in (True, False)},
-    "float8 swiglu": (F8, "_swiglu_kernel", _float8("*bf16", "*fp8e4nv", ("GU",), ("T", "F")),
-                      {"FMAX": 448.0, **TILE}, float8_mlp.WARPS),
-    "float8 swiglu backward": (F8, "_swiglu_bwd_kernel", _float8("*bf16", "*fp8e5", ("DH", "GU"),
-                               ("T", "F")), {"FMAX": 57344.0, **TILE}, float8_mlp.WARPS),
+    # SwiGLU from the gate and up product in float8 (its inverse scale and amax beside it), or in bf16
+    **{f"float8 swiglu{' bf16 gu' * (gu == '*bf16')}": (
+        F8, "_swiglu_kernel", {**_float8("*bf16", "*fp8e4nv", (), ("T", "F")), "GU": gu,
+                               **({"GU_INV": "*fp32", "GU_AMAX": "*fp32"} if gu != "*bf16" else {})},
+        {"FMAX": 448.0, **TILE, **({"GU_INV": None, "GU_AMAX": None} if gu == "*bf16" else {})},
+        float8_mlp.WARPS) for gu in ("*fp8e4nv", "*bf16")},
+    **{f"float8 swiglu backward{' bf16 gu' * (gu == '*bf16')}": (
+        F8, "_swiglu_bwd_kernel", {**_float8("*bf16", "*fp8e5", ("DH",), ("T", "F")), "GU": gu,
+                                   **({"GU_INV": "*fp32"} if gu != "*bf16" else {})},
+        {"FMAX": 57344.0, **TILE, **({"GU_INV": None} if gu == "*bf16" else {})},
+        float8_mlp.WARPS) for gu in ("*fp8e4nv", "*bf16")},
     # the q, k and v product's gradient, q's and k's taken back through RoPE: a program per head
     "float8 qkv rope grad": ("trainperf.kernels.float8_linear", "_qkv_rope_grad_kernel", {
         **dict.fromkeys(("DQ", "DK", "DV", "COS", "SIN"), "*bf16"), **_float8(None, "*fp8e5", (), ()),

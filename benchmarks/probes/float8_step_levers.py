@@ -16,6 +16,9 @@ back at a time, and torchao's `fp8`, in one process:
   it: its backward writes the stacked bf16 gradient, which the product's backward then casts
   (trainperf rotates inside the product and casts the gradient through RoPE in one kernel:
   models/hf_llama.py ROPE_IN_QKV_PRODUCT, kernels/float8_linear.py float8_qkv_rope).
+- `all-gu-bf16`, `head-gu-bf16`: the MLP's gate and up product written in bf16, which the SwiGLU
+  kernels then read (trainperf has cuBLAS write it as e4m3: kernels/float8_mlp.py
+  GATE_UP_IN_FLOAT8).
 Each step is captured once as a CUDA graph, as the suite runs it, and the variants take turns in
 three rounds of 10 replays (core/ab_rounds.py): CUDA-event time, energy, clock and power (the peak
 memory it prints is the replays' alone: each graph is captured before the rounds). Before its
@@ -63,38 +66,44 @@ def calls_seen(step: llama_sdpa.LlamaStep) -> dict[str, int]:
 
 EXPANDED = {"kv_heads": "expanded"}
 TUNED = {"compile": "layers-tuned"}
-VARIANTS = {  # name: (recipe, fast backward, fields over the recipe's, RoPE inside the q, k and v product)
-    "fp8": ("fp8", True, {}, None),
-    "fp8-expanded": ("fp8", True, EXPANDED, None),
-    "all-float32": ("fp8-trainperf-all", False, {}, None),
-    "all": ("fp8-trainperf-all", True, {}, None),
-    "all-expanded": ("fp8-trainperf-all", True, EXPANDED, None),
-    "all-tuned": ("fp8-trainperf-all", True, TUNED, None),
-    "all-rope-apart": ("fp8-trainperf-all", True, {}, False),
-    "head": ("fp8-trainperf-head", True, {}, None),
-    "head-tuned": ("fp8-trainperf-head", True, TUNED, None),
-    "head-rope-apart": ("fp8-trainperf-head", True, {}, False),
+ROPE_APART = {"rope_in_product": False}  # the float8 attention layers' attribute
+GU_BF16 = {"gate_up_in_float8": False}  # the float8 MLPs' scale states' attribute
+VARIANTS = {  # name: (recipe, fast backward, fields over the recipe's, attributes set on the model's parts)
+    "fp8": ("fp8", True, {}, {}),
+    "fp8-expanded": ("fp8", True, EXPANDED, {}),
+    "all-float32": ("fp8-trainperf-all", False, {}, {}),
+    "all": ("fp8-trainperf-all", True, {}, {}),
+    "all-expanded": ("fp8-trainperf-all", True, EXPANDED, {}),
+    "all-tuned": ("fp8-trainperf-all", True, TUNED, {}),
+    "all-rope-apart": ("fp8-trainperf-all", True, {}, ROPE_APART),
+    "all-gu-bf16": ("fp8-trainperf-all", True, {}, GU_BF16),
+    "head": ("fp8-trainperf-head", True, {}, {}),
+    "head-tuned": ("fp8-trainperf-head", True, TUNED, {}),
+    "head-rope-apart": ("fp8-trainperf-head", True, {}, ROPE_APART),
+    "head-gu-bf16": ("fp8-trainperf-head", True, {}, GU_BF16),
 }
 
 
-def rope_where(inside: bool | None) -> Callable[[llama_sdpa.LlamaStep], None] | None:
-    """What makes a step's float8 attention layers rotate q and k inside their product or after it
-    (None: as trainperf builds them)."""
+def with_attributes(attributes: dict[str, bool]) -> Callable[[llama_sdpa.LlamaStep], None] | None:
+    """What sets `attributes` on every part of a step's model that has them, before it compiles:
+    its float8 attention layers and its float8 MLPs' scale states (None: as trainperf builds them)."""
     def prepare(step: llama_sdpa.LlamaStep) -> None:
         for module in step.model.modules():
-            if hasattr(module, "rope_in_product"):
-                module.rope_in_product = inside
+            for part in (module, getattr(module, "state", None)):
+                for name, value in attributes.items():
+                    if hasattr(part, name):
+                        setattr(part, name, value)
 
-    return None if inside is None else prepare
+    return prepare if attributes else None
 
 
 def captured(shape: str, recipe: str, fast: bool, fields: dict[str, str],
-             rope_inside: bool | None) -> tuple[llama_sdpa.LlamaStep, GraphedIteration]:
+             attributes: dict[str, bool]) -> tuple[llama_sdpa.LlamaStep, GraphedIteration]:
     float8_mlp.FAST_BACKWARD = fast
     t0 = time.time()
-    step = llama_sdpa.recipe_step(recipe, *map(int, shape.split("x")), prepare=rope_where(rope_inside),
+    step = llama_sdpa.recipe_step(recipe, *map(int, shape.split("x")), prepare=with_attributes(attributes),
                                   **fields)
-    print(f"{shape} {recipe} {fields or ''} fast backward {fast}, RoPE inside {rope_inside}: built in "
+    print(f"{shape} {recipe} {fields or ''} fast backward {fast} {attributes or ''}: built in "
           f"{time.time() - t0:.0f} s, calls {calls_seen(step)}", flush=True)
     return step, GraphedIteration(step)
 

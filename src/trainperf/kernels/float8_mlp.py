@@ -8,9 +8,14 @@ from the largest amax of its last `HISTORY` iterations (delayed scaling, Transfo
 default recipe), so the kernel that produces a tensor casts it as it goes, writes the transposed
 copy beside it and records its amax for the iterations after:
 
-  forward   x → x8, x8ᵀ;  gu = x8·W_guᵀ (bf16);  h = silu(g)·u → h8, h8ᵀ;  y = h8·W_dᵀ
+  forward   x → x8, x8ᵀ;  gu8 = x8·W_guᵀ;  h = silu(g)·u → h8, h8ᵀ;  y = h8·W_dᵀ
   backward  dy → dy8, dy8ᵀ;  dh = dy8·W_d;  dW_d = dy8ᵀ·h8;  (dg, du) → dgu8, dgu8ᵀ;
             dx = dgu8·W_gu;  dW_gu = dgu8ᵀ·x8
+
+cuBLAS writes the gate and up product gu itself as e4m3 (GATE_UP_IN_FLOAT8), scaled from its history
+like the casts, with room for twice its amax: the SwiGLU kernels read half the bytes each way, and
+the backward keeps half. The SwiGLU kernel records gu's amax, a value at e4m3's maximum counting
+twice (it has outgrown the room and may have saturated), so that the next scales make more.
 
 Activations and weights are e4m3, gradients e5m2. The forward GEMMs accumulate fast, and so do the
 backward ones where FAST_BACKWARD says (by default; torchao's default promotes their partial sums to
@@ -37,14 +42,19 @@ MARGIN = 0  # a scale leaves room for values 2**MARGIN times its history's amax 
 # bring the loss to parity: benchmarks/results/explorations/h100-2026-11-25)
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 # The tensors with a scale each, by their row in a module's scale state.
-X, H, DY, DGU, W_GU, W_D = range(6)
-ROLES = 6
+X, H, DY, DGU, W_GU, W_D, GU = range(7)
+ROLES = 7
 # Whether the input and weight gradients' products of the MLP and of the float8 Linears accumulate
 # fast too: Hopper's float8 tensor cores then sum in fewer bits than float32 without cuBLAS
 # promoting the partial sums. At the 1B step's shapes their error against float64 goes from 1.7e-3,
 # the bf16 output's rounding, to at most 3.2e-3 (benchmarks/probes/float8_fast_accum.py), the step
 # is 1.02-1.04x faster (float8_step_levers.py) and its loss stays within stock's band.
 FAST_BACKWARD = True
+# Whether cuBLAS writes the gate and up product as e4m3 at its own delayed scale (role GU), or in bf16.
+GATE_UP_IN_FLOAT8 = True
+# Its scale leaves room for twice its history's amax, so that a value at e4m3's maximum has grown
+# past that room (and may have saturated) rather than met its history's amax exactly
+GU_MARGIN = 1
 TILE = (64, 128)  # (rows, columns) of a cast tile
 WARPS = 4  # per cast program (benchmarks/probes/float8_cast_tiles.py)
 
@@ -105,20 +115,31 @@ def _cast_kernel(X, Y, YT, SCALE, AMAX, M, N, FMAX: tl.constexpr, BM: tl.constex
 
 
 @triton.jit
-def _gate_up(GU, r, c, mask, F):
+def _gate_up(GU, r, c, mask, F, GU_INV=None):
+    """This tile's g and u from gu = [g | u] (rows of 2F), dequantized by GU_INV where gu is float8."""
     at = GU + r * (2 * F) + c
     g = tl.load(at, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(at + F, mask=mask, other=0.0).to(tl.float32)
+    if GU_INV is not None:
+        inv = tl.load(GU_INV)
+        g, u = g * inv, u * inv
     return g, u
 
 
 @triton.jit
 def _swiglu_kernel(GU, Y, YT, SCALE, AMAX, T, F, FMAX: tl.constexpr, BM: tl.constexpr,
-                   BN: tl.constexpr):
-    """h = silu(g)·u from gu = [g | u] (rows of 2F), cast into Y [T, F] and YT [F, T]."""
+                   BN: tl.constexpr, GU_INV=None, GU_AMAX=None):
+    """h = silu(g)·u from gu = [g | u] (rows of 2F), cast into Y [T, F] and YT [F, T]. A float8 gu
+    (e4m3, as h) is dequantized by GU_INV, and its amax goes into GU_AMAX, a value at the maximum
+    counting twice: it may have saturated."""
     scale = tl.load(SCALE)
     r, c, mask = tile_of(T, F, BM, BN, False)
     g, u = _gate_up(GU, r, c, mask, F)
+    if GU_INV is not None:
+        inv = tl.load(GU_INV)
+        top = tl.maximum(tl.abs(g), tl.abs(u))
+        atomic_amax(GU_AMAX, tl.where(top >= FMAX, 2 * top, top) * inv, mask)
+        g, u = g * inv, u * inv
     h = g * tl.sigmoid(g) * u
     atomic_amax(AMAX, h, mask)
     store_float8(h, Y, r * F + c, mask, scale, FMAX)
@@ -126,8 +147,8 @@ def _swiglu_kernel(GU, Y, YT, SCALE, AMAX, T, F, FMAX: tl.constexpr, BM: tl.cons
 
 
 @triton.jit
-def _swiglu_grads(DH, GU, r, c, mask, F):
-    g, u = _gate_up(GU, r, c, mask, F)
+def _swiglu_grads(DH, GU, r, c, mask, F, GU_INV=None):
+    g, u = _gate_up(GU, r, c, mask, F, GU_INV)
     dh = tl.load(DH + r * F + c, mask=mask, other=0.0).to(tl.float32)
     sig = tl.sigmoid(g)
     return dh * u * sig * (1 + g * (1 - sig)), dh * g * sig
@@ -135,11 +156,12 @@ def _swiglu_grads(DH, GU, r, c, mask, F):
 
 @triton.jit
 def _swiglu_bwd_kernel(DH, GU, Y, YT, SCALE, AMAX, T, F, FMAX: tl.constexpr, BM: tl.constexpr,
-                       BN: tl.constexpr):
-    """(dg, du) of h = silu(g)·u, cast into Y = [dg | du] (rows of 2F) and YT [2F, T]."""
+                       BN: tl.constexpr, GU_INV=None):
+    """(dg, du) of h = silu(g)·u, cast into Y = [dg | du] (rows of 2F) and YT [2F, T]; a float8 gu
+    is dequantized by GU_INV."""
     scale = tl.load(SCALE)
     r, c, mask = tile_of(T, F, BM, BN, False)
-    dg, du = _swiglu_grads(DH, GU, r, c, mask, F)
+    dg, du = _swiglu_grads(DH, GU, r, c, mask, F, GU_INV)
     atomic_amax(AMAX, tl.maximum(tl.abs(dg), tl.abs(du)), mask)
     store_float8(dg, Y, r * (2 * F) + c, mask, scale, FMAX)
     store_float8(du, Y, r * (2 * F) + c + F, mask, scale, FMAX)
@@ -150,7 +172,7 @@ def _swiglu_bwd_kernel(DH, GU, Y, YT, SCALE, AMAX, T, F, FMAX: tl.constexpr, BM:
 @triton.jit
 def _next_scale_kernel(HIST, NOW, SCALE, INV, FMAX: tl.constexpr, LEN: tl.constexpr):
     """Push NOW (the amax of the last cast, if there was one) onto HIST, zero NOW, and set SCALE
-    = FMAX / max(HIST) and INV = 1 / SCALE."""
+    = FMAX / max(HIST), INV[0] = 1 / SCALE and INV[4] = SCALE."""
     i = tl.arange(0, LEN)
     now = tl.load(NOW)
     hist = tl.load(HIST + i)
@@ -162,6 +184,7 @@ def _next_scale_kernel(HIST, NOW, SCALE, INV, FMAX: tl.constexpr, LEN: tl.conste
     scale = tl.where(amax > 0, FMAX / amax, 1.0)
     tl.store(SCALE, scale)
     tl.store(INV, 1.0 / scale)
+    tl.store(INV + 4, scale)
     tl.store(NOW, 0.0)
 
 
@@ -173,10 +196,14 @@ class ScaleState:
         self.hist = torch.zeros(roles, HISTORY, device=device)
         self.now = torch.zeros(roles, device=device)  # amax of each tensor's latest cast
         self.scale = torch.ones(roles, device=device)
-        # cuBLAS reads a float8 GEMM's scales from 16-byte aligned addresses: a row each
-        self.inv = torch.ones(roles, 4, device=device)
+        # cuBLAS reads a float8 GEMM's scales from 16-byte aligned addresses: a row each, its first
+        # element the inverse scale that dequantizes an operand, its fifth the scale that quantizes
+        # an output
+        self.inv = torch.ones(roles, 8, device=device)
         # whether each tensor has had its first cast; on the CPU, so that reading it waits for nothing
         self.calibrated = torch.zeros(roles, dtype=torch.bool)
+        # an MLP's: whether cuBLAS writes its gate and up product in float8 (keep_gate_up_in_bf16)
+        self.gate_up_in_float8 = GATE_UP_IN_FLOAT8
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
         """What the float8 operators take and update, in their order (STATE)."""
@@ -189,13 +216,14 @@ class ScaleState:
 
 def next_scale(hist: torch.Tensor, now: torch.Tensor, scale: torch.Tensor, inv: torch.Tensor,
                calibrated: torch.Tensor, role: int, dtype: torch.dtype,
-               current: Callable[[], torch.Tensor | None]) -> None:
-    """ScaleState.next over the state's tensors; `current()` gives the tensor whose amax calibrates."""
+               current: Callable[[], torch.Tensor | None], margin: int = MARGIN) -> None:
+    """ScaleState.next over the state's tensors; `current()` gives the tensor whose amax calibrates,
+    and the scale leaves room for 2**margin times the history's amax."""
     if not calibrated[role]:
         now[role] = current().abs().amax().float()
         calibrated[role] = True
     _next_scale_kernel[(1,)](hist[role], now[role:], scale[role:], inv[role],
-                             FMAX=float8_max(dtype) / 2**MARGIN, LEN=HISTORY, num_warps=1)
+                             FMAX=float8_max(dtype) / 2**margin, LEN=HISTORY, num_warps=1)
 
 
 # The casts are operators of their own (torch.library), so that torch.compile traces a layer's
@@ -232,10 +260,13 @@ def _(x, hist, now, scale, inv, calibrated, role, e5m2):  # noqa: ANN001, ANN202
 def _swiglu_op(gu: torch.Tensor, hist: torch.Tensor, now: torch.Tensor, scale: torch.Tensor,
                inv: torch.Tensor, calibrated: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     t, f = gu.shape[0], gu.shape[1] // 2
-    next_scale(hist, now, scale, inv, calibrated, H, E4M3, lambda: swiglu_reference(gu))
+    next_scale(hist, now, scale, inv, calibrated, H, E4M3, lambda: swiglu_reference(gate_up_values(gu, inv)))
     h8, h8t = with_transpose(t, f, E4M3, gu.device)
+    in_float8 = gu.dtype == E4M3
     _swiglu_kernel[tile_grid(t, f)](gu, h8, h8t, scale[H:], now[H:], t, f,
-                                    FMAX=float8_max(E4M3), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
+                                    FMAX=float8_max(E4M3), BM=TILE[0], BN=TILE[1],
+                                    GU_INV=inv[GU] if in_float8 else None,
+                                    GU_AMAX=now[GU:] if in_float8 else None, num_warps=WARPS)
     return h8, h8t
 
 
@@ -249,10 +280,12 @@ def _swiglu_bwd_op(dh: torch.Tensor, gu: torch.Tensor, hist: torch.Tensor, now: 
                    scale: torch.Tensor, inv: torch.Tensor, calibrated: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     t, f = dh.shape
-    next_scale(hist, now, scale, inv, calibrated, DGU, E5M2, lambda: swiglu_grad_reference(dh, gu))
+    next_scale(hist, now, scale, inv, calibrated, DGU, E5M2,
+               lambda: swiglu_grad_reference(dh, gate_up_values(gu, inv)))
     dgu8, dgu8t = with_transpose(t, 2 * f, E5M2, dh.device)
     _swiglu_bwd_kernel[tile_grid(t, f)](dh, gu, dgu8, dgu8t, scale[DGU:], now[DGU:], t, f,
-                                        FMAX=float8_max(E5M2), BM=TILE[0], BN=TILE[1], num_warps=WARPS)
+                                        FMAX=float8_max(E5M2), BM=TILE[0], BN=TILE[1],
+                                        GU_INV=inv[GU] if gu.dtype == E4M3 else None, num_warps=WARPS)
     return dgu8, dgu8t
 
 
@@ -265,6 +298,11 @@ def cast_transposed(x: torch.Tensor, state: ScaleState, role: int,
                     dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, N] as float8 at `role`'s scale, and its transpose [N, M], in one pass."""
     return _cast_op(x, *state.tensors(), role, dtype == E5M2)
+
+
+def gate_up_values(gu: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
+    """The gate and up product's values: a float8 gu dequantized by its role's row of `inv`."""
+    return gu.float() * inv[GU, 0] if gu.dtype == E4M3 else gu
 
 
 def swiglu_reference(gu: torch.Tensor) -> torch.Tensor:
@@ -324,6 +362,39 @@ def _(a, b_t, inv, ra, rb, fast):  # noqa: ANN001, ANN202
     return a.new_empty(a.shape[0], b_t.shape[0], dtype=torch.bfloat16)
 
 
+def float8_product_as_float8(a: torch.Tensor, b_t: torch.Tensor, inv: torch.Tensor, ra: int, rb: int,
+                             ro: int) -> torch.Tensor:
+    """a [M, K] · b_tᵀ as e4m3 at role `ro`'s scale (inv[ro, 4]), saturating, with fast accumulation:
+    cuBLAS quantizes in its epilogue. Off the GPU the product is quantized after it (the CPU's
+    _scaled_mm divides by scale_result where cuBLAS multiplies)."""
+    if a.is_cuda:
+        return torch._scaled_mm(a, b_t.t(), scale_a=inv[ra, 0], scale_b=inv[rb, 0], scale_result=inv[ro, 4],
+                                out_dtype=E4M3, use_fast_accum=True)
+    product = float8_product(a, b_t, inv, ra, rb, fast=True, out_dtype=torch.float32)
+    fmax = float8_max(E4M3)
+    return (product * inv[ro, 4]).clamp(-fmax, fmax).to(E4M3)
+
+
+@torch.library.custom_op("trainperf::float8_gate_up", mutates_args=STATE)
+def _gate_up_op(x8: torch.Tensor, w_gu8: torch.Tensor, hist: torch.Tensor, now: torch.Tensor,
+                scale: torch.Tensor, inv: torch.Tensor, calibrated: torch.Tensor) -> torch.Tensor:
+    next_scale(hist, now, scale, inv, calibrated, GU, E4M3,
+               lambda: float8_product(x8, w_gu8, inv, X, W_GU, fast=True), margin=GU_MARGIN)
+    return float8_product_as_float8(x8, w_gu8, inv, X, W_GU, GU)
+
+
+@_gate_up_op.register_fake
+def _(x8, w_gu8, hist, now, scale, inv, calibrated):  # noqa: ANN001, ANN202
+    return x8.new_empty(x8.shape[0], w_gu8.shape[0], dtype=E4M3)
+
+
+def gate_up_product(x8: torch.Tensor, w_gu8: torch.Tensor, state: ScaleState) -> torch.Tensor:
+    """gu = x8 · w_gu8ᵀ: e4m3 at its own delayed scale where `state` says, bf16 otherwise."""
+    if state.gate_up_in_float8:
+        return _gate_up_op(x8, w_gu8, *state.tensors())
+    return scaled_mm(x8, w_gu8, state, X, W_GU, fast=True)
+
+
 def scaled_mm(a: torch.Tensor, b_t: torch.Tensor, state: ScaleState, ra: int, rb: int,
               fast: bool = False) -> torch.Tensor:
     """a [M, K] · b_tᵀ (b_t [N, K], both float8 and K-contiguous), dequantized to bf16."""
@@ -345,7 +416,7 @@ class _Float8MLP(torch.autograd.Function):
         x8, x8t = cast_transposed(x, state, X, E4M3)
         w_gu8, w_gu8t = cast_transposed(w_gu, state, W_GU, E4M3)
         w_d8, w_d8t = cast_transposed(w_d, state, W_D, E4M3)
-        gu = scaled_mm(x8, w_gu8, state, X, W_GU, fast=True)
+        gu = gate_up_product(x8, w_gu8, state)
         h8, h8t = _swiglu_op(gu, *state.tensors())
         y = scaled_mm(h8, w_d8, state, H, W_D, fast=True)
         ctx.save_for_backward(x8t, gu, h8t, w_gu8t, w_d8t)
@@ -364,6 +435,17 @@ class _Float8MLP(torch.autograd.Function):
         dx = scaled_mm(dgu8, w_gu8t, state, DGU, W_GU, ctx.fast)
         grad_w_gu = scaled_mm(dgu8t, x8t, state, DGU, X, ctx.fast)
         return dx.reshape(ctx.shape), grad_w_gu, grad_w_d, None
+
+
+def keep_gate_up_in_bf16(module: torch.nn.Module) -> None:
+    """Have the float8 MLPs in `module`, a layer that activation checkpointing wraps, keep their gate
+    and up product in bf16. Recomputed, the float8 product (an operator that updates its scale) would
+    take its scale again from a history its own forward has added to, and the backward would see
+    another gu; there is no memory to save in a layer whose activations are not kept anyway."""
+    for m in module.modules():
+        for state in (getattr(m, "float8", None), getattr(m, "state", None)):
+            if isinstance(state, ScaleState):
+                state.gate_up_in_float8 = False
 
 
 class Float8SwiGLUMLP(FusedSwiGLUMLP):

@@ -325,7 +325,10 @@ def apply_checkpointing(layers: nn.ModuleList, checkpoint: str) -> int:
         chosen = whole_layers(checkpoint, len(layers))
         if chosen is None:
             raise SpecError(f"--checkpoint {checkpoint}: the model has {len(layers)} blocks")
+    from trainperf.kernels.float8_mlp import keep_gate_up_in_bf16
+
     for i in chosen:
+        keep_gate_up_in_bf16(layers[i])
         layers[i] = wrap(layers[i])
     return len(chosen)
 
