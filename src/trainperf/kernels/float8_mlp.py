@@ -364,11 +364,12 @@ def _(a, b_t, inv, ra, rb, fast):  # noqa: ANN001, ANN202
 
 def float8_product_as_float8(a: torch.Tensor, b_t: torch.Tensor, inv: torch.Tensor, ra: int, rb: int,
                              ro: int) -> torch.Tensor:
-    """a [M, K] · b_tᵀ as e4m3 at role `ro`'s scale (inv[ro, 4]), saturating, with fast accumulation:
-    cuBLAS quantizes in its epilogue. Off the GPU the product is quantized after it (the CPU's
-    _scaled_mm divides by scale_result where cuBLAS multiplies)."""
+    """a [M, K] · b_tᵀ as e4m3 at role `ro`'s scale (inv[ro, 4]), saturating, with fast accumulation.
+    On the GPU cuBLAS quantizes in its epilogue, the output's scale folded into a's (_scaled_mm's
+    scale_result does nothing there under torch 2.11); the CPU's _scaled_mm does not saturate, so
+    there the product is quantized after it."""
     if a.is_cuda:
-        return torch._scaled_mm(a, b_t.t(), scale_a=inv[ra, 0], scale_b=inv[rb, 0], scale_result=inv[ro, 4],
+        return torch._scaled_mm(a, b_t.t(), scale_a=inv[ra, 0] * inv[ro, 4], scale_b=inv[rb, 0],
                                 out_dtype=E4M3, use_fast_accum=True)
     product = float8_product(a, b_t, inv, ra, rb, fast=True, out_dtype=torch.float32)
     fmax = float8_max(E4M3)
