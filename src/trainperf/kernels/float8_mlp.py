@@ -134,12 +134,10 @@ def _swiglu_kernel(GU, Y, YT, SCALE, AMAX, T, F, FMAX: tl.constexpr, BM: tl.cons
     counting twice: it may have saturated."""
     scale = tl.load(SCALE)
     r, c, mask = tile_of(T, F, BM, BN, False)
-    g, u = _gate_up(GU, r, c, mask, F)
-    if GU_INV is not None:
-        inv = tl.load(GU_INV)
+    g, u = _gate_up(GU, r, c, mask, F, GU_INV)
+    if GU_AMAX is not None:
         top = tl.maximum(tl.abs(g), tl.abs(u))
-        atomic_amax(GU_AMAX, tl.where(top >= FMAX, 2 * top, top) * inv, mask)
-        g, u = g * inv, u * inv
+        atomic_amax(GU_AMAX, tl.where(top >= FMAX * tl.load(GU_INV), 2 * top, top), mask)
     h = g * tl.sigmoid(g) * u
     atomic_amax(AMAX, h, mask)
     store_float8(h, Y, r * F + c, mask, scale, FMAX)
