@@ -87,15 +87,11 @@ CASES = {  # name: (module, kernel, signature, constexprs, warps or compile opti
                                **({"GU_INV": "*fp32", "GU_AMAX": "*fp32"} if gu != "*bf16" else {})},
         {"FMAX": 448.0, **TILE, **({"GU_INV": None, "GU_AMAX": None} if gu == "*bf16" else {})},
         float8_mlp.WARPS) for gu in ("*fp8e4nv", "*bf16")},
-    # its backward from the down projection's input gradient in float8 (e5m2) or bf16, and the gate
-    # and up product in float8 or bf16 (a checkpointed layer's)
-    **{f"float8 swiglu backward{' bf16 gu' * (gu == '*bf16')}{' bf16 dh' * (dh == '*bf16')}": (
-        F8, "_swiglu_bwd_kernel", {**_float8(None, "*fp8e5", (), ("T", "F")), "DH": dh, "GU": gu,
-                                   **({"GU_INV": "*fp32"} if gu != "*bf16" else {}),
-                                   **({"DH_INV": "*fp32", "DH_AMAX": "*fp32"} if dh != "*bf16" else {})},
-        {"FMAX": 57344.0, **TILE, **({"GU_INV": None} if gu == "*bf16" else {}),
-         **({"DH_INV": None, "DH_AMAX": None} if dh == "*bf16" else {})},
-        float8_mlp.WARPS) for gu, dh in (("*fp8e4nv", "*fp8e5"), ("*bf16", "*fp8e5"), ("*fp8e4nv", "*bf16"))},
+    **{f"float8 swiglu backward{' bf16 gu' * (gu == '*bf16')}": (
+        F8, "_swiglu_bwd_kernel", {**_float8("*bf16", "*fp8e5", ("DH",), ("T", "F")), "GU": gu,
+                                   **({"GU_INV": "*fp32"} if gu != "*bf16" else {})},
+        {"FMAX": 57344.0, **TILE, **({"GU_INV": None} if gu == "*bf16" else {})},
+        float8_mlp.WARPS) for gu in ("*fp8e4nv", "*bf16")},
     # the q, k and v product's gradient, q's and k's taken back through RoPE: a program per head
     "float8 qkv rope grad": ("trainperf.kernels.float8_linear", "_qkv_rope_grad_kernel", {
         **dict.fromkeys(("DQ", "DK", "DV", "COS", "SIN"), "*bf16"), **_float8(None, "*fp8e5", (), ()),

@@ -61,12 +61,12 @@ def _swiglu_bwd_twice(DH, GU, Y, YT, SCALE, AMAX, T, F, FMAX: tl.constexpr, BM: 
                       BN: tl.constexpr):
     scale = tl.load(SCALE)
     r, c, mask = tile_of(T, F, BM, BN, False)
-    dg, du, _ = mlp._swiglu_grads(DH, GU, r, c, mask, F)
+    dg, du = mlp._swiglu_grads(DH, GU, r, c, mask, F)
     atomic_amax(AMAX, tl.maximum(tl.abs(dg), tl.abs(du)), mask)
     store_float8(dg, Y, r * (2 * F) + c, mask, scale, FMAX)
     store_float8(du, Y, r * (2 * F) + c + F, mask, scale, FMAX)
     r, c, mask = tile_of(T, F, BM, BN, True)
-    dg, du, _ = mlp._swiglu_grads(DH, GU, r, c, mask, F)
+    dg, du = mlp._swiglu_grads(DH, GU, r, c, mask, F)
     store_float8(dg, YT, c * T + r, mask, scale, FMAX)
     store_float8(du, YT, (c + F) * T + r, mask, scale, FMAX)
 

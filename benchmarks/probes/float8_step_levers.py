@@ -19,8 +19,6 @@ back at a time, and torchao's `fp8`, in one process:
 - `all-gu-bf16`, `head-gu-bf16`: the MLP's gate and up product written in bf16, which the SwiGLU
   kernels then read (trainperf has cuBLAS write it as e4m3: kernels/float8_mlp.py
   GATE_UP_IN_FLOAT8).
-- `all-dh-bf16`, `head-dh-bf16`: the down projection's input gradient written in bf16, which the
-  SwiGLU backward then reads (trainperf has cuBLAS write it as e5m2: DOWN_GRAD_IN_FLOAT8).
 Each step is captured once as a CUDA graph, as the suite runs it, and the variants take turns in
 three rounds of 10 replays (core/ab_rounds.py): CUDA-event time, energy, clock and power (the peak
 memory it prints is the replays' alone: each graph is captured before the rounds). Before its
@@ -69,8 +67,7 @@ def calls_seen(step: llama_sdpa.LlamaStep) -> dict[str, int]:
 EXPANDED = {"kv_heads": "expanded"}
 TUNED = {"compile": "layers-tuned"}
 ROPE_APART = {"rope_in_product": False}  # the float8 attention layers' attribute
-GU_BF16 = {"gate_up_in_float8": False}  # the float8 MLPs' scale states' attributes
-DH_BF16 = {"down_grad_in_float8": False}
+GU_BF16 = {"gate_up_in_float8": False}  # the float8 MLPs' scale states' attribute
 VARIANTS = {  # name: (recipe, fast backward, fields over the recipe's, attributes set on the model's parts)
     "fp8": ("fp8", True, {}, {}),
     "fp8-expanded": ("fp8", True, EXPANDED, {}),
@@ -80,12 +77,10 @@ VARIANTS = {  # name: (recipe, fast backward, fields over the recipe's, attribut
     "all-tuned": ("fp8-trainperf-all", True, TUNED, {}),
     "all-rope-apart": ("fp8-trainperf-all", True, {}, ROPE_APART),
     "all-gu-bf16": ("fp8-trainperf-all", True, {}, GU_BF16),
-    "all-dh-bf16": ("fp8-trainperf-all", True, {}, DH_BF16),
     "head": ("fp8-trainperf-head", True, {}, {}),
     "head-tuned": ("fp8-trainperf-head", True, TUNED, {}),
     "head-rope-apart": ("fp8-trainperf-head", True, {}, ROPE_APART),
     "head-gu-bf16": ("fp8-trainperf-head", True, {}, GU_BF16),
-    "head-dh-bf16": ("fp8-trainperf-head", True, {}, DH_BF16),
 }
 
 

@@ -9,15 +9,13 @@ default recipe), so the kernel that produces a tensor casts it as it goes, write
 copy beside it and records its amax for the iterations after:
 
   forward   x → x8, x8ᵀ;  gu8 = x8·W_guᵀ;  h = silu(g)·u → h8, h8ᵀ;  y = h8·W_dᵀ
-  backward  dy → dy8, dy8ᵀ;  dh8 = dy8·W_d;  dW_d = dy8ᵀ·h8;  (dg, du) → dgu8, dgu8ᵀ;
+  backward  dy → dy8, dy8ᵀ;  dh = dy8·W_d;  dW_d = dy8ᵀ·h8;  (dg, du) → dgu8, dgu8ᵀ;
             dx = dgu8·W_gu;  dW_gu = dgu8ᵀ·x8
 
-cuBLAS writes the gate and up product gu itself as e4m3 (GATE_UP_IN_FLOAT8), and the down
-projection's input gradient dh as e5m2 (DOWN_GRAD_IN_FLOAT8), each scaled from its history like
-the casts, with room for twice its amax: the SwiGLU kernels read half the bytes, and the backward
-keeps half of gu. The SwiGLU kernels record the amax of what they read, a value at the float8
-maximum counting twice (it has outgrown the room and may have saturated), so that the next scales
-make more.
+cuBLAS writes the gate and up product gu itself as e4m3 (GATE_UP_IN_FLOAT8), scaled from its history
+like the casts, with room for twice its amax: the SwiGLU kernels read half the bytes each way, and
+the backward keeps half. The SwiGLU kernel records gu's amax, a value at e4m3's maximum counting
+twice (it has outgrown the room and may have saturated), so that the next scales make more.
 
 Activations and weights are e4m3, gradients e5m2. The forward GEMMs accumulate fast, and so do the
 backward ones where FAST_BACKWARD says (by default; torchao's default promotes their partial sums to
@@ -44,8 +42,8 @@ MARGIN = 0  # a scale leaves room for values 2**MARGIN times its history's amax 
 # bring the loss to parity: benchmarks/results/explorations/h100-2026-11-25)
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 # The tensors with a scale each, by their row in a module's scale state.
-X, H, DY, DGU, W_GU, W_D, GU, DH = range(8)
-ROLES = 8
+X, H, DY, DGU, W_GU, W_D, GU = range(7)
+ROLES = 7
 # Whether the input and weight gradients' products of the MLP and of the float8 Linears accumulate
 # fast too: Hopper's float8 tensor cores then sum in fewer bits than float32 without cuBLAS
 # promoting the partial sums. At the 1B step's shapes their error against float64 goes from 1.7e-3,
@@ -54,12 +52,9 @@ ROLES = 8
 FAST_BACKWARD = True
 # Whether cuBLAS writes the gate and up product as e4m3 at its own delayed scale (role GU), or in bf16.
 GATE_UP_IN_FLOAT8 = True
-# Whether cuBLAS writes the down projection's input gradient as e5m2 at its own delayed scale (role
-# DH), or in bf16.
-DOWN_GRAD_IN_FLOAT8 = True
-# A product's scale leaves room for twice its history's amax, so that a value at the float8 maximum
-# has grown past that room (and may have saturated) rather than met its history's amax exactly
-PRODUCT_MARGIN = 1
+# Its scale leaves room for twice its history's amax, so that a value at e4m3's maximum has grown
+# past that room (and may have saturated) rather than met its history's amax exactly
+GU_MARGIN = 1
 TILE = (64, 128)  # (rows, columns) of a cast tile
 WARPS = 4  # per cast program (benchmarks/probes/float8_cast_tiles.py)
 
@@ -120,26 +115,15 @@ def _cast_kernel(X, Y, YT, SCALE, AMAX, M, N, FMAX: tl.constexpr, BM: tl.constex
 
 
 @triton.jit
-def dequantized(AT, mask, INV=None):
-    """The values at AT as float32, dequantized by INV where they are float8."""
-    v = tl.load(AT, mask=mask, other=0.0).to(tl.float32)
-    if INV is not None:
-        v = v * tl.load(INV)
-    return v
-
-
-@triton.jit
-def saturation_aware_amax(AMAX, magnitude, mask, INV, FMAX: tl.constexpr):
-    """The amax of values read from float8 at INV, a value at the maximum counting twice: it may
-    have saturated."""
-    atomic_amax(AMAX, tl.where(magnitude >= FMAX * tl.load(INV), 2 * magnitude, magnitude), mask)
-
-
-@triton.jit
 def _gate_up(GU, r, c, mask, F, GU_INV=None):
     """This tile's g and u from gu = [g | u] (rows of 2F), dequantized by GU_INV where gu is float8."""
     at = GU + r * (2 * F) + c
-    return dequantized(at, mask, GU_INV), dequantized(at + F, mask, GU_INV)
+    g = tl.load(at, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(at + F, mask=mask, other=0.0).to(tl.float32)
+    if GU_INV is not None:
+        inv = tl.load(GU_INV)
+        g, u = g * inv, u * inv
+    return g, u
 
 
 @triton.jit
@@ -152,7 +136,8 @@ def _swiglu_kernel(GU, Y, YT, SCALE, AMAX, T, F, FMAX: tl.constexpr, BM: tl.cons
     r, c, mask = tile_of(T, F, BM, BN, False)
     g, u = _gate_up(GU, r, c, mask, F, GU_INV)
     if GU_AMAX is not None:
-        saturation_aware_amax(GU_AMAX, tl.maximum(tl.abs(g), tl.abs(u)), mask, GU_INV, FMAX)
+        top = tl.maximum(tl.abs(g), tl.abs(u))
+        atomic_amax(GU_AMAX, tl.where(top >= FMAX * tl.load(GU_INV), 2 * top, top), mask)
     h = g * tl.sigmoid(g) * u
     atomic_amax(AMAX, h, mask)
     store_float8(h, Y, r * F + c, mask, scale, FMAX)
@@ -160,25 +145,21 @@ def _swiglu_kernel(GU, Y, YT, SCALE, AMAX, T, F, FMAX: tl.constexpr, BM: tl.cons
 
 
 @triton.jit
-def _swiglu_grads(DH, GU, r, c, mask, F, GU_INV=None, DH_INV=None):
-    """This tile's (dg, du) and the dh they come from."""
+def _swiglu_grads(DH, GU, r, c, mask, F, GU_INV=None):
     g, u = _gate_up(GU, r, c, mask, F, GU_INV)
-    dh = dequantized(DH + r * F + c, mask, DH_INV)
+    dh = tl.load(DH + r * F + c, mask=mask, other=0.0).to(tl.float32)
     sig = tl.sigmoid(g)
-    return dh * u * sig * (1 + g * (1 - sig)), dh * g * sig, dh
+    return dh * u * sig * (1 + g * (1 - sig)), dh * g * sig
 
 
 @triton.jit
 def _swiglu_bwd_kernel(DH, GU, Y, YT, SCALE, AMAX, T, F, FMAX: tl.constexpr, BM: tl.constexpr,
-                       BN: tl.constexpr, GU_INV=None, DH_INV=None, DH_AMAX=None):
+                       BN: tl.constexpr, GU_INV=None):
     """(dg, du) of h = silu(g)·u, cast into Y = [dg | du] (rows of 2F) and YT [2F, T]; a float8 gu
-    is dequantized by GU_INV, and a float8 dh (e5m2, as dg and du) by DH_INV, its amax going into
-    DH_AMAX saturation-aware."""
+    is dequantized by GU_INV."""
     scale = tl.load(SCALE)
     r, c, mask = tile_of(T, F, BM, BN, False)
-    dg, du, dh = _swiglu_grads(DH, GU, r, c, mask, F, GU_INV, DH_INV)
-    if DH_AMAX is not None:
-        saturation_aware_amax(DH_AMAX, tl.abs(dh), mask, DH_INV, FMAX)
+    dg, du = _swiglu_grads(DH, GU, r, c, mask, F, GU_INV)
     atomic_amax(AMAX, tl.maximum(tl.abs(dg), tl.abs(du)), mask)
     store_float8(dg, Y, r * (2 * F) + c, mask, scale, FMAX)
     store_float8(du, Y, r * (2 * F) + c + F, mask, scale, FMAX)
@@ -206,7 +187,7 @@ def _next_scale_kernel(HIST, NOW, SCALE, INV, FMAX: tl.constexpr, LEN: tl.conste
 
 
 class ScaleState:
-    """The amax histories of a module's tensors (`roles` of them: ROLES for the MLP) and the scales
+    """The amax histories of a module's tensors (`roles` of them: six for the MLP) and the scales
     taken from them."""
 
     def __init__(self, device: torch.device, roles: int = ROLES) -> None:
@@ -219,10 +200,8 @@ class ScaleState:
         self.inv = torch.ones(roles, 8, device=device)
         # whether each tensor has had its first cast; on the CPU, so that reading it waits for nothing
         self.calibrated = torch.zeros(roles, dtype=torch.bool)
-        # an MLP's: whether cuBLAS writes its gate and up product in float8 (keep_gate_up_in_bf16),
-        # and the down projection's input gradient
+        # an MLP's: whether cuBLAS writes its gate and up product in float8 (keep_gate_up_in_bf16)
         self.gate_up_in_float8 = GATE_UP_IN_FLOAT8
-        self.down_grad_in_float8 = DOWN_GRAD_IN_FLOAT8
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
         """What the float8 operators take and update, in their order (STATE)."""
@@ -279,8 +258,7 @@ def _(x, hist, now, scale, inv, calibrated, role, e5m2):  # noqa: ANN001, ANN202
 def _swiglu_op(gu: torch.Tensor, hist: torch.Tensor, now: torch.Tensor, scale: torch.Tensor,
                inv: torch.Tensor, calibrated: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     t, f = gu.shape[0], gu.shape[1] // 2
-    next_scale(hist, now, scale, inv, calibrated, H, E4M3,
-               lambda: swiglu_reference(float8_values(gu, inv, GU)))
+    next_scale(hist, now, scale, inv, calibrated, H, E4M3, lambda: swiglu_reference(gate_up_values(gu, inv)))
     h8, h8t = with_transpose(t, f, E4M3, gu.device)
     in_float8 = gu.dtype == E4M3
     _swiglu_kernel[tile_grid(t, f)](gu, h8, h8t, scale[H:], now[H:], t, f,
@@ -301,14 +279,11 @@ def _swiglu_bwd_op(dh: torch.Tensor, gu: torch.Tensor, hist: torch.Tensor, now: 
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     t, f = dh.shape
     next_scale(hist, now, scale, inv, calibrated, DGU, E5M2,
-               lambda: swiglu_grad_reference(float8_values(dh, inv, DH), float8_values(gu, inv, GU)))
+               lambda: swiglu_grad_reference(dh, gate_up_values(gu, inv)))
     dgu8, dgu8t = with_transpose(t, 2 * f, E5M2, dh.device)
-    dh_in_float8 = dh.dtype == E5M2
     _swiglu_bwd_kernel[tile_grid(t, f)](dh, gu, dgu8, dgu8t, scale[DGU:], now[DGU:], t, f,
                                         FMAX=float8_max(E5M2), BM=TILE[0], BN=TILE[1],
-                                        GU_INV=inv[GU] if gu.dtype == E4M3 else None,
-                                        DH_INV=inv[DH] if dh_in_float8 else None,
-                                        DH_AMAX=now[DH:] if dh_in_float8 else None, num_warps=WARPS)
+                                        GU_INV=inv[GU] if gu.dtype == E4M3 else None, num_warps=WARPS)
     return dgu8, dgu8t
 
 
@@ -323,9 +298,9 @@ def cast_transposed(x: torch.Tensor, state: ScaleState, role: int,
     return _cast_op(x, *state.tensors(), role, dtype == E5M2)
 
 
-def float8_values(t: torch.Tensor, inv: torch.Tensor, role: int) -> torch.Tensor:
-    """A product's values: a float8 `t` dequantized by its role's row of `inv`, any other `t` itself."""
-    return t.float() * inv[role, 0] if t.dtype in (E4M3, E5M2) else t
+def gate_up_values(gu: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
+    """The gate and up product's values: a float8 gu dequantized by its role's row of `inv`."""
+    return gu.float() * inv[GU, 0] if gu.dtype == E4M3 else gu
 
 
 def swiglu_reference(gu: torch.Tensor) -> torch.Tensor:
@@ -386,53 +361,37 @@ def _(a, b_t, inv, ra, rb, fast):  # noqa: ANN001, ANN202
 
 
 def float8_product_as_float8(a: torch.Tensor, b_t: torch.Tensor, inv: torch.Tensor, ra: int, rb: int,
-                             ro: int, dtype: torch.dtype = E4M3, fast: bool = True) -> torch.Tensor:
-    """a [M, K] · b_tᵀ as float8 `dtype` at role `ro`'s scale (inv[ro, 4]), saturating. On the GPU
-    cuBLAS quantizes in its epilogue, the output's scale folded into a's (_scaled_mm's scale_result
-    does nothing there under torch 2.11); the CPU's _scaled_mm does not saturate, so there the
-    product is quantized after it."""
+                             ro: int) -> torch.Tensor:
+    """a [M, K] · b_tᵀ as e4m3 at role `ro`'s scale (inv[ro, 4]), saturating, with fast accumulation.
+    On the GPU cuBLAS quantizes in its epilogue, the output's scale folded into a's (_scaled_mm's
+    scale_result does nothing there under torch 2.11); the CPU's _scaled_mm does not saturate, so
+    there the product is quantized after it."""
     if a.is_cuda:
         return torch._scaled_mm(a, b_t.t(), scale_a=inv[ra, 0] * inv[ro, 4], scale_b=inv[rb, 0],
-                                out_dtype=dtype, use_fast_accum=fast)
-    product = float8_product(a, b_t, inv, ra, rb, fast=fast, out_dtype=torch.float32)
-    fmax = float8_max(dtype)
-    return (product * inv[ro, 4]).clamp(-fmax, fmax).to(dtype)
+                                out_dtype=E4M3, use_fast_accum=True)
+    product = float8_product(a, b_t, inv, ra, rb, fast=True, out_dtype=torch.float32)
+    fmax = float8_max(E4M3)
+    return (product * inv[ro, 4]).clamp(-fmax, fmax).to(E4M3)
 
 
-@torch.library.custom_op("trainperf::float8_mm_as_float8", mutates_args=STATE)
-def _mm_as_float8_op(a: torch.Tensor, b_t: torch.Tensor, hist: torch.Tensor, now: torch.Tensor,
-                     scale: torch.Tensor, inv: torch.Tensor, calibrated: torch.Tensor, ra: int, rb: int,
-                     ro: int, e5m2: bool, fast: bool) -> torch.Tensor:
-    dtype = E5M2 if e5m2 else E4M3
-    next_scale(hist, now, scale, inv, calibrated, ro, dtype,
-               lambda: float8_product(a, b_t, inv, ra, rb, fast), margin=PRODUCT_MARGIN)
-    return float8_product_as_float8(a, b_t, inv, ra, rb, ro, dtype, fast)
+@torch.library.custom_op("trainperf::float8_gate_up", mutates_args=STATE)
+def _gate_up_op(x8: torch.Tensor, w_gu8: torch.Tensor, hist: torch.Tensor, now: torch.Tensor,
+                scale: torch.Tensor, inv: torch.Tensor, calibrated: torch.Tensor) -> torch.Tensor:
+    next_scale(hist, now, scale, inv, calibrated, GU, E4M3,
+               lambda: float8_product(x8, w_gu8, inv, X, W_GU, fast=True), margin=GU_MARGIN)
+    return float8_product_as_float8(x8, w_gu8, inv, X, W_GU, GU)
 
 
-@_mm_as_float8_op.register_fake
-def _(a, b_t, hist, now, scale, inv, calibrated, ra, rb, ro, e5m2, fast):  # noqa: ANN001, ANN202
-    return a.new_empty(a.shape[0], b_t.shape[0], dtype=E5M2 if e5m2 else E4M3)
-
-
-def product_in_float8(a: torch.Tensor, b_t: torch.Tensor, state: ScaleState, ra: int, rb: int, ro: int,
-                      dtype: torch.dtype, fast: bool) -> torch.Tensor:
-    """a [M, K] · b_tᵀ written by cuBLAS as float8 `dtype` at role `ro`'s own delayed scale, with
-    room for twice its history's amax (PRODUCT_MARGIN); whoever reads it records its amax."""
-    return _mm_as_float8_op(a, b_t, *state.tensors(), ra, rb, ro, dtype == E5M2, fast)
+@_gate_up_op.register_fake
+def _(x8, w_gu8, hist, now, scale, inv, calibrated):  # noqa: ANN001, ANN202
+    return x8.new_empty(x8.shape[0], w_gu8.shape[0], dtype=E4M3)
 
 
 def gate_up_product(x8: torch.Tensor, w_gu8: torch.Tensor, state: ScaleState) -> torch.Tensor:
     """gu = x8 · w_gu8ᵀ: e4m3 at its own delayed scale where `state` says, bf16 otherwise."""
     if state.gate_up_in_float8:
-        return product_in_float8(x8, w_gu8, state, X, W_GU, GU, E4M3, fast=True)
+        return _gate_up_op(x8, w_gu8, *state.tensors())
     return scaled_mm(x8, w_gu8, state, X, W_GU, fast=True)
-
-
-def down_grad(dy8: torch.Tensor, w_d8t: torch.Tensor, state: ScaleState, fast: bool) -> torch.Tensor:
-    """dh = dy8 · w_d8tᵀ: e5m2 at its own delayed scale where `state` says, bf16 otherwise."""
-    if state.down_grad_in_float8:
-        return product_in_float8(dy8, w_d8t, state, DY, W_D, DH, E5M2, fast)
-    return scaled_mm(dy8, w_d8t, state, DY, W_D, fast)
 
 
 def scaled_mm(a: torch.Tensor, b_t: torch.Tensor, state: ScaleState, ra: int, rb: int,
@@ -469,7 +428,7 @@ class _Float8MLP(torch.autograd.Function):
         state = ctx.state
         dy = dy.reshape(-1, dy.shape[-1]).contiguous()
         dy8, dy8t = cast_transposed(dy, state, DY, E5M2)
-        dh = down_grad(dy8, w_d8t, state, ctx.fast)
+        dh = scaled_mm(dy8, w_d8t, state, DY, W_D, ctx.fast)
         grad_w_d = scaled_mm(dy8t, h8t, state, DY, H, ctx.fast)
         dgu8, dgu8t = _swiglu_bwd_op(dh, gu, *state.tensors())
         dx = scaled_mm(dgu8, w_gu8t, state, DGU, W_GU, ctx.fast)
