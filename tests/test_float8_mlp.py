@@ -87,6 +87,20 @@ def test_a_scale_looks_back_over_the_history_and_saturates_beyond_it():
     assert (y.float() == fmax).all()
 
 
+def test_a_scale_state_is_one_buffer_with_the_cublas_scales_aligned():
+    """torch.compile clones each tensor that a backward operator updates, a kernel each, and views
+    of one buffer once: the state's tensors are views of one buffer, a row per role, and each
+    row of inverse scales starts on 16 bytes, as cuBLAS reads it."""
+    state = ScaleState(torch.device(DEVICE), roles=3)
+    tensors = [state.hist, state.now, state.scale, state.inv]
+    assert len({t.untyped_storage().data_ptr() for t in tensors}) == 1
+    assert all(state.inv[role].data_ptr() % 16 == 0 for role in range(3))
+    assert (state.scale == 1).all() and (state.inv == 1).all() and not state.hist.any()
+    f8.cast_transposed(torch.full((16, 16), 4.0, device=DEVICE), state, 1, f8.E4M3)
+    assert state.now[1] == 4.0 and state.scale[1] == f8.float8_max(f8.E4M3) / 4
+    assert state.now[[0, 2]].eq(0).all() and state.scale[[0, 2]].eq(1).all() and state.inv[[0, 2]].eq(1).all()
+
+
 def _mlp(dtype=torch.float64):
     torch.manual_seed(0)
     model = hf_llama.build_model(hf_llama.load_config("tiny"), dtype, torch.device(DEVICE))

@@ -19,6 +19,9 @@ back at a time, and torchao's `fp8`, in one process:
 - `all-gu-bf16`, `head-gu-bf16`: the MLP's gate and up product written in bf16, which the SwiGLU
   kernels then read (trainperf has cuBLAS write it as e4m3: kernels/float8_mlp.py
   GATE_UP_IN_FLOAT8).
+- `all-state-apart`: each scale state's history, amaxes, scales and inverse scales as tensors of
+  their own, which the compiled backward clones and copies back one by one (trainperf keeps them
+  as views of one buffer: kernels/float8_mlp.py ScaleState).
 Each step is captured once as a CUDA graph, as the suite runs it, and the variants take turns in
 three rounds of 10 replays (core/ab_rounds.py): CUDA-event time, energy, clock and power (the peak
 memory it prints is the replays' alone: each graph is captured before the rounds). Before its
@@ -64,29 +67,9 @@ def calls_seen(step: llama_sdpa.LlamaStep) -> dict[str, int]:
     return dict(counts)
 
 
-EXPANDED = {"kv_heads": "expanded"}
-TUNED = {"compile": "layers-tuned"}
-ROPE_APART = {"rope_in_product": False}  # the float8 attention layers' attribute
-GU_BF16 = {"gate_up_in_float8": False}  # the float8 MLPs' scale states' attribute
-VARIANTS = {  # name: (recipe, fast backward, fields over the recipe's, attributes set on the model's parts)
-    "fp8": ("fp8", True, {}, {}),
-    "fp8-expanded": ("fp8", True, EXPANDED, {}),
-    "all-float32": ("fp8-trainperf-all", False, {}, {}),
-    "all": ("fp8-trainperf-all", True, {}, {}),
-    "all-expanded": ("fp8-trainperf-all", True, EXPANDED, {}),
-    "all-tuned": ("fp8-trainperf-all", True, TUNED, {}),
-    "all-rope-apart": ("fp8-trainperf-all", True, {}, ROPE_APART),
-    "all-gu-bf16": ("fp8-trainperf-all", True, {}, GU_BF16),
-    "head": ("fp8-trainperf-head", True, {}, {}),
-    "head-tuned": ("fp8-trainperf-head", True, TUNED, {}),
-    "head-rope-apart": ("fp8-trainperf-head", True, {}, ROPE_APART),
-    "head-gu-bf16": ("fp8-trainperf-head", True, {}, GU_BF16),
-}
-
-
-def with_attributes(attributes: dict[str, bool]) -> Callable[[llama_sdpa.LlamaStep], None] | None:
+def with_attributes(attributes: dict[str, bool]) -> Callable[[llama_sdpa.LlamaStep], None]:
     """What sets `attributes` on every part of a step's model that has them, before it compiles:
-    its float8 attention layers and its float8 MLPs' scale states (None: as trainperf builds them)."""
+    its float8 attention layers and its float8 MLPs' scale states."""
     def prepare(step: llama_sdpa.LlamaStep) -> None:
         for module in step.model.modules():
             for part in (module, getattr(module, "state", None)):
@@ -94,16 +77,49 @@ def with_attributes(attributes: dict[str, bool]) -> Callable[[llama_sdpa.LlamaSt
                     if hasattr(part, name):
                         setattr(part, name, value)
 
-    return prepare if attributes else None
+    prepare.__name__ = ", ".join(f"{name} {value}" for name, value in attributes.items())
+    return prepare
+
+
+def states_apart(step: llama_sdpa.LlamaStep) -> None:
+    """Each scale state of the step's model as four tensors of their own, not views of one buffer."""
+    for module in step.model.modules():
+        for state in vars(module).values():
+            if isinstance(state, float8_mlp.ScaleState):
+                state.hist, state.now, state.scale, state.inv = (
+                    t.clone(memory_format=torch.contiguous_format)
+                    for t in (state.hist, state.now, state.scale, state.inv))
+
+
+EXPANDED = {"kv_heads": "expanded"}
+TUNED = {"compile": "layers-tuned"}
+ROPE_APART = with_attributes({"rope_in_product": False})  # the float8 attention layers' attribute
+GU_BF16 = with_attributes({"gate_up_in_float8": False})  # the float8 MLPs' scale states' attribute
+VARIANTS = {  # name: (recipe, fast backward, fields over the recipe's, what prepares the model)
+    "fp8": ("fp8", True, {}, None),
+    "fp8-expanded": ("fp8", True, EXPANDED, None),
+    "all-float32": ("fp8-trainperf-all", False, {}, None),
+    "all": ("fp8-trainperf-all", True, {}, None),
+    "all-expanded": ("fp8-trainperf-all", True, EXPANDED, None),
+    "all-tuned": ("fp8-trainperf-all", True, TUNED, None),
+    "all-rope-apart": ("fp8-trainperf-all", True, {}, ROPE_APART),
+    "all-gu-bf16": ("fp8-trainperf-all", True, {}, GU_BF16),
+    "all-state-apart": ("fp8-trainperf-all", True, {}, states_apart),
+    "head": ("fp8-trainperf-head", True, {}, None),
+    "head-tuned": ("fp8-trainperf-head", True, TUNED, None),
+    "head-rope-apart": ("fp8-trainperf-head", True, {}, ROPE_APART),
+    "head-gu-bf16": ("fp8-trainperf-head", True, {}, GU_BF16),
+}
 
 
 def captured(shape: str, recipe: str, fast: bool, fields: dict[str, str],
-             attributes: dict[str, bool]) -> tuple[llama_sdpa.LlamaStep, GraphedIteration]:
+             prepare: Callable[[llama_sdpa.LlamaStep], None] | None
+             ) -> tuple[llama_sdpa.LlamaStep, GraphedIteration]:
     float8_mlp.FAST_BACKWARD = fast
     t0 = time.time()
-    step = llama_sdpa.recipe_step(recipe, *map(int, shape.split("x")), prepare=with_attributes(attributes),
-                                  **fields)
-    print(f"{shape} {recipe} {fields or ''} fast backward {fast} {attributes or ''}: built in "
+    step = llama_sdpa.recipe_step(recipe, *map(int, shape.split("x")), prepare=prepare, **fields)
+    prepared = prepare.__name__ if prepare else ""
+    print(f"{shape} {recipe} {fields or ''} fast backward {fast} {prepared}: built in "
           f"{time.time() - t0:.0f} s, calls {calls_seen(step)}", flush=True)
     return step, GraphedIteration(step)
 
