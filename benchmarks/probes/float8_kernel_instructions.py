@@ -43,7 +43,7 @@ KERNELS = {
                         {"FMAX": E4M3_MAX, "GU_INV": None, "GU_AMAX": None}),
     "swiglu, e4m3 gu": (mlp._swiglu_kernel, {**SWIGLU_ARGS, "GU_INV": "*fp32", "GU_AMAX": "*fp32"},
                         {"FMAX": E4M3_MAX}),
-    "swiglu lean, e4m3 gu": (_swiglu_lean, LEAN_ARGS, {"FMAX": E4M3_MAX, "EVEN": True}),
+    "swiglu lean, e4m3 gu": (_swiglu_lean, LEAN_ARGS, {"FMAX": E4M3_MAX}),
     "swiglu backward, e4m3 gu": (mlp._swiglu_bwd_kernel, BWD_ARGS, {"FMAX": E5M2_MAX}),
     "swiglu backward, bf16 gu": (mlp._swiglu_bwd_kernel, {**BWD_ARGS, "GU": "*bf16", "GU_INV": "constexpr"},
                                  {"FMAX": E5M2_MAX, "GU_INV": None}),
