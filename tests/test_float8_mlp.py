@@ -65,8 +65,9 @@ def test_the_swiglu_kernels_cast_what_the_reference_computes():
         y = torch.empty(t, cols, dtype=dtype, device=DEVICE)
         yt = torch.empty(cols, t, dtype=dtype, device=DEVICE)
         inputs = (gu,) if role == f8.H else (dh, gu)
-        kernel[f8.tile_grid(t, f)](*inputs, y, yt, state.scale[role:], state.now[role:], t, f,
-                               FMAX=f8.float8_max(dtype), BM=f8.TILE[0], BN=f8.TILE[1])
+        kernel[f8.tile_grid(t, f, f8.SWIGLU_TILE)](*inputs, y, yt, state.scale[role:], state.now[role:], t, f,
+                                                   FMAX=f8.float8_max(dtype), BM=f8.SWIGLU_TILE[0],
+                                                   BN=f8.SWIGLU_TILE[1])
         assert_float8_equal(y, _cast_ref(ref, state.scale[role], dtype))
         assert torch.equal(yt.view(torch.uint8), y.view(torch.uint8).t())
         torch.testing.assert_close(state.now[role], ref.abs().max(), rtol=1e-6, atol=0)

@@ -47,6 +47,7 @@ ROPE = {"X": "*bf16", "COS": "*bf16", "SIN": "*bf16", "Y": "*bf16", **dict.fromk
     ("N_ROWS", "HEADS", "SEQ", "HALF", "sxb", "sxh", "sxn", "scb", "scn"), "i32"), "SIGN": "fp32"}
 F8 = "trainperf.kernels.float8_mlp"
 TILE = {"BM": float8_mlp.TILE[0], "BN": float8_mlp.TILE[1]}
+SWIGLU_TILE = {"BM": float8_mlp.SWIGLU_TILE[0], "BN": float8_mlp.SWIGLU_TILE[1]}
 
 
 def _float8(x: str, y: str, names: tuple[str, ...], sizes: tuple[str, ...]) -> dict:
@@ -85,12 +86,12 @@ CASES = {  # name: (module, kernel, signature, constexprs, warps or compile opti
     **{f"float8 swiglu{' bf16 gu' * (gu == '*bf16')}": (
         F8, "_swiglu_kernel", {**_float8("*bf16", "*fp8e4nv", (), ("T", "F")), "GU": gu,
                                **({"GU_INV": "*fp32", "GU_AMAX": "*fp32"} if gu != "*bf16" else {})},
-        {"FMAX": 448.0, **TILE, **({"GU_INV": None, "GU_AMAX": None} if gu == "*bf16" else {})},
+        {"FMAX": 448.0, **SWIGLU_TILE, **({"GU_INV": None, "GU_AMAX": None} if gu == "*bf16" else {})},
         float8_mlp.WARPS) for gu in ("*fp8e4nv", "*bf16")},
     **{f"float8 swiglu backward{' bf16 gu' * (gu == '*bf16')}": (
         F8, "_swiglu_bwd_kernel", {**_float8("*bf16", "*fp8e5", ("DH",), ("T", "F")), "GU": gu,
                                    **({"GU_INV": "*fp32"} if gu != "*bf16" else {})},
-        {"FMAX": 57344.0, **TILE, **({"GU_INV": None} if gu == "*bf16" else {})},
+        {"FMAX": 57344.0, **SWIGLU_TILE, **({"GU_INV": None} if gu == "*bf16" else {})},
         float8_mlp.WARPS) for gu in ("*fp8e4nv", "*bf16")},
     # the q, k and v product's gradient, q's and k's taken back through RoPE: a program per head
     "float8 qkv rope grad": ("trainperf.kernels.float8_linear", "_qkv_rope_grad_kernel", {

@@ -3,10 +3,10 @@
 A kernel that moves few bytes an element can spend longer issuing its instructions than moving
 them: an H200's 132 SMs issue about 2.8e13 thread-instructions a second at 1.65 GHz, so 134M
 elements (the SwiGLU output of the Llama-3.2-1B step at 1 x 16384) at 40 instructions each take
-about 190 us, as long as moving 0.7 GB. This compiles the float8 MLP's kernels (kernels/float8_mlp.py)
-and the candidate in float8_swiglu_gate_up.py for sm_90 with Triton's own ptxas, no GPU needed,
-at TILE and a few other tiles, and counts the PTX instructions each thread runs for its share of a
-tile, and among them the special-function ones (exp2, reciprocal), which issue at an eighth of the
+about 190 us, as long as moving 0.7 GB. This compiles the float8 MLP's kernels
+(kernels/float8_mlp.py) for sm_90 with Triton's own ptxas, no GPU needed, at TILE, SWIGLU_TILE and
+another tile, and counts the PTX instructions each thread runs for its share of a tile, and among
+them the special-function ones (exp2, reciprocal), which issue at an eighth of the
 rate. Pointers and dims are taken as multiples of 16, as at the step's shapes.
 Usage: PYTHONPATH=src python3 benchmarks/probes/float8_kernel_instructions.py
 """
@@ -17,7 +17,6 @@ import collections
 import re
 
 import triton
-from float8_swiglu_gate_up import _swiglu_lean
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
@@ -26,14 +25,13 @@ from trainperf.kernels import float8_mlp as mlp
 HOPPER = GPUTarget("cuda", 90, 32)
 SCALARS = ("SCALE", "AMAX", "GU_INV", "GU_AMAX")  # pointers to one float: no alignment assumed
 SPECIAL = ("ex2", "rcp", "div.full", "lg2", "rsqrt", "sqrt")
-TILES = ((64, 128, 4), (64, 256, 8), (128, 128, 8))  # TILE first
+TILES = ((*mlp.TILE, mlp.WARPS), (*mlp.SWIGLU_TILE, mlp.WARPS), (64, 256, 8))
 CAST_ARGS = {"X": "*bf16", "Y": "*fp8e4nv", "YT": "*fp8e4nv", "SCALE": "*fp32", "AMAX": "*fp32", "M": "i32",
              "N": "i32"}
 SWIGLU_ARGS = {"GU": "*fp8e4nv", "Y": "*fp8e4nv", "YT": "*fp8e4nv", "SCALE": "*fp32", "AMAX": "*fp32",
                "T": "i32", "F": "i32"}
 BWD_ARGS = {"DH": "*bf16", "GU": "*fp8e4nv", "Y": "*fp8e5", "YT": "*fp8e5", "SCALE": "*fp32", "AMAX": "*fp32",
             "T": "i32", "F": "i32", "GU_INV": "*fp32"}
-LEAN_ARGS = {**SWIGLU_ARGS, "GU_INV": "*fp32", "GU_AMAX": "*fp32"}
 E4M3_MAX, E5M2_MAX = mlp.float8_max(mlp.E4M3), mlp.float8_max(mlp.E5M2)
 # name: (kernel, its pointer and int arguments, its other arguments: None where the kernel takes a
 # pointer there, a constant otherwise)
@@ -43,7 +41,6 @@ KERNELS = {
                         {"FMAX": E4M3_MAX, "GU_INV": None, "GU_AMAX": None}),
     "swiglu, e4m3 gu": (mlp._swiglu_kernel, {**SWIGLU_ARGS, "GU_INV": "*fp32", "GU_AMAX": "*fp32"},
                         {"FMAX": E4M3_MAX}),
-    "swiglu lean, e4m3 gu": (_swiglu_lean, LEAN_ARGS, {"FMAX": E4M3_MAX}),
     "swiglu backward, e4m3 gu": (mlp._swiglu_bwd_kernel, BWD_ARGS, {"FMAX": E5M2_MAX}),
     "swiglu backward, bf16 gu": (mlp._swiglu_bwd_kernel, {**BWD_ARGS, "GU": "*bf16", "GU_INV": "constexpr"},
                                  {"FMAX": E5M2_MAX, "GU_INV": None}),
