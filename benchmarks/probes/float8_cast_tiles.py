@@ -26,7 +26,7 @@ from trainperf.kernels import float8_mlp as mlp
 from trainperf.kernels.float8_mlp import atomic_amax, store_float8, tile_of
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU under TRITON_INTERPRET=1
-TILES = ((64, 128, 4), (64, 64, 8), (64, 128, 8), (128, 64, 8), (128, 128, 8), (128, 128, 16))  # TILE first
+TILES = ((64, 128, 4), (32, 256, 4), (32, 128, 4), (16, 256, 4), (64, 128, 8), (128, 128, 8))  # TILE first
 
 
 # The kernels' earlier form, kept to be timed against theirs: each tile computed twice, as [rows,
