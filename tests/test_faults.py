@@ -17,9 +17,10 @@ import pandas as pd
 import pytest
 import torch
 
-from trainperf.core.record import Record
+from trainperf.core import store as store_module
+from trainperf.core.record import Record, case_key_for
 from trainperf.core.runner import measure_case, run_sweep
-from trainperf.core.store import Store
+from trainperf.core.store import Store, this_machine
 
 SRC = str(Path(__file__).parents[1] / "src")
 ENV = {"device": "cpu"}
@@ -284,19 +285,71 @@ def test_an_unsupported_row_for_a_missing_package_is_tried_again_and_one_for_the
     assert store.settled_case(records[0].key).status == "ok"
 
 
+def _leave_claim(db: Path, key: str, host: str, pid: int, seen_at: float) -> None:
+    con = sqlite3.connect(db)
+    with con:
+        con.execute("INSERT INTO claims (case_key, owner, host, pid, seen_at) VALUES (?, 'other', ?, ?, ?)",
+                    (key, host, pid, seen_at))
+    con.close()
+
+
 def test_a_claim_held_by_a_live_sweep_blocks_and_one_of_a_dead_process_is_taken_over(db):
     store = Store(db)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True)
-    con = sqlite3.connect(db)
-    host = socket.gethostname()
-    with con:
-        con.execute("INSERT INTO claims VALUES ('k-dead', 'other', ?, ?)", (host, int(dead.stdout)))
-        con.execute("INSERT INTO claims VALUES ('k-live', 'other', ?, ?)", (host, os.getpid()))
+    _leave_claim(db, "k-dead", this_machine(), int(dead.stdout), time.time())
+    _leave_claim(db, "k-live", this_machine(), os.getpid(), 0)
     assert store.claim("k-dead", "me")  # its process is gone: a killed sweep does not block the case
     assert not store.claim("k-live", "me")  # a live sweep is measuring it
     store.release("k-live", "other")
     assert store.claim("k-live", "me")
+
+
+def test_another_machines_claim_blocks_while_it_is_marked_and_is_taken_over_when_not(db):
+    store = Store(db)
+    # a container of this host name on another machine: its pid (alive here) says nothing
+    other = f"{socket.gethostname()} another-boot"
+    _leave_claim(db, "k-marked", other, os.getpid(), time.time() - store_module.STALE_S / 2)
+    _leave_claim(db, "k-stale", other, os.getpid(), time.time() - store_module.STALE_S - 1)
+    assert not store.claim("k-marked", "me")
+    assert store.claim("k-stale", "me")
+    # a sweep on another machine killed inside a case: resumed here, it measures the case at once
+    _leave_claim(db, str(case_key_for("t", {"i": 0}, ENV)), other, 1, 0)
+    records: list[Record] = []
+    sweep = threading.Thread(target=lambda: records.extend(
+        run_sweep("t", [{"i": 0}], lambda s: {"v": 1}, store, ENV, quiet=True)), daemon=True)
+    sweep.start()
+    sweep.join(30)  # a sweep that waits on the claim would wait for ever
+    assert [r.status for r in records] == ["ok"]
+
+
+def test_a_sweep_marks_the_claim_of_the_case_it_measures_and_releases_it_after(db, monkeypatch):
+    monkeypatch.setattr(store_module, "HEARTBEAT_S", 0.05)
+    store = Store(db)
+    assert store.claim("k", "me")
+
+    def seen_at() -> float:
+        con = sqlite3.connect(db)
+        try:
+            return con.execute("SELECT seen_at FROM claims WHERE case_key='k'").fetchone()[0]
+        finally:
+            con.close()
+
+    first = seen_at()
+    with store.holding("k", "me"):
+        time.sleep(0.5)
+        assert seen_at() > first
+    assert store.claims_of("me") == []
+
+
+def test_a_store_made_before_claims_were_marked_gains_the_mark_and_its_claims_are_stale(db):
+    con = sqlite3.connect(db)
+    with con:
+        con.execute("CREATE TABLE claims (case_key TEXT PRIMARY KEY, owner TEXT NOT NULL, host TEXT NOT NULL,"
+                    " pid INTEGER NOT NULL)")
+        con.execute("INSERT INTO claims VALUES ('k', 'other', 'a node of the last job', 4242)")
+    con.close()
+    assert Store(db).claim("k", "me")
 
 
 def _ranked_worker(rank: int, world: int, db: str) -> None:

@@ -121,9 +121,7 @@ def _stored_or_measured(workload: str, spec: Any, key: str, measure: Measure, st
         return stored
     if not store.claim(key, run_id, since=since):
         return store.settled_case(key, since)  # None: wait for the other sweep, then look again
-    try:
+    with store.holding(key, run_id):
         record = measure_case(workload, spec, measure, env, run_id)
         store.append(record)
         return record
-    finally:
-        store.release(key, run_id)

@@ -6,11 +6,14 @@ loses nothing. WAL mode and a busy timeout let several processes append to one f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import sqlite3
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +53,14 @@ CREATE TABLE IF NOT EXISTS claims (
     case_key TEXT PRIMARY KEY,
     owner TEXT NOT NULL,
     host TEXT NOT NULL,
-    pid INTEGER NOT NULL
+    pid INTEGER NOT NULL,
+    seen_at REAL NOT NULL DEFAULT 0
 );
 """
 TABLES = {"records", "sqlite_sequence", "claims"}
+# A sweep marks the claim on the case it measures every HEARTBEAT_S; a claim of another machine's
+# process unmarked for STALE_S is taken over (that process was killed: a job's time limit, a node lost)
+HEARTBEAT_S, STALE_S = 15.0, 120.0
 
 
 class StoreError(SpecError):
@@ -83,6 +90,7 @@ class Store:
                     with con:
                         con.executescript(_SCHEMA)
                         _upgrade_records(con)
+                        _upgrade_claims(con)
                 elif "records" not in tables:
                     raise StoreError(f"{name}: holds no trainperf records")
             finally:
@@ -118,24 +126,53 @@ class Store:
     def claim(self, key: str, owner: str, remeasure: bool = False, since: str | None = None) -> bool:
         """Take case `key` for `owner` to measure; False while another live sweep has it, or when
         it is finished (by a record stored at or after `since`, a rerun's start, where given;
-        never with `remeasure`). A claim whose process has died (same host) is taken over, so a
-        killed sweep never blocks the case."""
+        never with `remeasure`). A claim whose process has died (on this machine), or that another
+        machine's process has not marked for STALE_S (`holding`), is taken over, so a killed sweep
+        never blocks the case."""
         con = self._connect()
         try:
             con.execute("BEGIN IMMEDIATE")  # one claimer at a time
             if not remeasure and self._finished(con, key, since):
                 con.rollback()
                 return False
-            row = con.execute("SELECT owner, host, pid FROM claims WHERE case_key=?", (key,)).fetchone()
-            if row is not None and row[0] != owner and _alive(row[1], row[2]):
+            row = con.execute("SELECT owner, host, pid, seen_at FROM claims WHERE case_key=?",
+                              (key,)).fetchone()
+            if row is not None and row[0] != owner and _alive(*row[1:]):
                 con.rollback()
                 return False
-            con.execute("INSERT OR REPLACE INTO claims (case_key, owner, host, pid) VALUES (?,?,?,?)",
-                        (key, owner, socket.gethostname(), os.getpid()))
+            con.execute("INSERT OR REPLACE INTO claims (case_key, owner, host, pid, seen_at) "
+                        "VALUES (?,?,?,?,?)", (key, owner, this_machine(), os.getpid(), time.time()))
             con.commit()
             return True
         finally:
             con.close()
+
+    @contextlib.contextmanager
+    def holding(self, key: str, owner: str) -> Iterator[None]:
+        """While the body runs, mark `owner`'s claim on case `key` as held every HEARTBEAT_S, so
+        that a sweep on another machine sharing the store tells it from a killed one's; release it
+        after."""
+        stop = threading.Event()
+
+        def mark() -> None:
+            while not stop.wait(HEARTBEAT_S):
+                with contextlib.suppress(sqlite3.Error):  # a busy store: the next mark comes
+                    con = self._connect()
+                    try:
+                        with con:
+                            con.execute("UPDATE claims SET seen_at=? WHERE case_key=? AND owner=?",
+                                        (time.time(), key, owner))
+                    finally:
+                        con.close()
+
+        marker = threading.Thread(target=mark, name="trainperf-claim", daemon=True)
+        marker.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            marker.join()
+            self.release(key, owner)
 
     def claims_of(self, owner: str) -> list[str]:
         """The case keys `owner` holds (a launch's, left by a group that ended inside a case)."""
@@ -214,10 +251,27 @@ def _upgrade_records(con: sqlite3.Connection) -> None:
     con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
 
-def _alive(host: str, pid: int) -> bool:
-    """Whether the process that made a claim still runs (taken as yes on another host)."""
-    if host != socket.gethostname():
-        return True
+def _upgrade_claims(con: sqlite3.Connection) -> None:
+    """Give a store made before claims were marked their `seen_at` (0: a claim left in it is stale)."""
+    if "seen_at" not in {row[1] for row in con.execute("PRAGMA table_info(claims)")}:
+        con.execute("ALTER TABLE claims ADD COLUMN seen_at REAL NOT NULL DEFAULT 0")
+
+
+def this_machine() -> str:
+    """The host name, and on Linux the boot's id: containers of one host name on other machines, or
+    the host before a reboot, are other machines, whose process ids say nothing here."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return socket.gethostname()
+    return f"{socket.gethostname()} {boot}"
+
+
+def _alive(host: str, pid: int, seen_at: float) -> bool:
+    """Whether the process that made a claim still runs: on this machine, whether its pid does; on
+    another, whether it marked the claim within STALE_S."""
+    if host != this_machine():
+        return time.time() - seen_at < STALE_S
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
