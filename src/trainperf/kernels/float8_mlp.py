@@ -62,8 +62,9 @@ GU_MARGIN = 1
 STATE_ROW, INV_AT = 32, 24
 TILE = (64, 128)  # (rows, columns) of a cast tile
 WARPS = 4  # per cast program (benchmarks/probes/float8_cast_tiles.py)
-# The SwiGLU kernels' tiles: on an e4m3 gate and up product of Llama-3.2-1B's at 16384 tokens, 1.9x
-# (forward) and 1.07x (backward) faster than TILE (benchmarks/probes/float8_swiglu_gate_up.py)
+# The SwiGLU kernels' tiles: on an e4m3 gate and up product of Llama-3.2-1B's at 16384 tokens the
+# forward takes 192 us at 32 x 256 against 231 at TILE, the backward 341 at 32 x 128 against 364
+# (benchmarks/probes/float8_swiglu_gate_up.py)
 SWIGLU_TILE, SWIGLU_BWD_TILE = (32, 256), (32, 128)
 
 
