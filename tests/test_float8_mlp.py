@@ -145,6 +145,12 @@ def test_the_float8_mlp_takes_token_counts_float8_gemms_take():
         fp8(torch.randn(4, 5, 64, device=DEVICE).bfloat16())
 
 
+def test_a_cast_refuses_dims_its_word_wide_transpose_cannot_write():
+    state = ScaleState(torch.device(DEVICE))
+    with pytest.raises(ValueError, match=r"multiples of 4, not \[16, 18\]"):
+        f8.cast_transposed(torch.ones(16, 18, device=DEVICE), state, f8.X, f8.E4M3)
+
+
 def test_the_float8_mlp_keeps_the_model_s_weights():
     mlp = _mlp(torch.bfloat16)
     fp8 = Float8SwiGLUMLP(mlp)

@@ -1,14 +1,15 @@
 """Do the float8 casts write their transposed tile faster four values to a 32-bit word?
 
 Each float8 cast kernel (kernels/float8_mlp.py) stores its tile, then reads it back in the
-transposed order for the transposed store (`transpose_back`). Compiled for sm_90, Triton moves
-that float8 tile through shared memory a byte at a time: in the SwiGLU backward at 32 x 128, about
-10 of its 44 PTX instructions an element, against 34 without the transposed stores
-(float8_kernel_instructions.py counts them). `transpose_words` reads the tile back as 32-bit words
-of four columns from four rows, and writes each column's four rows as one word, its bytes gathered
-with shifts and masks; it compiles with no shared memory. This times the SwiGLU backward and the
-plain cast with either transposed store at the step's shapes (medians of `do_bench`), after
-checking that both write the same bytes. On the CPU (Triton's interpreter) only that check runs.
+transposed order for the transposed store (`transpose_back`). Written a float8 value at a time
+(`transpose_bytes` here), Triton moves that tile through shared memory a byte at a time, compiled
+for sm_90: in the SwiGLU backward at 32 x 128, about 10 of its 44 PTX instructions an element,
+against 34 without the transposed stores (float8_kernel_instructions.py counts them). The shipped
+`transpose_back` reads the tile back as 32-bit words of four columns from four rows, and writes
+each column's four rows as one word, its bytes gathered with shifts and masks; it compiles with no
+shared memory. This times the SwiGLU backward and the plain cast with either transposed store at
+the step's shapes (medians of `do_bench`), after checking that both write the same bytes. On the
+CPU (Triton's interpreter) only that check runs.
 Usage: PYTHONPATH=src python3 benchmarks/probes/float8_transpose_words.py [tokens]
 """
 
@@ -28,63 +29,48 @@ WIDTH, FFN = (2048, 8192) if DEVICE == "cuda" else (64, 256)  # Llama-3.2-1B's
 
 
 @triton.jit
-def _byte(w, b: tl.constexpr):
-    return (w >> (8 * b)) & 0xFF
-
-
-@triton.jit
-def transpose_words(Y, YT, M, N, ROW, LDT, BM: tl.constexpr, BN: tl.constexpr):
-    """transpose_back four float8 values to a 32-bit word (M, N, ROW and LDT multiples of 4)."""
+def transpose_bytes(Y, YT, M, N, ROW, LDT, BM: tl.constexpr, BN: tl.constexpr):
+    """mlp.transpose_back a float8 value at a time."""
     tl.debug_barrier()
-    q = (tl.program_id(0) * (BM // 4) + tl.arange(0, BM // 4)).to(tl.int64)[:, None]  # 4 rows each
-    j = (tl.program_id(1) * (BN // 4) + tl.arange(0, BN // 4)).to(tl.int64)[None, :]  # 4 columns each
-    mask = (q < M // 4) & (j < N // 4)
-    at = Y.to(tl.pointer_type(tl.uint32), bitcast=True) + 4 * q * (ROW // 4) + j
-    w0 = tl.load(at, mask=mask, other=0)
-    w1 = tl.load(at + ROW // 4, mask=mask, other=0)
-    w2 = tl.load(at + 2 * (ROW // 4), mask=mask, other=0)
-    w3 = tl.load(at + 3 * (ROW // 4), mask=mask, other=0)
-    out = YT.to(tl.pointer_type(tl.uint32), bitcast=True) + 4 * j * (LDT // 4) + q
-    for b in tl.static_range(4):
-        word = _byte(w0, b) | (_byte(w1, b) << 8) | (_byte(w2, b) << 16) | (_byte(w3, b) << 24)
-        tl.store(out + b * (LDT // 4), word, mask=mask)
+    r, c, mask = tile_of(M, N, BM, BN, True)
+    tl.store(YT + c * LDT + r, tl.load(Y + r * ROW + c, mask=mask), mask=mask)
 
 
 @triton.jit
-def _cast_words(X, Y, YT, SCALE, AMAX, M, N, FMAX: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
-    """mlp._cast_kernel with transpose_words."""
+def _cast_bytes(X, Y, YT, SCALE, AMAX, M, N, FMAX: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    """mlp._cast_kernel with transpose_bytes."""
     r, c, mask = tile_of(M, N, BM, BN, False)
     x = tl.load(X + r * N + c, mask=mask, other=0.0).to(tl.float32)
     atomic_amax(AMAX, x, mask)
     store_float8(x, Y, r * N + c, mask, tl.load(SCALE), FMAX)
-    transpose_words(Y, YT, M, N, N, M, BM, BN)
+    transpose_bytes(Y, YT, M, N, N, M, BM, BN)
 
 
 @triton.jit
-def _swiglu_bwd_words(DH, GU, Y, YT, SCALE, AMAX, T, F, FMAX: tl.constexpr, BM: tl.constexpr,
+def _swiglu_bwd_bytes(DH, GU, Y, YT, SCALE, AMAX, T, F, FMAX: tl.constexpr, BM: tl.constexpr,
                       BN: tl.constexpr, GU_INV=None):
-    """mlp._swiglu_bwd_kernel with transpose_words."""
+    """mlp._swiglu_bwd_kernel with transpose_bytes."""
     scale = tl.load(SCALE)
     r, c, mask = tile_of(T, F, BM, BN, False)
     dg, du = mlp._swiglu_grads(DH, GU, r, c, mask, F, GU_INV)
     atomic_amax(AMAX, tl.maximum(tl.abs(dg), tl.abs(du)), mask)
     store_float8(dg, Y, r * (2 * F) + c, mask, scale, FMAX)
     store_float8(du, Y, r * (2 * F) + c + F, mask, scale, FMAX)
-    transpose_words(Y, YT, T, F, 2 * F, T, BM, BN)
-    transpose_words(Y + F, YT + F * T, T, F, 2 * F, T, BM, BN)
+    transpose_bytes(Y, YT, T, F, 2 * F, T, BM, BN)
+    transpose_bytes(Y + F, YT + F * T, T, F, 2 * F, T, BM, BN)
 
 
 def cases(tokens: int) -> dict:
-    """name -> (the shipped kernel, its words form, its inputs, [rows, cols] of its grid, its output's
+    """name -> (the shipped kernel, its byte-by-byte form, its inputs, [rows, cols] of its grid, its output's
     [rows, cols] and dtype, its tile and warps, its other arguments)."""
     torch.manual_seed(0)
     bf16 = dict(device=DEVICE, dtype=torch.bfloat16)
     x, dh = torch.randn(tokens, WIDTH, **bf16), torch.randn(tokens, FFN, **bf16)
     gu = (torch.randn(tokens, 2 * FFN, device=DEVICE) * 48).clamp(-448, 448).to(mlp.E4M3)
     inv = torch.full((1,), 1 / 16, device=DEVICE)
-    return {"cast x [t, d]": (mlp._cast_kernel, _cast_words, (x,), (tokens, WIDTH), (tokens, WIDTH), mlp.E4M3,
+    return {"cast x [t, d]": (mlp._cast_kernel, _cast_bytes, (x,), (tokens, WIDTH), (tokens, WIDTH), mlp.E4M3,
                               (*mlp.TILE, mlp.WARPS), {}),
-            "swiglu backward, e4m3 gu": (mlp._swiglu_bwd_kernel, _swiglu_bwd_words, (dh, gu), (tokens, FFN),
+            "swiglu backward, e4m3 gu": (mlp._swiglu_bwd_kernel, _swiglu_bwd_bytes, (dh, gu), (tokens, FFN),
                                          (tokens, 2 * FFN), mlp.E5M2, (*mlp.SWIGLU_BWD_TILE, mlp.WARPS),
                                          {"GU_INV": inv})}
 
@@ -101,9 +87,9 @@ def launcher(kernel, inputs: tuple, grid_shape: tuple[int, int], out: tuple[torc
 def main(tokens: int) -> None:
     if DEVICE == "cuda":
         print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, flush=True)
-    for name, (shipped, words, inputs, grid_shape, shape, dtype, tile, extra) in cases(tokens).items():
+    for name, (shipped, byte_form, inputs, grid_shape, shape, dtype, tile, extra) in cases(tokens).items():
         runs, outs = {}, []
-        for form, kernel in (("byte by byte", shipped), ("words", words)):
+        for form, kernel in (("byte by byte", byte_form), ("words", shipped)):
             y, yt = mlp.with_transpose(*shape, dtype, torch.device(DEVICE))
             yt.view(torch.uint8).fill_(0xFF)  # every byte of the transpose must be written
             out = (y, yt, torch.full((1,), 4.0, device=DEVICE), torch.zeros(1, device=DEVICE))
@@ -111,7 +97,7 @@ def main(tokens: int) -> None:
             runs[form]()
             outs.append([t.view(torch.uint8) for t in (y, yt)])
         if not all(torch.equal(p, q) for p, q in zip(*outs, strict=True)):
-            raise AssertionError(f"{name}: the words form writes other bytes")
+            raise AssertionError(f"{name}: the shipped words form writes other bytes")
         print(f"{tokens} tokens, {name}: both forms write the same bytes", flush=True)
         if DEVICE != "cuda":
             continue
