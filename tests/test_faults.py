@@ -90,21 +90,30 @@ def test_a_sweep_killed_with_sigkill_loses_nothing_it_finished_and_resumes(tmp_p
     assert sorted(r.metrics["value"] for r in store.records()) == list(range(8))
 
 
-def test_the_cli_stopped_with_sigint_says_what_it_kept_and_exits_130(tmp_path):
+def _stop_a_step_sweep(tmp_path: Path, code: str, sig: signal.Signals) -> tuple[subprocess.Popen, str, Path]:
+    """Run `code` as the CLI on a step sweep of eight cases, send `sig` once one case is stored;
+    the process, its stderr and its store."""
     db = tmp_path / "r.db"
-    # Python leaves SIGINT ignored where it starts ignored (a background job of a script): the
-    # CLI's own handling is under test, so the child takes Python's default handler first.
-    code = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-            "from trainperf.cli import app; app()")
     proc = python(code, "step", "--model", "tiny", "--seq", "16,24,32,40,48,56,64,72", "--batch", "2",
                   "--iters", "300", "--warmup", "1", "--device", "cpu", "--quiet", "--db", str(db),
                   "--out", str(tmp_path / "out"), cwd=tmp_path)
     try:
         wait_for(lambda: count(db) >= 1, proc)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
+    return proc, err, db
+
+
+# Python leaves SIGINT ignored where it starts ignored (a background job of a script): the CLI's
+# own handling is under test, so the child takes Python's default handler first.
+@pytest.mark.parametrize(("sig", "code"), [
+    (signal.SIGINT, "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+                    "from trainperf.cli import app; app()"),
+    (signal.SIGTERM, "from trainperf.cli import main; main()")])  # a Slurm time limit, `timeout`
+def test_the_cli_stopped_with_sigint_or_sigterm_says_what_it_kept_and_exits_130(tmp_path, sig, code):
+    proc, err, db = _stop_a_step_sweep(tmp_path, code, sig)
     assert proc.returncode == 130, err
     assert "interrupted" in err and "every finished case is in the store" in err
     kept = count(db)
@@ -114,6 +123,14 @@ def test_the_cli_stopped_with_sigint_says_what_it_kept_and_exits_130(tmp_path):
     table = tmp_path / "out" / "step.csv"
     assert f"finished case(s) are in {table}" in " ".join(err.split())
     assert len(pd.read_csv(table)) == kept
+
+
+def test_a_rank_of_a_launch_ends_at_sigterm_as_its_launcher_expects(tmp_path):
+    code = ("import os; os.environ.update(RANK='0', WORLD_SIZE='1')  # as torchrun starts a rank\n"
+            "from trainperf.cli import main; main()")
+    proc, err, db = _stop_a_step_sweep(tmp_path, code, signal.SIGTERM)
+    assert proc.returncode == -signal.SIGTERM, err
+    assert count(db) >= 1 and "interrupted" not in err
 
 
 def gone(pid: int) -> bool:

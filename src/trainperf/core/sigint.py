@@ -54,6 +54,17 @@ def remember_sigint(on_first: Callable[[], None] | None = None) -> None:
             sys.unraisablehook = _remembering(sys.unraisablehook)
 
 
+def take_sigterm_as_interrupt() -> None:
+    """A SIGTERM (a Slurm time limit or preemption, plain `timeout`, a container stopping) ends the
+    command as a Ctrl-C does: a sweep cut short writes the table of its finished cases and a suite
+    its report, where the default action ended the process with neither. Only where SIGTERM has
+    its default action, in the main thread; after remember_sigint, whose first-signal actions it
+    shares."""
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _remember_and_raise)
+
+
 def _remembering(previous: Callable[[object], None]) -> Callable[[object], None]:
     """`previous`, except for a KeyboardInterrupt the interpreter could not raise (module doc):
     remembered as a Ctrl-C, not printed."""
