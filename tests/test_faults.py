@@ -125,6 +125,25 @@ def test_the_cli_stopped_with_sigint_or_sigterm_says_what_it_kept_and_exits_130(
     assert len(pd.read_csv(table)) == kept
 
 
+def test_a_process_forked_from_the_cli_ends_at_sigterm(tmp_path):
+    # a pool's workers forked after the CLI took SIGTERM: the pool's terminate() must still end them
+    code = """
+        import multiprocessing, signal, time
+        from trainperf.core.sigint import take_sigterm_as_interrupt
+        take_sigterm_as_interrupt()
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+        child.start()
+        time.sleep(0.5)
+        child.terminate()
+        child.join(10)
+        print(child.exitcode)
+    """
+    proc = python(code, cwd=tmp_path)
+    out, err = proc.communicate(timeout=60)
+    assert out.strip() == str(-signal.SIGTERM), err
+
+
 def test_a_rank_of_a_launch_ends_at_sigterm_as_its_launcher_expects(tmp_path):
     code = ("import os; os.environ.update(RANK='0', WORLD_SIZE='1')  # as torchrun starts a rank\n"
             "from trainperf.cli import main; main()")

@@ -22,6 +22,7 @@ command has said what it kept.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import sys
 import threading
@@ -59,10 +60,16 @@ def take_sigterm_as_interrupt() -> None:
     command as a Ctrl-C does: a sweep cut short writes the table of its finished cases and a suite
     its report, where the default action ended the process with neither. Only where SIGTERM has
     its default action, in the main thread; after remember_sigint, whose first-signal actions it
-    shares."""
+    shares. A process forked from this one takes SIGTERM's default back: a pool ends its workers
+    with it (end_worker_processes too)."""
     if threading.current_thread() is threading.main_thread() and \
             signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _remember_and_raise)
+        os.register_at_fork(after_in_child=_default_sigterm)
+
+
+def _default_sigterm() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the forking thread is the child's main thread
 
 
 def _remembering(previous: Callable[[object], None]) -> Callable[[object], None]:
