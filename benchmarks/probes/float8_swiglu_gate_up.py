@@ -29,7 +29,8 @@ from trainperf.kernels import float8_mlp as mlp
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 FFN = 8192 if DEVICE == "cuda" else 256  # Llama-3.2-1B's
 # (rows, columns, warps)
-TILES = ((*mlp.SWIGLU_TILE, mlp.WARPS), (32, 256, 8), (16, 256, 4), (32, 128, 4), (32, 512, 4), (64, 128, 4))
+TILES = ((*mlp.SWIGLU_TILE, mlp.WARPS), (32, 256, 8), (16, 256, 4), (32, 128, 4), (32, 128, 8), (32, 512, 4),
+         (64, 128, 4), (64, 128, 8))
 GU_INV = 1 / 16  # the inverse scale of the e4m3 gu the probe makes
 Launch = Callable[[], None]
 
@@ -63,7 +64,7 @@ def launch(gu: torch.Tensor, dh: torch.Tensor | None, out: tuple[torch.Tensor, .
 
 def check_tile(gu: torch.Tensor, dh: torch.Tensor | None, tile: tuple[int, int, int]) -> None:
     """That a kernel's outputs at `tile` are those at its shipped tile: its float8 bytes and amaxes."""
-    shipped = (*(mlp.SWIGLU_TILE if dh is None else mlp.SWIGLU_BWD_TILE), mlp.WARPS)
+    shipped = (*mlp.SWIGLU_TILE, mlp.WARPS) if dh is None else (*mlp.SWIGLU_BWD_TILE, mlp.SWIGLU_BWD_WARPS)
     ref, out = outputs_for(gu, dh is not None), outputs_for(gu, dh is not None)
     launch(gu, dh, ref, shipped)()
     launch(gu, dh, out, tile)()

@@ -71,8 +71,8 @@ def cases(tokens: int) -> dict:
     return {"cast x [t, d]": (mlp._cast_kernel, _cast_bytes, (x,), (tokens, WIDTH), (tokens, WIDTH), mlp.E4M3,
                               (*mlp.TILE, mlp.WARPS), {}),
             "swiglu backward, e4m3 gu": (mlp._swiglu_bwd_kernel, _swiglu_bwd_bytes, (dh, gu), (tokens, FFN),
-                                         (tokens, 2 * FFN), mlp.E5M2, (*mlp.SWIGLU_BWD_TILE, mlp.WARPS),
-                                         {"GU_INV": inv})}
+                                         (tokens, 2 * FFN), mlp.E5M2,
+                                         (*mlp.SWIGLU_BWD_TILE, mlp.SWIGLU_BWD_WARPS), {"GU_INV": inv})}
 
 
 def launcher(kernel, inputs: tuple, grid_shape: tuple[int, int], out: tuple[torch.Tensor, ...],

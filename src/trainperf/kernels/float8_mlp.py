@@ -63,9 +63,10 @@ STATE_ROW, INV_AT = 32, 24
 TILE = (64, 128)  # (rows, columns) of a cast tile
 WARPS = 4  # per cast program (benchmarks/probes/float8_cast_tiles.py)
 # The SwiGLU kernels' tiles: on an e4m3 gate and up product of Llama-3.2-1B's at 16384 tokens the
-# forward takes 192 us at 32 x 256 against 231 at TILE, the backward 341 at 32 x 128 against 364
-# (benchmarks/probes/float8_swiglu_gate_up.py)
-SWIGLU_TILE, SWIGLU_BWD_TILE = (32, 256), (32, 128)
+# forward takes 191 us at 32 x 256 against 228 at TILE, the backward 306-310 us at 32 x 256 with 8
+# warps against 321 at 32 x 128 with 4 and 360 at TILE (benchmarks/probes/float8_swiglu_gate_up.py)
+SWIGLU_TILE, SWIGLU_BWD_TILE = (32, 256), (32, 256)
+SWIGLU_BWD_WARPS = 8
 
 
 def float8_max(dtype: torch.dtype) -> float:
@@ -322,7 +323,7 @@ def _swiglu_bwd_op(dh: torch.Tensor, gu: torch.Tensor, hist: torch.Tensor, now: 
     dgu8, dgu8t = with_transpose(t, 2 * f, E5M2, dh.device)
     _swiglu_bwd_kernel[tile_grid(t, f, SWIGLU_BWD_TILE)](
         dh, gu, dgu8, dgu8t, scale[DGU:], now[DGU:], t, f, FMAX=float8_max(E5M2), BM=SWIGLU_BWD_TILE[0],
-        BN=SWIGLU_BWD_TILE[1], GU_INV=inv[GU] if gu.dtype == E4M3 else None, num_warps=WARPS)
+        BN=SWIGLU_BWD_TILE[1], GU_INV=inv[GU] if gu.dtype == E4M3 else None, num_warps=SWIGLU_BWD_WARPS)
     return dgu8, dgu8t
 
 
