@@ -112,7 +112,7 @@ def _byte(word, b: tl.constexpr):
 # Read back and written as 32-bit words of four columns from four rows, each column's four rows
 # gathered into one word with shifts and masks: Triton moves a float8 tile it transposes through
 # shared memory a byte at a time, about 10 of the SwiGLU backward's 44 PTX instructions an element
-# on sm_90; the words form takes that kernel from 341 to 321 us at 16384 tokens
+# on sm_90; the words form takes that kernel from 361 to 306 us at SWIGLU_BWD_TILE and 16384 tokens
 # (benchmarks/probes/float8_transpose_words.py).
 @triton.jit
 def transpose_back(Y, YT, M, N, ROW, LDT, BM: tl.constexpr, BN: tl.constexpr):
