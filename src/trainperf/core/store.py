@@ -157,13 +157,8 @@ class Store:
         def mark() -> None:
             while not stop.wait(HEARTBEAT_S):
                 with contextlib.suppress(sqlite3.Error):  # a busy store: the next mark comes
-                    con = self._connect()
-                    try:
-                        with con:
-                            con.execute("UPDATE claims SET seen_at=? WHERE case_key=? AND owner=?",
-                                        (time.time(), key, owner))
-                    finally:
-                        con.close()
+                    self._write("UPDATE claims SET seen_at=? WHERE case_key=? AND owner=?",
+                                (time.time(), key, owner))
 
         marker = threading.Thread(target=mark, name="trainperf-claim", daemon=True)
         marker.start()
@@ -184,10 +179,14 @@ class Store:
 
     def release(self, key: str, owner: str) -> None:
         """Give case `key` back (measured, failed or interrupted)."""
+        self._write("DELETE FROM claims WHERE case_key=? AND owner=?", (key, owner))
+
+    def _write(self, sql: str, args: tuple[Any, ...]) -> None:
+        """One statement in a transaction of its own."""
         con = self._connect()
         try:
             with con:
-                con.execute("DELETE FROM claims WHERE case_key=? AND owner=?", (key, owner))
+                con.execute(sql, args)
         finally:
             con.close()
 
