@@ -95,12 +95,16 @@ def fused(x: torch.Tensor, weight: torch.Tensor, out: tuple[torch.Tensor, ...], 
 
 
 def check(ref: tuple[torch.Tensor, ...], out: tuple[torch.Tensor, ...], name: str) -> None:
-    """The fused kernel's bytes are the two kernels' but where the sum of squares' order moves a
-    value across a float8 rounding point (one step, rarely); the same amax to float32 rounding."""
+    """The fused kernel's bytes are the two kernels' within one float8 step: the sum of squares'
+    order differs, and Inductor skips HF's rounding of the normed row to bf16 before the weight
+    (the fused kernel keeps it), which moves values near a float8 rounding point by one step;
+    the same amax to float32 rounding. Prints the share of values one step apart."""
     steps = (out[0].view(torch.uint8).int() - ref[0].view(torch.uint8).int()).abs()
-    if steps.max() > 1 or (steps > 0).float().mean() > 1e-3:
+    share = (steps > 0).float().mean().item()
+    if steps.max() > 1 or share > 0.05:
         raise AssertionError(f"{name}: {int((steps > 0).sum())} values differ, up to {int(steps.max())} "
                              "steps")
+    print(f"  {name}: {share:.2%} of values one float8 step from the two kernels'", flush=True)
     if not torch.equal(out[1].view(torch.uint8), out[0].view(torch.uint8).t()):
         raise AssertionError(f"{name}: the transpose is not the output's")
     torch.testing.assert_close(out[3], ref[3], rtol=1e-2, atol=0)
@@ -119,7 +123,8 @@ def main(tokens: int) -> None:
         runs[name] = fused(x, weight, out, tile)
         runs[name]()
         check(ref, out, name)
-    print(f"{tokens} tokens x {WIDTH}: every fused tile writes the two kernels' float8 bytes", flush=True)
+    print(f"{tokens} tokens x {WIDTH}: every fused tile writes the two kernels' float8 bytes within a step",
+          flush=True)
     if DEVICE != "cuda":
         return
     moved = tokens * WIDTH * (2 + 1 + 1)  # the fused kernel's bf16 in, float8 out and transposed

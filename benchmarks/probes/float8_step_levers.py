@@ -19,6 +19,10 @@ back at a time, and torchao's `fp8`, in one process:
 - `all-gu-bf16`, `head-gu-bf16`: the MLP's gate and up product written in bf16, which the SwiGLU
   kernels then read (trainperf has cuBLAS write it as e4m3: kernels/float8_mlp.py
   GATE_UP_IN_FLOAT8).
+- `all-norms-apart`: each decoder layer's norms and residual adds as transformers writes them,
+  compiled by Inductor, the MLP's input then cast by a kernel of its own (trainperf adds, norms and
+  casts before the MLP in one kernel, and takes each norm's backward with the residual's gradient
+  in its own: models/hf_llama.py FLOAT8_NORMS, kernels/float8_norm.py).
 - `all-state-apart`: each scale state's history, amaxes, scales and inverse scales as tensors of
   their own, which the compiled backward clones and copies back one by one (trainperf keeps them
   as views of one buffer: kernels/float8_mlp.py ScaleState).
@@ -95,6 +99,7 @@ EXPANDED = {"kv_heads": "expanded"}
 TUNED = {"compile": "layers-tuned"}
 ROPE_APART = with_attributes({"rope_in_product": False})  # the float8 attention layers' attribute
 GU_BF16 = with_attributes({"gate_up_in_float8": False})  # the float8 MLPs' scale states' attribute
+NORMS_APART = with_attributes({"float8_norms": False})  # the decoder layers' attribute
 VARIANTS = {  # name: (recipe, fast backward, fields over the recipe's, what prepares the model)
     "fp8": ("fp8", True, {}, None),
     "fp8-expanded": ("fp8", True, EXPANDED, None),
@@ -105,6 +110,7 @@ VARIANTS = {  # name: (recipe, fast backward, fields over the recipe's, what pre
     "all-rope-apart": ("fp8-trainperf-all", True, {}, ROPE_APART),
     "all-gu-bf16": ("fp8-trainperf-all", True, {}, GU_BF16),
     "all-state-apart": ("fp8-trainperf-all", True, {}, states_apart),
+    "all-norms-apart": ("fp8-trainperf-all", True, {}, NORMS_APART),
     "head": ("fp8-trainperf-head", True, {}, None),
     "head-tuned": ("fp8-trainperf-head", True, TUNED, None),
     "head-rope-apart": ("fp8-trainperf-head", True, {}, ROPE_APART),

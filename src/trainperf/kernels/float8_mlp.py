@@ -449,32 +449,46 @@ def as_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t if t.dtype == dtype else t.to(dtype)
 
 
+def mlp_forward(ctx, x8: torch.Tensor, x8t: torch.Tensor, w_gu: torch.Tensor, w_d: torch.Tensor,  # noqa: ANN001
+                state: ScaleState) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """down(silu(g)·u) of the cast input x8 [tokens, features] (x8t its transpose) in bf16, and the
+    tensors mlp_backward takes, for the caller to save."""
+    w_gu8, w_gu8t = cast_transposed(w_gu, state, W_GU, E4M3)
+    w_d8, w_d8t = cast_transposed(w_d, state, W_D, E4M3)
+    gu = gate_up_product(x8, w_gu8, state)
+    h8, h8t = _swiglu_op(gu, *state.tensors())
+    ctx.state, ctx.fast = state, FAST_BACKWARD
+    return scaled_mm(h8, w_d8, state, H, W_D, fast=True), (x8t, gu, h8t, w_gu8t, w_d8t)
+
+
+def mlp_backward(ctx, saved: tuple[torch.Tensor, ...], dy: torch.Tensor  # noqa: ANN001
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The input's and the two weights' gradients from dy [tokens, features] (bf16); `saved`:
+    the tensors mlp_forward kept, in their order."""
+    x8t, gu, h8t, w_gu8t, w_d8t = saved
+    state = ctx.state
+    dy8, dy8t = cast_transposed(dy.contiguous(), state, DY, E5M2)
+    dh = scaled_mm(dy8, w_d8t, state, DY, W_D, ctx.fast)
+    grad_w_d = scaled_mm(dy8t, h8t, state, DY, H, ctx.fast)
+    dgu8, dgu8t = _swiglu_bwd_op(dh, gu, *state.tensors())
+    dx = scaled_mm(dgu8, w_gu8t, state, DGU, W_GU, ctx.fast)
+    grad_w_gu = scaled_mm(dgu8t, x8t, state, DGU, X, ctx.fast)
+    return dx, grad_w_gu, grad_w_d
+
+
 class _Float8MLP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w_gu, w_d, state):  # noqa: ANN001, ANN205
         shape = x.shape
-        x = x.reshape(-1, shape[-1]).contiguous()
-        x8, x8t = cast_transposed(x, state, X, E4M3)
-        w_gu8, w_gu8t = cast_transposed(w_gu, state, W_GU, E4M3)
-        w_d8, w_d8t = cast_transposed(w_d, state, W_D, E4M3)
-        gu = gate_up_product(x8, w_gu8, state)
-        h8, h8t = _swiglu_op(gu, *state.tensors())
-        y = scaled_mm(h8, w_d8, state, H, W_D, fast=True)
-        ctx.save_for_backward(x8t, gu, h8t, w_gu8t, w_d8t)
-        ctx.state, ctx.shape, ctx.fast = state, shape, FAST_BACKWARD
+        x8, x8t = cast_transposed(x.reshape(-1, shape[-1]).contiguous(), state, X, E4M3)
+        y, saved = mlp_forward(ctx, x8, x8t, w_gu, w_d, state)
+        ctx.save_for_backward(*saved)
+        ctx.shape = shape
         return as_dtype(y.reshape(*shape[:-1], y.shape[-1]), x.dtype)
 
     @staticmethod
     def backward(ctx, dy):  # noqa: ANN001, ANN205
-        x8t, gu, h8t, w_gu8t, w_d8t = ctx.saved_tensors
-        state = ctx.state
-        dy = dy.reshape(-1, dy.shape[-1]).contiguous()
-        dy8, dy8t = cast_transposed(dy, state, DY, E5M2)
-        dh = scaled_mm(dy8, w_d8t, state, DY, W_D, ctx.fast)
-        grad_w_d = scaled_mm(dy8t, h8t, state, DY, H, ctx.fast)
-        dgu8, dgu8t = _swiglu_bwd_op(dh, gu, *state.tensors())
-        dx = scaled_mm(dgu8, w_gu8t, state, DGU, W_GU, ctx.fast)
-        grad_w_gu = scaled_mm(dgu8t, x8t, state, DGU, X, ctx.fast)
+        dx, grad_w_gu, grad_w_d = mlp_backward(ctx, ctx.saved_tensors, dy.reshape(-1, dy.shape[-1]))
         return dx.reshape(ctx.shape), grad_w_gu, grad_w_d, None
 
 

@@ -2,6 +2,8 @@
 
 y = x · rstd · w,  rstd = 1 / sqrt(mean(x²) + eps).
 Backward (x̂ = x · rstd):  dx = rstd · (w·dy − x̂ · mean(x̂ · w·dy)),  dw = Σ_rows dy · x̂.
+Where x also feeds a residual stream, the backward takes that path's gradient too and writes the
+sum, so that no separate kernel reads both gradients to add them (`rmsnorm_with_skip`).
 The backward kernel runs a fixed number of programs, each striding over rows and keeping its
 own partial dw in float32; one `sum` over those partials gives dw (no atomics, deterministic).
 `rmsnorm_reference` is the float64-checkable PyTorch version.
@@ -33,7 +35,8 @@ def _rmsnorm_fwd(X, W, Y, RSTD, N_COLS, eps, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _rmsnorm_bwd(X, W, DY, RSTD, DX, DW_PARTIAL, N_ROWS, N_COLS, ROWS_PER_PROG, BLOCK: tl.constexpr):
+def _rmsnorm_bwd(X, W, DY, RSTD, SKIP, DX, DW_PARTIAL, N_ROWS, N_COLS, ROWS_PER_PROG, HAS_SKIP: tl.constexpr,
+                 BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < N_COLS
@@ -48,7 +51,10 @@ def _rmsnorm_bwd(X, W, DY, RSTD, DX, DW_PARTIAL, N_ROWS, N_COLS, ROWS_PER_PROG, 
             x_hat = x * rstd
             wdy = w * dy
             c = tl.sum(x_hat * wdy, 0) / N_COLS
-            tl.store(DX + row * N_COLS + cols, (rstd * (wdy - x_hat * c)).to(DX.dtype.element_ty), mask=mask)
+            dx = rstd * (wdy - x_hat * c)
+            if HAS_SKIP:
+                dx += tl.load(SKIP + row * N_COLS + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(DX + row * N_COLS + cols, dx.to(DX.dtype.element_ty), mask=mask)
             dw += dy * x_hat
     tl.store(DW_PARTIAL + pid * N_COLS + cols, dw, mask=mask)
 
@@ -73,22 +79,25 @@ def _(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, 
 
 
 @torch.library.custom_op("trainperf::triton_rms_norm_backward", mutates_args=())
-def rmsnorm_backward_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
-                        rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """dx, and dweight summed from per-program float32 partials."""
+def rmsnorm_backward_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
+                        skip: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """dx (plus `skip`, the gradient x takes on another path, where given), and dweight summed
+    from per-program float32 partials."""
     x2 = x.reshape(-1, x.shape[-1]).contiguous()
     rows, cols = x2.shape
     programs = min(rows, 4 * _sm_count(x2.device))
     dx = torch.empty_like(x2)
     partial = torch.empty(programs, cols, dtype=torch.float32, device=x2.device)
-    _rmsnorm_bwd[(programs,)](x2, weight, dy.reshape(-1, cols).contiguous(), rstd, dx, partial, rows,
-                              cols, triton.cdiv(rows, programs), BLOCK=triton.next_power_of_2(cols))
+    skip = skip.reshape(-1, cols).contiguous() if skip is not None else None
+    _rmsnorm_bwd[(programs,)](x2, weight, dy.reshape(-1, cols).contiguous(), rstd, skip, dx, partial, rows,
+                              cols, triton.cdiv(rows, programs), HAS_SKIP=skip is not None,
+                              BLOCK=triton.next_power_of_2(cols))
     return dx.view(x.shape), partial.sum(0).to(weight.dtype)
 
 
 @rmsnorm_backward_op.register_fake
-def _(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
-      rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
+      skip: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.empty_like(x, memory_format=torch.contiguous_format), torch.empty_like(weight)
 
 
@@ -111,3 +120,24 @@ def _sm_count(device: torch.device) -> int:
 def rmsnorm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """RMSNorm over the last dimension (any leading shape), fused forward and backward."""
     return rmsnorm_op(x, weight, float(eps))[0]
+
+
+class _NormWithSkip(torch.autograd.Function):
+    """(rmsnorm(x), x): the second output is x for the residual path, a view, so that the backward
+    receives both paths' gradients and sums them in the norm's own kernel."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):  # noqa: ANN001, ANN205
+        y, rstd = rmsnorm_op(x, weight, eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return y, x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, dy, d_skip):  # noqa: ANN001, ANN205
+        return (*rmsnorm_backward_op(dy, *ctx.saved_tensors, d_skip), None)
+
+
+def rmsnorm_with_skip(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """RMSNorm of x, and x to carry on as the residual stream: use the second in place of x after,
+    and the backward adds the residual's gradient to the norm's in one kernel."""
+    return _NormWithSkip.apply(x, weight, float(eps))

@@ -370,8 +370,37 @@ def float8_layers(model: torch.nn.Module, attention: bool = True) -> None:
 
     for name, module in _mlps(model):
         _replace(model, name, Float8SwiGLUMLP(module))
+        layer = model.get_submodule(name.rpartition(".")[0])
+        if all(type(getattr(layer, n, None)).__name__ == "LlamaRMSNorm" for n in _NORMS):
+            layer.float8_norms = FLOAT8_NORMS
+            layer.forward = types.MethodType(_layer_forward_float8_norms, layer)
     if attention:
         float8_attention(model)
+
+
+# Whether a decoder layer with trainperf's float8 MLP runs its norms and residual adds in trainperf's
+# kernels (kernels/float8_norm.py: the norm before the MLP fused with the residual add and the MLP's
+# cast, each norm's backward with the residual's gradient), or as transformers writes them (Inductor's
+# kernels when compiled); a layer's `float8_norms` attribute, so that a probe can turn it off.
+FLOAT8_NORMS = True
+_NORMS = ("input_layernorm", "post_attention_layernorm")  # a Llama decoder layer's RMSNorms
+
+
+def _layer_forward_float8_norms(self, hidden_states: torch.Tensor, **kwargs: object) -> torch.Tensor:  # noqa: ANN001
+    """transformers' Llama decoder layer with its norms and residual adds in trainperf's kernels
+    around its float8 MLP (FLOAT8_NORMS)."""
+    from trainperf.kernels.float8_norm import float8_residual_mlp, fused_norms_take
+
+    if not (self.float8_norms and fused_norms_take(hidden_states)):
+        return type(self).forward(self, hidden_states, **kwargs)
+    from trainperf.kernels.rmsnorm import rmsnorm_with_skip
+
+    before, after = (getattr(self, n) for n in _NORMS)
+    normed, hidden_states = rmsnorm_with_skip(hidden_states, before.weight, before.variance_epsilon)
+    attn, _ = self.self_attn(hidden_states=normed, **kwargs)
+    mlp = self.mlp
+    return float8_residual_mlp(hidden_states, attn, after.weight, after.variance_epsilon,
+                               mlp.gate_up.weight, mlp.down_proj.weight, mlp.state)
 
 
 def float8_attention(model: torch.nn.Module) -> None:
