@@ -1,8 +1,8 @@
 """A decoder layer's second half on float8 GEMMs, its RMSNorm and residual adds in trainperf's own
 kernels: out = s + mlp(rmsnorm(s)), s = x + attn.
 
-Compiled, the float8 step ran the norm before the MLP as Inductor's kernel (the residual add, the
-norm, the bf16 output) and then the MLP's cast read that output back (kernels/float8_mlp.py). Here
+Compiled by Inductor, the norm before the MLP is a kernel of the residual add and the norm that
+writes the bf16 normed input, which the MLP's cast (kernels/float8_mlp.py) then reads back. Here
 one kernel adds, normalizes and casts, writing s, the float8 input with its transpose and 1/rms,
 never the bf16 normed input. In the backward the norm's gradient comes from the norm's own kernel
 (kernels/rmsnorm.py), which adds the residual's gradient as it goes. The norm rounds as
