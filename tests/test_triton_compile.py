@@ -17,7 +17,7 @@ import sys
 import pytest
 
 pytest.importorskip("triton")
-from trainperf.kernels import float8_mlp  # noqa: E402
+from trainperf.kernels import float8_mlp, float8_norm  # noqa: E402
 
 COMPILE = """
 import json, sys
@@ -41,13 +41,14 @@ print(json.dumps(out))
 """
 
 CE = {"X": "*bf16", "T": "*i64", "LOSS": "*fp32", "stride": "i32", "V": "i32", "scale": "fp32"}
-NORM_BWD = {"X": "*bf16", "W": "*bf16", "DY": "*bf16", "RSTD": "*fp32", "DX": "*bf16", "DW_PARTIAL": "*fp32",
-            "N_ROWS": "i32", "N_COLS": "i32", "ROWS_PER_PROG": "i32"}
+NORM_BWD = {"X": "*bf16", "W": "*bf16", "DY": "*bf16", "RSTD": "*fp32", "SKIP": "*bf16", "DX": "*bf16",
+            "DW_PARTIAL": "*fp32", "N_ROWS": "i32", "N_COLS": "i32", "ROWS_PER_PROG": "i32"}
 ROPE = {"X": "*bf16", "COS": "*bf16", "SIN": "*bf16", "Y": "*bf16", **dict.fromkeys(
     ("N_ROWS", "HEADS", "SEQ", "HALF", "sxb", "sxh", "sxn", "scb", "scn"), "i32"), "SIGN": "fp32"}
 F8 = "trainperf.kernels.float8_mlp"
 TILE = {"BM": float8_mlp.TILE[0], "BN": float8_mlp.TILE[1]}
 SWIGLU_TILE = {"BM": float8_mlp.SWIGLU_TILE[0], "BN": float8_mlp.SWIGLU_TILE[1]}
+SWIGLU_BWD_TILE = {"BM": float8_mlp.SWIGLU_BWD_TILE[0], "BN": float8_mlp.SWIGLU_BWD_TILE[1]}
 
 
 def _float8(x: str, y: str, names: tuple[str, ...], sizes: tuple[str, ...]) -> dict:
@@ -63,7 +64,11 @@ CASES = {  # name: (module, kernel, signature, constexprs, warps or compile opti
                                    {"BLOCK": b, "GROUP": 16}, w) for b, w in ((2048, 8), (16384, 32))},
     "rmsnorm": ("trainperf.kernels.rmsnorm", "_rmsnorm_fwd", {"X": "*bf16", "W": "*bf16", "Y": "*bf16",
                 "RSTD": "*fp32", "N_COLS": "i32", "eps": "fp32"}, {"BLOCK": 2048}, 4),
-    "rmsnorm backward": ("trainperf.kernels.rmsnorm", "_rmsnorm_bwd", NORM_BWD, {"BLOCK": 2048}, 4),
+    # with the residual's gradient added (the float8 layers'), and without
+    **{f"rmsnorm backward{' skip' * skip}": (
+        "trainperf.kernels.rmsnorm", "_rmsnorm_bwd",
+        {k: v for k, v in NORM_BWD.items() if skip or k != "SKIP"},
+        {"HAS_SKIP": skip, "BLOCK": 2048, **({} if skip else {"SKIP": None})}, 4) for skip in (True, False)},
     "swiglu": ("trainperf.kernels.swiglu", "_swiglu_fwd", {"A": "*bf16", "B": "*bf16", "H": "*bf16",
                "N": "i32"}, {"BLOCK": 1024}, 4),
     "swiglu backward": ("trainperf.kernels.swiglu", "_swiglu_bwd",
@@ -91,8 +96,14 @@ CASES = {  # name: (module, kernel, signature, constexprs, warps or compile opti
     **{f"float8 swiglu backward{' bf16 gu' * (gu == '*bf16')}": (
         F8, "_swiglu_bwd_kernel", {**_float8("*bf16", "*fp8e5", ("DH",), ("T", "F")), "GU": gu,
                                    **({"GU_INV": "*fp32"} if gu != "*bf16" else {})},
-        {"FMAX": 57344.0, **SWIGLU_TILE, **({"GU_INV": None} if gu == "*bf16" else {})},
-        float8_mlp.WARPS) for gu in ("*fp8e4nv", "*bf16")},
+        {"FMAX": 57344.0, **SWIGLU_BWD_TILE, **({"GU_INV": None} if gu == "*bf16" else {})},
+        float8_mlp.SWIGLU_BWD_WARPS) for gu in ("*fp8e4nv", "*bf16")},
+    # the residual add, the norm and the cast before the float8 MLP, a program per block of rows
+    "float8 add norm cast": ("trainperf.kernels.float8_norm", "_add_norm_cast_kernel", {
+        **dict.fromkeys(("X", "B", "S", "W"), "*bf16"), "Y": "*fp8e4nv", "YT": "*fp8e4nv",
+        **dict.fromkeys(("RSTD", "SCALE", "AMAX"), "*fp32"), "M": "i32", "N": "i32", "eps": "fp32"},
+        {"FMAX": 448.0, "BM": float8_norm.NORM_TILE[0], "BN": float8_norm.NORM_TILE[1]},
+        float8_norm.NORM_WARPS),
     # the q, k and v product's gradient, q's and k's taken back through RoPE: a program per head
     "float8 qkv rope grad": ("trainperf.kernels.float8_linear", "_qkv_rope_grad_kernel", {
         **dict.fromkeys(("DQ", "DK", "DV", "COS", "SIN"), "*bf16"), **_float8(None, "*fp8e5", (), ()),
