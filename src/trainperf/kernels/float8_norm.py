@@ -35,8 +35,9 @@ from trainperf.kernels.float8_mlp import (
 )
 from trainperf.kernels.rmsnorm import rmsnorm_backward_op
 
-# Rows of a program and columns of its chunks, and warps: the fastest of four tiles at Llama-3.2-1B's
-# width and 12288-16384 tokens (benchmarks/probes/float8_norm_cast.py)
+# Rows of a program and columns of its chunks, and warps: the fastest of four tiles for the norm and
+# cast without the add, at Llama-3.2-1B's width and 12288-16384 tokens
+# (benchmarks/probes/float8_norm_cast.py)
 NORM_TILE, NORM_WARPS = (64, 128), 8
 
 
