@@ -26,19 +26,13 @@ import triton.language as tl
 
 from trainperf.kernels import float8_mlp as mlp
 from trainperf.kernels.float8_mlp import store_float8, transpose_back
+from trainperf.kernels.float8_norm import rms_norm_reference
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 WIDTH = 2048 if DEVICE == "cuda" else 256  # Llama-3.2-1B's
 DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float16  # the interpreter rounds bf16 wrong
 EPS = 1e-5
 TILES = ((16, 256, 4), (32, 128, 4), (32, 256, 8), (64, 128, 8))  # (rows, chunk columns, warps)
-
-
-def hf_rms_norm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """transformers' LlamaRMSNorm.forward."""
-    h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + EPS)
-    return weight * h.to(x.dtype)
 
 
 @triton.jit
@@ -74,12 +68,12 @@ def outputs(tokens: int) -> tuple[torch.Tensor, ...]:
 
 def two_kernels(x: torch.Tensor, weight: torch.Tensor, out: tuple[torch.Tensor, ...]):
     """Inductor's norm (eager on the CPU), then the shipped cast: what the step runs."""
-    norm = torch.compile(hf_rms_norm) if DEVICE == "cuda" else hf_rms_norm
+    norm = torch.compile(rms_norm_reference) if DEVICE == "cuda" else rms_norm_reference
     y, yt, scale, amax = out
     bm, bn = mlp.TILE
 
     def run() -> None:
-        h = norm(x, weight)
+        h = norm(x, weight, EPS)
         grid = mlp.tile_grid(*h.shape)
         mlp._cast_kernel[grid](h, y, yt, scale, amax, *h.shape, FMAX=mlp.float8_max(y.dtype), BM=bm, BN=bn,
                                num_warps=mlp.WARPS)

@@ -25,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
+from trainperf.kernels.float8_norm import rms_norm_reference
 from trainperf.kernels.rmsnorm import rmsnorm_backward_op
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -37,9 +38,7 @@ ROWS = (2, 4, 8)  # rows a program of the candidate takes at a time
 def add_norm(x: torch.Tensor, attn: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """s = x + attn and transformers' LlamaRMSNorm of s."""
     s = x + attn
-    h = s.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + EPS)
-    return w * h.to(s.dtype), s
+    return rms_norm_reference(s, w, EPS), s
 
 
 @triton.jit
