@@ -10,8 +10,8 @@ from conftest import rel_err
 from test_float8_linear import BOUNDS, _layer
 from test_float8_mlp import _cast_ref
 
+from trainperf.kernels import float8_linear, float8_norm
 from trainperf.kernels import float8_mlp as f8
-from trainperf.kernels import float8_norm
 from trainperf.kernels.float8_mlp import ScaleState
 from trainperf.kernels.rmsnorm import rmsnorm_backward_op, rmsnorm_with_skip
 from trainperf.models import hf_llama
@@ -49,14 +49,21 @@ def test_the_norm_with_skip_passes_x_on_and_sums_both_gradients():
     assert rel_err(x.grad, x2.grad) < 1e-5 and rel_err(w.grad, w2.grad) < 1e-5
 
 
-def test_the_fused_cast_writes_the_sum_and_the_normed_float8_with_its_transpose():
+@pytest.mark.parametrize("add", [True, False])
+def test_the_fused_cast_writes_the_sum_and_the_normed_float8_with_its_transpose(add):
+    """add_norm_cast, and norm_cast (add false), which normalizes x itself."""
     torch.manual_seed(0)
     state = ScaleState(torch.device(DEVICE))
     m, n = 80, 272  # rows that fill no whole program, columns no whole chunk
     x, b = (torch.randn(m, n, device=DEVICE).to(HALF) for _ in range(2))
     w = (1 + 0.1 * torch.randn(n, device=DEVICE)).to(HALF)
-    s, y, yt, rstd = float8_norm.add_norm_cast(x, b, w, EPS, state, f8.X)
-    assert torch.equal(s, x + b)
+    if add:
+        s, y, yt, rstd = float8_norm.add_norm_cast(x, b, w, EPS, state, f8.X)
+        assert torch.equal(s, x + b)
+    else:
+        s = x.clone()
+        y, yt, rstd = float8_norm.norm_cast(x, w, EPS, state, f8.X)
+        assert torch.equal(x, s)
     torch.testing.assert_close(rstd, torch.rsqrt(s.float().pow(2).mean(-1) + EPS), rtol=1e-5, atol=0)
     ref = float8_norm.rms_norm_reference(s, w, EPS)
     # the first cast calibrates from the normed sum's own amax
@@ -84,8 +91,9 @@ def test_a_layer_with_fused_norms_follows_float64_as_with_transformers_norms(att
     """Every parameter, the norms' weights too, takes its gradient within float8's error of the
     float64 layer's, and within 1.5x the error of the same float8 layer with transformers' norms."""
     calls = []
-    fused = float8_norm.add_norm_cast
-    monkeypatch.setattr(float8_norm, "add_norm_cast", lambda *a: calls.append(1) or fused(*a))
+    for module, name in ((float8_norm, "add_norm_cast"), (float8_linear, "norm_cast")):
+        fused = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, fused=fused, name=name: calls.append(name) or fused(*a))
     ref = _layer(torch.float64)
     models = []
     for norms in (False, True):
@@ -102,7 +110,9 @@ def test_a_layer_with_fused_norms_follows_float64_as_with_transformers_norms(att
             want[name] = torch.cat([grad, ref_grads[name.replace("gate_up", "up_proj")]])
     for step in range(3):  # calibrating, then on the scales of earlier steps
         (_, grads), (loss, fused_grads) = (_train(m, ids) for m in models)
-        assert len(calls) == step + 1 and abs(loss.item() - ref_loss.item()) < 0.02
+        # both norms fused where the attention's q, k and v product is float8 with RoPE inside
+        per_step = ["norm_cast", "add_norm_cast"] if attention else ["add_norm_cast"]
+        assert calls == per_step * (step + 1) and abs(loss.item() - ref_loss.item()) < 0.02
         for name, grad in want.items():
             err = rel_err(fused_grads[name], grad)
             assert err < BOUNDS[1] and err < 1.5 * rel_err(grads[name], grad) + 0.01, name

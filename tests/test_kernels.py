@@ -43,6 +43,17 @@ def test_triton_rmsnorm(shape, dtype):
                        [x, w], dtype)
 
 
+def test_triton_rmsnorm_sums_more_partials_than_a_program_takes(monkeypatch):
+    """The weight's gradient from more per-program partials than one block of the summing kernel
+    holds (rmsnorm.SUM_TILE), as on a GPU of 132 SMs."""
+    from trainperf.kernels import rmsnorm
+    monkeypatch.setattr(rmsnorm, "_sm_count", lambda device: 40)  # 160 programs
+    x, w = torch.randn(300, 100), 1 + 0.1 * torch.randn(100)
+    assert rmsnorm.SUM_TILE[0] < 4 * 40
+    grads_vs_reference(lambda x, w: rmsnorm.rmsnorm_triton(x, w), rmsnorm.rmsnorm_reference, [x, w],
+                       torch.float32)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_triton_rope(dtype):
     from trainperf.kernels.rope import rope_reference, rope_triton

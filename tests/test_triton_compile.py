@@ -17,7 +17,7 @@ import sys
 import pytest
 
 pytest.importorskip("triton")
-from trainperf.kernels import float8_mlp, float8_norm  # noqa: E402
+from trainperf.kernels import float8_mlp, float8_norm, rmsnorm  # noqa: E402
 
 COMPILE = """
 import json, sys
@@ -69,6 +69,9 @@ CASES = {  # name: (module, kernel, signature, constexprs, warps or compile opti
         "trainperf.kernels.rmsnorm", "_rmsnorm_bwd",
         {k: v for k, v in NORM_BWD.items() if skip or k != "SKIP"},
         {"HAS_SKIP": skip, "BLOCK": 2048, **({} if skip else {"SKIP": None})}, 4) for skip in (True, False)},
+    **{f"rmsnorm dw sum {t}": ("trainperf.kernels.rmsnorm", "_sum_partials", {
+        "PARTIAL": "*fp32", "DW": t, "PROGRAMS": "i32", "N_COLS": "i32"},
+        {"BR": rmsnorm.SUM_TILE[0], "BN": rmsnorm.SUM_TILE[1]}, 4) for t in ("*bf16", "*fp32")},
     "swiglu": ("trainperf.kernels.swiglu", "_swiglu_fwd", {"A": "*bf16", "B": "*bf16", "H": "*bf16",
                "N": "i32"}, {"BLOCK": 1024}, 4),
     "swiglu backward": ("trainperf.kernels.swiglu", "_swiglu_bwd",
@@ -98,12 +101,13 @@ CASES = {  # name: (module, kernel, signature, constexprs, warps or compile opti
                                    **({"GU_INV": "*fp32"} if gu != "*bf16" else {})},
         {"FMAX": 57344.0, **SWIGLU_BWD_TILE, **({"GU_INV": None} if gu == "*bf16" else {})},
         float8_mlp.SWIGLU_BWD_WARPS) for gu in ("*fp8e4nv", "*bf16")},
-    # the residual add, the norm and the cast before the float8 MLP, a program per block of rows
-    "float8 add norm cast": ("trainperf.kernels.float8_norm", "_add_norm_cast_kernel", {
+    # the residual add, the norm and the cast before the float8 MLP, a program per block of rows;
+    # without the add, the norm and the cast before the float8 q, k and v product
+    **{f"float8{' add' * add} norm cast": ("trainperf.kernels.float8_norm", "_add_norm_cast_kernel", {
         **dict.fromkeys(("X", "B", "S", "W"), "*bf16"), "Y": "*fp8e4nv", "YT": "*fp8e4nv",
         **dict.fromkeys(("RSTD", "SCALE", "AMAX"), "*fp32"), "M": "i32", "N": "i32", "eps": "fp32"},
-        {"FMAX": 448.0, "BM": float8_norm.NORM_TILE[0], "BN": float8_norm.NORM_TILE[1]},
-        float8_norm.NORM_WARPS),
+        {"FMAX": 448.0, "BM": float8_norm.NORM_TILE[0], "BN": float8_norm.NORM_TILE[1], "HAS_B": add},
+        float8_norm.NORM_WARPS) for add in (True, False)},
     # the q, k and v product's gradient, q's and k's taken back through RoPE: a program per head
     "float8 qkv rope grad": ("trainperf.kernels.float8_linear", "_qkv_rope_grad_kernel", {
         **dict.fromkeys(("DQ", "DK", "DV", "COS", "SIN"), "*bf16"), **_float8(None, "*fp8e5", (), ()),

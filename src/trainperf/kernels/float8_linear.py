@@ -13,7 +13,9 @@ A layer's q, k and v projections are one such product on their stacked weights, 
 cast once. With RoPE inside it (float8_qkv_rope) the product's forward rotates q and k as
 transformers' Llama does, and its backward takes q's and k's gradients back through the rotation,
 stacks them with v's and casts them with the transpose in one kernel, a program per tile of one
-head, so that the stacked bf16 gradient is never written for the cast to read again.
+head, so that the stacked bf16 gradient is never written for the cast to read again. In a decoder
+layer with trainperf's norms (float8_norm_qkv_rope) the RMSNorm before the product is fused into
+its input's cast, so that the normed bf16 input is never written either.
 """
 
 from __future__ import annotations
@@ -40,19 +42,25 @@ from trainperf.kernels.float8_mlp import (
     store_float8,
     transpose_back,
 )
+from trainperf.kernels.float8_norm import norm_cast
+from trainperf.kernels.rmsnorm import rmsnorm_backward_op
 
 # The tensors with a scale each, by their row in a Linear's scale state.
 IN, WEIGHT, GRAD = range(3)
 ROLES = 3
 
 
-def _forward_product(x: torch.Tensor, weight: torch.Tensor, state: ScaleState
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """x [..., in] · weightᵀ as bf16 [tokens, out], and the transposed float8 operands the
-    backward's products take."""
-    x8, x8t = cast_transposed(x.reshape(-1, x.shape[-1]).contiguous(), state, IN, E4M3)
+def _cast_input(x: torch.Tensor, state: ScaleState) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [..., in] as e4m3 [tokens, in] with its transpose."""
+    return cast_transposed(x.reshape(-1, x.shape[-1]).contiguous(), state, IN, E4M3)
+
+
+def _forward_product(x8: torch.Tensor, weight: torch.Tensor, state: ScaleState
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """x8 · weightᵀ as bf16 [tokens, out] (x8 the cast input), and the transposed float8 weight the
+    backward's product takes."""
     w8, w8t = cast_transposed(weight, state, WEIGHT, E4M3)
-    return scaled_mm(x8, w8, state, IN, WEIGHT, fast=True), x8t, w8t
+    return scaled_mm(x8, w8, state, IN, WEIGHT, fast=True), w8t
 
 
 def _save(ctx, x: torch.Tensor, weight: torch.Tensor, state: ScaleState, *saved: torch.Tensor) -> None:  # noqa: ANN001
@@ -71,7 +79,8 @@ def _input_and_weight_grads(ctx, dy8: torch.Tensor, dy8t: torch.Tensor, x8t: tor
 class _Float8Linear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, state):  # noqa: ANN001, ANN205
-        y, x8t, w8t = _forward_product(x, weight, state)
+        x8, x8t = _cast_input(x, state)
+        y, w8t = _forward_product(x8, weight, state)
         _save(ctx, x, weight, state, x8t, w8t)
         return as_dtype(y.reshape(*x.shape[:-1], y.shape[-1]), x.dtype)
 
@@ -192,21 +201,37 @@ def _(dq, dk, dv, cos, sin, hist, now, scale, inv, calibrated):  # noqa: ANN001,
     return float8_mlp.with_transpose(b * t, (hq + 2 * dk.shape[2]) * d, E5M2, dq.device)
 
 
+def _rotated_qkv(x8: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                 state: ScaleState, heads: tuple[int, int, int], shape: torch.Size, dtype: torch.dtype
+                 ) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+    """q, k and v in `dtype` from the product of the cast input x8 (of an x of `shape`), q and k
+    rotated by RoPE, and the transposed float8 weight the backward takes."""
+    qkv, w8t = _forward_product(x8, weight, state)
+    q, k, v = qkv.view(*shape[:-1], sum(heads), -1).split(heads, dim=-2)
+    c, s = cos.unsqueeze(2), sin.unsqueeze(2)
+    q, k = (t * c + rotate_half(t) * s for t in (q, k))
+    return (as_dtype(q, dtype), as_dtype(k, dtype), as_dtype(v, dtype)), w8t
+
+
+def _unrotated_grads(ctx, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, x8t: torch.Tensor,  # noqa: ANN001
+                     w8t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The product's input and weight gradients from those of RoPE's q and k and of v."""
+    dy8, dy8t = _qkv_rope_grad_op(dq, dk, dv, cos, sin, *ctx.state.tensors())
+    return _input_and_weight_grads(ctx, dy8, dy8t, x8t, w8t)
+
+
 class _Float8QKVRope(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, cos, sin, state, heads):  # noqa: ANN001, ANN205
-        qkv, x8t, w8t = _forward_product(x, weight, state)
-        q, k, v = qkv.view(*x.shape[:-1], sum(heads), -1).split(heads, dim=-2)
-        c, s = cos.unsqueeze(2), sin.unsqueeze(2)
-        q, k = (t * c + rotate_half(t) * s for t in (q, k))
+        x8, x8t = _cast_input(x, state)
+        qkv, w8t = _rotated_qkv(x8, weight, cos, sin, state, heads, x.shape, x.dtype)
         _save(ctx, x, weight, state, x8t, w8t, cos, sin)
-        return as_dtype(q, x.dtype), as_dtype(k, x.dtype), as_dtype(v, x.dtype)
+        return qkv
 
     @staticmethod
     def backward(ctx, dq, dk, dv):  # noqa: ANN001, ANN205
-        x8t, w8t, cos, sin = ctx.saved_tensors
-        dy8, dy8t = _qkv_rope_grad_op(dq, dk, dv, cos, sin, *ctx.state.tensors())
-        return *_input_and_weight_grads(ctx, dy8, dy8t, x8t, w8t), None, None, None, None
+        return *_unrotated_grads(ctx, dq, dk, dv, *ctx.saved_tensors), None, None, None, None
 
 
 def float8_qkv_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -217,3 +242,30 @@ def float8_qkv_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, si
     transformers' Llama makes them)."""
     check_tokens(x)
     return _Float8QKVRope.apply(x, weight, cos, sin, state, heads)
+
+
+class _Float8NormQKVRope(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, norm_weight, eps, weight, cos, sin, state, heads):  # noqa: ANN001, ANN205
+        x8, x8t, rstd = norm_cast(x.reshape(-1, x.shape[-1]).contiguous(), norm_weight, eps, state, IN)
+        qkv, w8t = _rotated_qkv(x8, weight, cos, sin, state, heads, x.shape, x.dtype)
+        _save(ctx, x, weight, state, x8t, w8t, cos, sin, x, norm_weight, rstd)
+        return *qkv, x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, dq, dk, dv, d_residual):  # noqa: ANN001, ANN205
+        *saved, x, norm_weight, rstd = ctx.saved_tensors
+        d_normed, grad_weight = _unrotated_grads(ctx, dq, dk, dv, *saved)
+        dx, grad_norm = rmsnorm_backward_op(d_normed, x, norm_weight, rstd, d_residual)
+        return dx, grad_norm, None, grad_weight, None, None, None, None
+
+
+def float8_norm_qkv_rope(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor,
+                         cos: torch.Tensor, sin: torch.Tensor, state: ScaleState, heads: tuple[int, int, int]
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """float8_qkv_rope of transformers' RMSNorm of x (its weight `norm_weight`), the norm fused into
+    the input's cast (kernels/float8_norm.py norm_cast), and x to carry on as the residual stream:
+    use the fourth output in place of x after, and the backward adds the residual's gradient to the
+    norm's in the norm's own kernel (kernels/rmsnorm.py rmsnorm_with_skip)."""
+    check_tokens(x)
+    return _Float8NormQKVRope.apply(x, norm_weight, float(eps), weight, cos, sin, state, heads)

@@ -1,5 +1,6 @@
 """A decoder layer's second half on float8 GEMMs, its RMSNorm and residual adds in trainperf's own
-kernels: out = s + mlp(rmsnorm(s)), s = x + attn.
+kernels: out = s + mlp(rmsnorm(s)), s = x + attn. `norm_cast`, the same kernel without the add,
+casts the normed input of the float8 q, k and v product (kernels/float8_linear.py).
 
 Compiled by Inductor, the norm before the MLP is a kernel of the residual add and the norm that
 writes the bf16 normed input, which the MLP's cast (kernels/float8_mlp.py) then reads back. Here
@@ -56,10 +57,11 @@ def rms_norm_reference(s: torch.Tensor, weight: torch.Tensor, eps: float) -> tor
 
 @triton.jit
 def _add_norm_cast_kernel(X, B, S, W, Y, YT, RSTD, SCALE, AMAX, M, N, eps, FMAX: tl.constexpr,
-                          BM: tl.constexpr, BN: tl.constexpr):
+                          BM: tl.constexpr, BN: tl.constexpr, HAS_B: tl.constexpr):
     """S = X + B; Y = rmsnorm(S)·W·scale and YT = Yᵀ as float8; 1/rms into RSTD, the amax into AMAX.
-    A program takes BM whole rows in BN-wide chunks: the sums of squares first, then the normed
-    chunks (S read back, mostly from L2)."""
+    Without B (HAS_B false) S is X, which the caller passes as S too. A program takes BM whole rows
+    in BN-wide chunks: the sums of squares first, then the normed chunks (S read back, mostly from
+    L2)."""
     scale = tl.load(SCALE)
     row = (tl.program_id(0) * BM + tl.arange(0, BM)).to(tl.int64)
     rows, cols = row[:, None], tl.arange(0, BN)[None, :]
@@ -68,8 +70,10 @@ def _add_norm_cast_kernel(X, B, S, W, Y, YT, RSTD, SCALE, AMAX, M, N, eps, FMAX:
     for c0 in range(0, N, BN):
         mask = (rows < M) & (c0 + cols < N)
         at = rows * N + c0 + cols
-        s = (tl.load(X + at, mask=mask, other=0.0) + tl.load(B + at, mask=mask, other=0.0)).to(DTYPE)
-        tl.store(S + at, s, mask=mask)
+        s = tl.load(X + at, mask=mask, other=0.0)
+        if HAS_B:
+            s = (s + tl.load(B + at, mask=mask, other=0.0)).to(DTYPE)
+            tl.store(S + at, s, mask=mask)
         s = s.to(tl.float32)
         squares += s * s
     rstd = tl.rsqrt(tl.sum(squares, 1) / N + eps)
@@ -86,25 +90,36 @@ def _add_norm_cast_kernel(X, B, S, W, Y, YT, RSTD, SCALE, AMAX, M, N, eps, FMAX:
     tl.atomic_max(AMAX, tl.max(tl.max(top, 1), 0), sem="relaxed")
 
 
+def _launch(x: torch.Tensor, b: torch.Tensor | None, s: torch.Tensor, weight: torch.Tensor, eps: float,
+            state: tuple[torch.Tensor, ...], role: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The norm's cast of s (= x + b, written into s, where b is given; else s is x) at `role`'s
+    next scale: the float8 y, its transpose and 1/rms of each row."""
+    now, scale = state[1], state[2]
+    next_scale(*state, role, E4M3, lambda: rms_norm_reference(x if b is None else x + b, weight, eps))
+    m, n = x.shape
+    y, yt = with_transpose(m, n, E4M3, x.device)
+    rstd = torch.empty(m, dtype=torch.float32, device=x.device)
+    _add_norm_cast_kernel[(triton.cdiv(m, NORM_TILE[0]),)](
+        x, x if b is None else b, s, weight, y, yt, rstd, scale[role:], now[role:], m, n, eps,
+        FMAX=float8_max(E4M3), BM=NORM_TILE[0], BN=NORM_TILE[1], HAS_B=b is not None, num_warps=NORM_WARPS)
+    return y, yt, rstd
+
+
 @torch.library.custom_op("trainperf::float8_add_norm_cast", mutates_args=STATE)
 def _add_norm_cast_op(x: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, eps: float, hist: torch.Tensor,
                       now: torch.Tensor, scale: torch.Tensor, inv: torch.Tensor, calibrated: torch.Tensor,
                       role: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    m, n = x.shape
-    next_scale(hist, now, scale, inv, calibrated, role, E4M3, lambda: rms_norm_reference(x + b, weight, eps))
     s = torch.empty_like(x)
-    y, yt = with_transpose(m, n, E4M3, x.device)
-    rstd = torch.empty(m, dtype=torch.float32, device=x.device)
-    _add_norm_cast_kernel[(triton.cdiv(m, NORM_TILE[0]),)](
-        x, b, s, weight, y, yt, rstd, scale[role:], now[role:], m, n, eps, FMAX=float8_max(E4M3),
-        BM=NORM_TILE[0], BN=NORM_TILE[1], num_warps=NORM_WARPS)
-    return s, y, yt, rstd
+    return s, *_launch(x, b, s, weight, eps, (hist, now, scale, inv, calibrated), role)
 
 
 @_add_norm_cast_op.register_fake
 def _(x, b, weight, eps, hist, now, scale, inv, calibrated, role):  # noqa: ANN001, ANN202
-    y, yt = with_transpose(*x.shape, E4M3, x.device)
-    return torch.empty_like(x), y, yt, x.new_empty(x.shape[0], dtype=torch.float32)
+    return torch.empty_like(x), *_norm_cast_fake(x)
+
+
+def _norm_cast_fake(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return *with_transpose(*x.shape, E4M3, x.device), x.new_empty(x.shape[0], dtype=torch.float32)
 
 
 def add_norm_cast(x: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, eps: float, state: ScaleState,
@@ -112,6 +127,25 @@ def add_norm_cast(x: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, eps: f
     """s = x + b [tokens, features], rmsnorm(s)·weight as e4m3 at `role`'s scale with its transpose,
     and 1/rms of each row, in one pass."""
     return _add_norm_cast_op(x, b, weight, float(eps), *state.tensors(), role)
+
+
+@torch.library.custom_op("trainperf::float8_norm_cast", mutates_args=STATE)
+def _norm_cast_op(x: torch.Tensor, weight: torch.Tensor, eps: float, hist: torch.Tensor, now: torch.Tensor,
+                  scale: torch.Tensor, inv: torch.Tensor, calibrated: torch.Tensor,
+                  role: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _launch(x, None, x, weight, eps, (hist, now, scale, inv, calibrated), role)
+
+
+@_norm_cast_op.register_fake
+def _(x, weight, eps, hist, now, scale, inv, calibrated, role):  # noqa: ANN001, ANN202
+    return _norm_cast_fake(x)
+
+
+def norm_cast(x: torch.Tensor, weight: torch.Tensor, eps: float, state: ScaleState,
+              role: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """rmsnorm(x)·weight [tokens, features] as e4m3 at `role`'s scale with its transpose, and 1/rms
+    of each row, in one pass: add_norm_cast without the add."""
+    return _norm_cast_op(x, weight, float(eps), *state.tensors(), role)
 
 
 class _Float8ResidualMLP(torch.autograd.Function):

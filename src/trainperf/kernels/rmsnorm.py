@@ -5,7 +5,9 @@ Backward (x̂ = x · rstd):  dx = rstd · (w·dy − x̂ · mean(x̂ · w·dy)),
 Where x also feeds a residual stream, the backward takes that path's gradient too and writes the
 sum, so that no separate kernel reads both gradients to add them (`rmsnorm_with_skip`).
 The backward kernel runs a fixed number of programs, each striding over rows and keeping its
-own partial dw in float32; one `sum` over those partials gives dw (no atomics, deterministic).
+own partial dw in float32; a second kernel sums those partials into dw in the weight's dtype (no
+atomics, deterministic; `torch.sum` and the cast after it took two kernels and 13 us at
+Llama-3.2-1B's width on an H200).
 `rmsnorm_reference` is the float64-checkable PyTorch version.
 """
 
@@ -59,6 +61,20 @@ def _rmsnorm_bwd(X, W, DY, RSTD, SKIP, DX, DW_PARTIAL, N_ROWS, N_COLS, ROWS_PER_
     tl.store(DW_PARTIAL + pid * N_COLS + cols, dw, mask=mask)
 
 
+@triton.jit
+def _sum_partials(PARTIAL, DW, PROGRAMS, N_COLS, BR: tl.constexpr, BN: tl.constexpr):
+    """DW[c] = Σ_p PARTIAL[p, c] for BN columns a program, BR partials at a time."""
+    cols = tl.program_id(0) * BN + tl.arange(0, BN)[None, :]
+    acc = tl.zeros([BR, BN], dtype=tl.float32)
+    for p0 in range(0, PROGRAMS, BR):
+        p = p0 + tl.arange(0, BR)[:, None]
+        acc += tl.load(PARTIAL + p * N_COLS + cols, mask=(p < PROGRAMS) & (cols < N_COLS), other=0.0)
+    tl.store(DW + cols, tl.sum(acc, 0)[None, :].to(DW.dtype.element_ty), mask=cols < N_COLS)
+
+
+SUM_TILE = (64, 32)  # partials and columns of a program of _sum_partials
+
+
 # Each kernel runs inside a PyTorch custom op (autograd and a fake implementation registered), so
 # torch.compile and CUDA graphs take it whole.
 @torch.library.custom_op("trainperf::triton_rms_norm", mutates_args=())
@@ -92,7 +108,10 @@ def rmsnorm_backward_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     _rmsnorm_bwd[(programs,)](x2, weight, dy.reshape(-1, cols).contiguous(), rstd, skip, dx, partial, rows,
                               cols, triton.cdiv(rows, programs), HAS_SKIP=skip is not None,
                               BLOCK=triton.next_power_of_2(cols))
-    return dx.view(x.shape), partial.sum(0).to(weight.dtype)
+    dw = torch.empty_like(weight)
+    _sum_partials[(triton.cdiv(cols, SUM_TILE[1]),)](partial, dw, programs, cols,
+                                                     BR=SUM_TILE[0], BN=SUM_TILE[1])
+    return dx.view(x.shape), dw
 
 
 @rmsnorm_backward_op.register_fake

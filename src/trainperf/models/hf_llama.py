@@ -396,8 +396,11 @@ def _layer_forward_float8_norms(self, hidden_states: torch.Tensor, **kwargs: obj
     from trainperf.kernels.rmsnorm import rmsnorm_with_skip
 
     before, after = (getattr(self, n) for n in _NORMS)
-    normed, hidden_states = rmsnorm_with_skip(hidden_states, before.weight, before.variance_epsilon)
-    attn, _ = self.self_attn(hidden_states=normed, **kwargs)
+    if getattr(self.self_attn, "rope_in_product", False):
+        attn, hidden_states = _normed_attention_float8(self.self_attn, hidden_states, before, **kwargs)
+    else:
+        normed, hidden_states = rmsnorm_with_skip(hidden_states, before.weight, before.variance_epsilon)
+        attn, _ = self.self_attn(hidden_states=normed, **kwargs)
     mlp = self.mlp
     return float8_residual_mlp(hidden_states, attn, after.weight, after.variance_epsilon,
                                mlp.gate_up.weight, mlp.down_proj.weight, mlp.state)
@@ -440,26 +443,66 @@ def _attention_forward_float8(self, hidden_states: torch.Tensor,  # noqa: ANN001
     transformers' lazy modules) and left the attention block eager."""
     from trainperf.kernels.float8_linear import float8_linear, float8_qkv_rope
 
+    _refuse_caches(kwargs)
+    input_shape = hidden_states.shape[:-1]
+    if self.rope_in_product:
+        query, key, value = (t.transpose(1, 2) for t in float8_qkv_rope(
+            hidden_states, _qkv_weight(self), *position_embeddings, self.float8_qkv, _qkv_heads(self)))
+    else:
+        qkv = float8_linear(hidden_states, _qkv_weight(self), self.float8_qkv)
+        query, key, value = (t.view(*input_shape, -1, self.head_dim).transpose(1, 2)
+                             for t in qkv.split([p.out_features for p in _qkv(self)], dim=-1))
+        query, key = self.llama_functions[0](query, key, *position_embeddings)
+    return _attend_float8(self, query, key, value, attention_mask, **kwargs)
+
+
+def _normed_attention_float8(self, x: torch.Tensor, norm: torch.nn.Module,  # noqa: ANN001
+                             position_embeddings: tuple[torch.Tensor, torch.Tensor],
+                             attention_mask: torch.Tensor | None = None,
+                             **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """_attention_forward_float8 of norm(x) with RoPE inside the product and the norm fused into
+    its input's cast (kernels/float8_linear.py float8_norm_qkv_rope); the attention's output and x
+    to carry on as the residual stream."""
+    from trainperf.kernels.float8_linear import float8_norm_qkv_rope
+
+    _refuse_caches(kwargs)
+    *qkv, residual = float8_norm_qkv_rope(x, norm.weight, norm.variance_epsilon, _qkv_weight(self),
+                                          *position_embeddings, self.float8_qkv, _qkv_heads(self))
+    query, key, value = (t.transpose(1, 2) for t in qkv)
+    return _attend_float8(self, query, key, value, attention_mask, **kwargs)[0], residual
+
+
+def _refuse_caches(kwargs: dict[str, object]) -> None:
     if any(kwargs.pop(name, None) is not None for name in _CACHES):
         raise Unsupported("--float8 trainperf-all trains; it takes no KV cache")
-    input_shape = hidden_states.shape[:-1]
-    qkv_weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
-    sizes = [p.out_features for p in (self.q_proj, self.k_proj, self.v_proj)]
-    rotary, attention_functions, eager_attention = self.llama_functions
-    if self.rope_in_product:
-        heads = tuple(size // self.head_dim for size in sizes)
-        query, key, value = (t.transpose(1, 2) for t in float8_qkv_rope(
-            hidden_states, qkv_weight, *position_embeddings, self.float8_qkv, heads))
-    else:
-        qkv = float8_linear(hidden_states, qkv_weight, self.float8_qkv)
-        query, key, value = (t.view(*input_shape, -1, self.head_dim).transpose(1, 2)
-                             for t in qkv.split(sizes, dim=-1))
-        query, key = rotary(query, key, *position_embeddings)
+
+
+def _qkv(attn: torch.nn.Module) -> list[torch.nn.Module]:
+    return [attn.q_proj, attn.k_proj, attn.v_proj]
+
+
+def _qkv_weight(attn: torch.nn.Module) -> torch.Tensor:
+    """The q, k and v projections' weights stacked, for their one product."""
+    return torch.cat([p.weight for p in _qkv(attn)])
+
+
+def _qkv_heads(attn: torch.nn.Module) -> tuple[int, int, int]:
+    return tuple(p.out_features // attn.head_dim for p in _qkv(attn))
+
+
+def _attend_float8(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,  # noqa: ANN001
+                   attention_mask: torch.Tensor | None, **kwargs: object
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The attention of q, k and v [batch, heads, seq, D] by the model's attention function, and
+    the o projection's float8 product on its output."""
+    from trainperf.kernels.float8_linear import float8_linear
+
+    _, attention_functions, eager_attention = self.llama_functions
     attention = attention_functions.get_interface(self.config._attn_implementation, eager_attention)
     out, weights = attention(self, query, key, value, attention_mask,
                              dropout=0.0 if not self.training else self.attention_dropout,
                              scaling=self.scaling, **kwargs)
-    out = out.reshape(*input_shape, -1).contiguous()
+    out = out.reshape(query.shape[0], query.shape[2], -1).contiguous()
     return float8_linear(out, self.o_proj.weight, self.float8_o), weights
 
 
