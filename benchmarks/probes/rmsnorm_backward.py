@@ -12,8 +12,10 @@ with the residual's gradient as `skip` instead. This times, at Llama-3.2-1B's wi
 - `trainperf`: `rmsnorm_backward_op(dh, s, w, rstd, skip=ds)`: one program per 4 SMs' worth of
   rows, a row at a time, dw from per-program partials;
 - `rows R`: the same arithmetic R rows at a time in a program (a candidate, `_rows_kernel`).
-Each is first checked against the float64 gradients. On the CPU (Triton's interpreter) only the
-checks run, on small tensors, in float16.
+Each is first checked against the float64 gradients, then timed replayed as a CUDA graph, as the step
+runs it (timed eagerly, two Triton launches a call cost more on the CPU than the kernels on the GPU;
+`inductor`, whose compiled backward does not capture, is timed eagerly). On the CPU (Triton's
+interpreter) only the checks run, on small tensors, in float16.
 Usage: PYTHONPATH=src python3 benchmarks/probes/rmsnorm_backward.py [tokens ...]
 """
 
@@ -101,12 +103,15 @@ def main(tokens: int) -> None:
         return
     moved = tokens * WIDTH * 2 * 4  # s, dh and ds read, ds' written, in bf16
     for name, run in runs.items():
-        us = triton.testing.do_bench(run, warmup=50, rep=300) * 1e3
+        bench = triton.testing.do_bench if name == "inductor" else triton.testing.do_bench_cudagraph
+        us = bench(run, rep=300) * 1e3
         print(f"  {name:10s} {us:7.1f} us ({moved / us / 1e6:.2f} TB/s of the four tensors' bytes)",
               flush=True)
 
 
 if __name__ == "__main__":
+    # the compiled backward runs again and again on one graph, which donated buffers refuse
+    torch._functorch.config.donated_buffer = False
     if DEVICE == "cuda":
         print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, flush=True)
     for t in sys.argv[1:] or ([16384, 12288] if DEVICE == "cuda" else [96, 100]):
