@@ -82,13 +82,35 @@ def test_the_qkv_gradient_cast_takes_q_and_k_back_through_rope_and_stacks_v(d, c
     assert state.now[f8l.GRAD] == want.abs().max()
 
 
+@pytest.mark.parametrize(("d", "cos_batch", "dtype"), [(64, 2, torch.float32), (128, 1, torch.float16)]
+                         + ([(64, 2, torch.bfloat16)] if DEVICE == "cuda" else []))
+def test_the_rope_kernel_rotates_q_and_k_of_the_product_as_transformers_does(d, cos_batch, dtype):
+    """rope_qk against transformers' RoPE in float64, on rows that fill no whole program; v is
+    left to the product's output."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    torch.manual_seed(0)
+    b, t, heads = 2, 40, (4, 2, 2)
+    qkv = torch.randn(b * t, sum(heads) * d, device=DEVICE).to(dtype)
+    cos, sin = (x.to(dtype) for x in _rope_inputs(t, d, cos_batch))
+    assert f8l.rope_kernel_takes(qkv) == (DEVICE == "cuda" or dtype != torch.bfloat16)
+    q, k = f8l.rope_qk(qkv, cos, sin, b, heads)
+    q64, k64, _ = qkv.double().view(b, t, sum(heads), d).split(heads, dim=2)
+    want = apply_rotary_pos_emb(q64, k64, cos.double(), sin.double(), unsqueeze_dim=2)
+    assert q.shape == (b, t, 4, d) and k.shape == (b, t, 2, d) and q.dtype == k.dtype == dtype
+    for got, ref in zip((q, k), want, strict=True):
+        assert rel_err(got, ref) < {torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}[dtype]
+
+
 def test_rope_inside_the_qkv_product_trains_as_rope_after_it():
-    """The same float8 products either way: the forward is the same to the bit, the gradients differ
-    only where RoPE's backward rounded them to bf16 before their float8 cast."""
+    """The same float8 products either way: the forward is the same to the bit (RoPE as
+    transformers writes it both times), the gradients differ only where RoPE's backward rounded them
+    to bf16 before their float8 cast."""
     models = [_layer(torch.bfloat16) for _ in range(2)]
     for model, inside in zip(models, (False, True), strict=True):
         hf_llama.float8_layers(model, attention=True)
         model.model.layers[0].self_attn.rope_in_product = inside
+        model.model.layers[0].self_attn.rope_kernel = False
     ids = torch.randint(0, models[0].config.vocab_size, (2, 32), device=DEVICE)
     losses = [model(input_ids=ids, labels=ids).loss for model in models]
     for loss in losses:

@@ -17,6 +17,7 @@ import sys
 import pytest
 
 pytest.importorskip("triton")
+from trainperf.kernels import float8_linear as f8l  # noqa: E402
 from trainperf.kernels import float8_mlp, float8_norm, rmsnorm  # noqa: E402
 
 COMPILE = """
@@ -114,6 +115,11 @@ CASES = {  # name: (module, kernel, signature, constexprs, warps or compile opti
         **dict.fromkeys(("M", "N", "SEQ", "HQ", "HK", "sqb", "sqs", "sqh", "skb", "sks", "skh", "svb", "svs",
                          "svh", "scb", "scs"), "i32")},
         {"D": 64, "FMAX": 57344.0, "BM": float8_mlp.TILE[0]}, float8_mlp.WARPS),
+    # RoPE's forward on the q, k and v product's output: a program per rows of one head
+    "float8 rope qk": ("trainperf.kernels.float8_linear", "_rope_qk_kernel", {
+        **dict.fromkeys(("QKV", "COS", "SIN", "Q", "K"), "*bf16"),
+        **dict.fromkeys(("M", "N", "SEQ", "HQ", "HK", "scb", "scs"), "i32")},
+        {"D": 64, "BM": f8l.ROPE_ROWS}, f8l.ROPE_WARPS),
     "float8 next scale": (F8, "_next_scale_kernel", {"HIST": "*fp32", "NOW": "*fp32", "SCALE": "*fp32",
                           "INV": "*fp32"}, {"FMAX": 448.0, "LEN": 16}, 1),
 }

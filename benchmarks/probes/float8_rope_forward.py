@@ -1,13 +1,14 @@
-"""Would RoPE's forward on the float8 q, k and v product's output pay as a Triton kernel of its own?
+"""Does RoPE's forward on the float8 q, k and v product's output pay as a Triton kernel of its own?
 
 With RoPE inside the float8 q, k and v product (kernels/float8_linear.py float8_qkv_rope), the
-product's bf16 output [tokens, (Hq + 2·Hk)·D] is rotated by Inductor: in a profiled iteration of
+product's bf16 output [tokens, (Hq + 2·Hk)·D] was rotated by Inductor: in a profiled iteration of
 the Llama-3.2-1B step at 1 x 16384 its two kernels took 64.5 us (q) and 18.1 us (k) a layer, about
 2 TB/s of the bytes they read and write (benchmarks/results/explorations/h200-2026-12-04/profiles/),
-where the plain float8 cast moves 2.7-3.7 TB/s. This times, on the step's shapes:
-- `inductor`: the product's split and rotation as the step writes them (`_rotated_qkv`), compiled;
-- `R rows, W warps`: one kernel for q and k, a program per R rows of one head, as the RoPE
-  gradient's cast takes them (a candidate, `_rope_qk_kernel`).
+where the plain float8 cast moves 2.7-3.7 TB/s. trainperf now rotates q and k in one kernel
+(`rope_qk`). This times, on the step's shapes:
+- `inductor`: the product's split and rotation as transformers writes them, compiled;
+- `R rows, W warps`: trainperf's kernel (`_rope_qk_kernel`), a program per R rows of one head, at
+  several tiles (the shipped one is float8_linear.ROPE_ROWS, ROPE_WARPS).
 Each is first checked against float64 (and in bf16 steps against `inductor`), then timed as a CUDA
 graph of back-to-back launches in alternating rounds (median per launch; the graphs and rounds of
 float8_cast_atomics.py). On the CPU (Triton's interpreter) only the checks run, in float16.
@@ -21,10 +22,9 @@ from collections.abc import Callable
 
 import torch
 import triton
-import triton.language as tl
 from float8_cast_atomics import graph_of, medians_in_rounds  # the graphs and rounds of the casts' probe
 
-from trainperf.kernels.float8_linear import rotate_half
+from trainperf.kernels import float8_linear as f8l
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float16  # the interpreter rounds bf16 wrong
@@ -32,31 +32,6 @@ DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float16  # the interpreter
 SHAPES = {"1B 1x16384": (1, 16384, 32, 8, 64), "1B 12x1024": (12, 1024, 32, 8, 64),
           "8B 1x16384": (1, 16384, 32, 8, 128)} if DEVICE == "cuda" else {"tiny": (2, 40, 4, 2, 64)}
 TILES = ((32, 4), (64, 4), (64, 8), (128, 4), (128, 8))  # (rows, warps)
-
-
-@triton.jit
-def _rope_qk_kernel(QKV, COS, SIN, Q, K, M, N, SEQ, HQ, HK, scb, scs, D: tl.constexpr, BM: tl.constexpr):
-    """Q [M, HQ·D] and K [M, HK·D]: the first HQ + HK heads of QKV [M, N] rotated by RoPE (cos, sin
-    with repeated halves, rows of batch b and position s at b·scb + s·scs). A program takes BM rows
-    of one head (program_id(1)), as its two halves."""
-    HALF: tl.constexpr = D // 2
-    head = tl.program_id(1)
-    rows = (tl.program_id(0) * BM + tl.arange(0, BM)).to(tl.int64)
-    b, s = rows // SEQ, rows % SEQ
-    j = tl.arange(0, HALF)[None, :]
-    mask = (rows < M)[:, None] & (j < HALF)
-    at = QKV + rows[:, None] * N + head * D + j
-    x1 = tl.load(at, mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(at + HALF, mask=mask, other=0.0).to(tl.float32)
-    cs = (b * scb + s * scs)[:, None] + j
-    cos = tl.load(COS + cs, mask=mask, other=0.0).to(tl.float32)
-    sin = tl.load(SIN + cs, mask=mask, other=0.0).to(tl.float32)
-    if head < HQ:
-        out = Q + rows[:, None] * (HQ * D) + head * D + j
-    else:
-        out = K + rows[:, None] * (HK * D) + (head - HQ) * D + j
-    tl.store(out, (x1 * cos - x2 * sin).to(Q.dtype.element_ty), mask=mask)
-    tl.store(out + HALF, (x2 * cos + x1 * sin).to(Q.dtype.element_ty), mask=mask)
 
 
 def inputs(b: int, t: int, hq: int, hk: int, d: int) -> tuple[torch.Tensor, ...]:
@@ -73,7 +48,7 @@ def rotated(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: tupl
     """q and k as the step computes them from the product (kernels/float8_linear.py _rotated_qkv)."""
     q, k, _ = qkv.view(b, t, sum(heads), -1).split(heads, dim=-2)
     c, s = cos.unsqueeze(2), sin.unsqueeze(2)
-    return tuple(x * c + rotate_half(x) * s for x in (q, k))
+    return tuple(x * c + f8l.rotate_half(x) * s for x in (q, k))
 
 
 Launch = Callable[..., tuple[torch.Tensor, torch.Tensor]]
@@ -83,7 +58,7 @@ def candidate(rows: int, warps: int) -> Launch:
     def launch(qkv, cos, sin, q, k):  # noqa: ANN001, ANN202
         b, t, hq, d = q.shape
         hk = k.shape[2]
-        _rope_qk_kernel[triton.cdiv(b * t, rows), hq + hk](
+        f8l._rope_qk_kernel[triton.cdiv(b * t, rows), hq + hk](
             qkv, cos, sin, q, k, b * t, qkv.shape[1], t, hq, hk, cos.stride(0) if cos.shape[0] > 1 else 0,
             cos.stride(1), D=d, BM=rows, num_warps=warps)
         return q, k

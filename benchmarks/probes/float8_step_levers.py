@@ -19,6 +19,9 @@ back at a time, and torchao's `fp8`, in one process:
 - `all-gu-bf16`, `head-gu-bf16`: the MLP's gate and up product written in bf16, which the SwiGLU
   kernels then read (trainperf has cuBLAS write it as e4m3: kernels/float8_mlp.py
   GATE_UP_IN_FLOAT8).
+- `all-rope-inductor`: the product's rotation of q and k as transformers writes it, compiled by
+  Inductor (trainperf rotates them in one kernel: models/hf_llama.py ROPE_KERNEL, kernels/
+  float8_linear.py rope_qk).
 - `all-norms-apart`: each decoder layer's norms and residual adds as transformers writes them,
   compiled by Inductor, the MLP's input then cast by a kernel of its own (trainperf adds, norms and
   casts before the MLP in one kernel, and takes each norm's backward with the residual's gradient
@@ -97,7 +100,8 @@ def states_apart(step: llama_sdpa.LlamaStep) -> None:
 
 EXPANDED = {"kv_heads": "expanded"}
 TUNED = {"compile": "layers-tuned"}
-ROPE_APART = with_attributes({"rope_in_product": False})  # the float8 attention layers' attribute
+ROPE_APART = with_attributes({"rope_in_product": False})  # the float8 attention layers' attributes
+ROPE_INDUCTOR = with_attributes({"rope_kernel": False})
 GU_BF16 = with_attributes({"gate_up_in_float8": False})  # the float8 MLPs' scale states' attribute
 NORMS_APART = with_attributes({"float8_norms": False})  # the decoder layers' attribute
 VARIANTS = {  # name: (recipe, fast backward, fields over the recipe's, what prepares the model)
@@ -108,6 +112,7 @@ VARIANTS = {  # name: (recipe, fast backward, fields over the recipe's, what pre
     "all-expanded": ("fp8-trainperf-all", True, EXPANDED, None),
     "all-tuned": ("fp8-trainperf-all", True, TUNED, None),
     "all-rope-apart": ("fp8-trainperf-all", True, {}, ROPE_APART),
+    "all-rope-inductor": ("fp8-trainperf-all", True, {}, ROPE_INDUCTOR),
     "all-gu-bf16": ("fp8-trainperf-all", True, {}, GU_BF16),
     "all-state-apart": ("fp8-trainperf-all", True, {}, states_apart),
     "all-norms-apart": ("fp8-trainperf-all", True, {}, NORMS_APART),

@@ -13,7 +13,9 @@ A layer's q, k and v projections are one such product on their stacked weights, 
 cast once. With RoPE inside it (float8_qkv_rope) the product's forward rotates q and k as
 transformers' Llama does, and its backward takes q's and k's gradients back through the rotation,
 stacks them with v's and casts them with the transpose in one kernel, a program per tile of one
-head, so that the stacked bf16 gradient is never written for the cast to read again. In a decoder
+head, so that the stacked bf16 gradient is never written for the cast to read again; the forward's
+rotation of q and k is one kernel too (rope_qk), reading each element of the product's output once.
+In a decoder
 layer with trainperf's norms (float8_norm_qkv_rope) the RMSNorm before the product is fused into
 its input's cast, so that the normed bf16 input is never written either.
 """
@@ -201,15 +203,82 @@ def _(dq, dk, dv, cos, sin, hist, now, scale, inv, calibrated):  # noqa: ANN001,
     return float8_mlp.with_transpose(b * t, (hq + 2 * dk.shape[2]) * d, E5M2, dq.device)
 
 
+@triton.jit
+def _rope_qk_kernel(QKV, COS, SIN, Q, K, M, N, SEQ, HQ, HK, scb, scs, D: tl.constexpr, BM: tl.constexpr):
+    """Q [M, HQ·D] and K [M, HK·D]: the first HQ + HK heads of QKV [M, N] rotated by RoPE (cos, sin
+    with repeated halves; those of row r = b·SEQ + s at b·scb + s·scs). A program takes BM rows of
+    one head (program_id(1)), as its two halves, each element read once."""
+    HALF: tl.constexpr = D // 2
+    head = tl.program_id(1)
+    rows = (tl.program_id(0) * BM + tl.arange(0, BM)).to(tl.int64)
+    b, s = rows // SEQ, rows % SEQ
+    j = tl.arange(0, HALF)[None, :]
+    mask = (rows < M)[:, None] & (j < HALF)
+    at = QKV + rows[:, None] * N + head * D + j
+    x1 = tl.load(at, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(at + HALF, mask=mask, other=0.0).to(tl.float32)
+    cs = (b * scb + s * scs)[:, None] + j
+    cos = tl.load(COS + cs, mask=mask, other=0.0).to(tl.float32)
+    sin = tl.load(SIN + cs, mask=mask, other=0.0).to(tl.float32)
+    if head < HQ:
+        out = Q + rows[:, None] * (HQ * D) + head * D + j
+    else:
+        out = K + rows[:, None] * (HK * D) + (head - HQ) * D + j
+    tl.store(out, (x1 * cos - x2 * sin).to(Q.dtype.element_ty), mask=mask)
+    tl.store(out + HALF, (x2 * cos + x1 * sin).to(Q.dtype.element_ty), mask=mask)
+
+
+ROPE_ROWS, ROPE_WARPS = TILE[0], WARPS  # rows of a head a program of _rope_qk_kernel takes, its warps
+
+
+@torch.library.custom_op("trainperf::float8_rope_qk", mutates_args=())
+def _rope_qk_op(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: int, hq: int,
+                hk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    m, n = qkv.shape
+    d, t = n // (hq + 2 * hk), m // batch
+    q, k = (qkv.new_empty(batch, t, h, d) for h in (hq, hk))
+    cos, sin = _unit_last(cos), _unit_last(sin)
+    _rope_qk_kernel[triton.cdiv(m, ROPE_ROWS), hq + hk](
+        qkv, cos, sin, q, k, m, n, t, hq, hk, cos.stride(0) if cos.shape[0] > 1 else 0, cos.stride(1),
+        D=d, BM=ROPE_ROWS, num_warps=ROPE_WARPS)
+    return q, k
+
+
+@_rope_qk_op.register_fake
+def _(qkv, cos, sin, batch, hq, hk):  # noqa: ANN001, ANN202
+    m, n = qkv.shape
+    d, t = n // (hq + 2 * hk), m // batch
+    return tuple(qkv.new_empty(batch, t, h, d) for h in (hq, hk))
+
+
+def rope_qk(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: int,
+            heads: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """q and k [batch, seq, heads, D], rotated by RoPE, from the stacked q, k and v product's output
+    qkv [batch·seq, (Hq + 2·Hk)·D] in one kernel (cos, sin [batch or 1, seq, D] with repeated halves,
+    as transformers' Llama makes them), computed in float32 and rounded once."""
+    return _rope_qk_op(qkv, cos, sin, batch, heads[0], heads[1])
+
+
+def rope_kernel_takes(qkv: torch.Tensor) -> bool:
+    """Whether rope_qk takes this product's output: on the GPU, or in another dtype than bf16 in
+    Triton's interpreter (on the CPU), whose bf16 stores are wrong."""
+    return qkv.is_cuda or qkv.dtype != torch.bfloat16
+
+
 def _rotated_qkv(x8: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                 state: ScaleState, heads: tuple[int, int, int], shape: torch.Size, dtype: torch.dtype
-                 ) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-    """q, k and v in `dtype` from the product of the cast input x8 (of an x of `shape`), q and k
-    rotated by RoPE, and the transposed float8 weight the backward takes."""
+                 state: ScaleState, heads: tuple[int, int, int], shape: torch.Size, dtype: torch.dtype,
+                 kernel: bool) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+    """q, k and v in `dtype` from the product of the cast input x8 (of an x of `shape`: batch, seq,
+    features), q and k rotated by RoPE (by rope_qk where `kernel` says and it takes the product,
+    else as transformers writes it, for Inductor to compile), and the transposed float8 weight the
+    backward takes."""
     qkv, w8t = _forward_product(x8, weight, state)
     q, k, v = qkv.view(*shape[:-1], sum(heads), -1).split(heads, dim=-2)
-    c, s = cos.unsqueeze(2), sin.unsqueeze(2)
-    q, k = (t * c + rotate_half(t) * s for t in (q, k))
+    if kernel and rope_kernel_takes(qkv):
+        q, k = rope_qk(qkv, cos, sin, shape[0], heads)
+    else:
+        c, s = cos.unsqueeze(2), sin.unsqueeze(2)
+        q, k = (t * c + rotate_half(t) * s for t in (q, k))
     return (as_dtype(q, dtype), as_dtype(k, dtype), as_dtype(v, dtype)), w8t
 
 
@@ -223,32 +292,32 @@ def _unrotated_grads(ctx, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, 
 
 class _Float8QKVRope(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, cos, sin, state, heads):  # noqa: ANN001, ANN205
+    def forward(ctx, x, weight, cos, sin, state, heads, kernel):  # noqa: ANN001, ANN205
         x8, x8t = _cast_input(x, state)
-        qkv, w8t = _rotated_qkv(x8, weight, cos, sin, state, heads, x.shape, x.dtype)
+        qkv, w8t = _rotated_qkv(x8, weight, cos, sin, state, heads, x.shape, x.dtype, kernel)
         _save(ctx, x, weight, state, x8t, w8t, cos, sin)
         return qkv
 
     @staticmethod
     def backward(ctx, dq, dk, dv):  # noqa: ANN001, ANN205
-        return *_unrotated_grads(ctx, dq, dk, dv, *ctx.saved_tensors), None, None, None, None
+        return *_unrotated_grads(ctx, dq, dk, dv, *ctx.saved_tensors), None, None, None, None, None
 
 
 def float8_qkv_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                    state: ScaleState, heads: tuple[int, int, int]
+                    state: ScaleState, heads: tuple[int, int, int], kernel: bool = True
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q, k and v [batch, seq, heads, D] from one float8 product of x with the stacked weights of
-    `heads` (query, key, value) heads, q and k rotated by RoPE (cos, sin [batch or 1, seq, D], as
-    transformers' Llama makes them)."""
+    """q, k and v [batch, seq, heads, D] from one float8 product of x [batch, seq, features] with the
+    stacked weights of `heads` (query, key, value) heads, q and k rotated by RoPE (cos, sin [batch
+    or 1, seq, D], as transformers' Llama makes them), in trainperf's kernel where `kernel` says."""
     check_tokens(x)
-    return _Float8QKVRope.apply(x, weight, cos, sin, state, heads)
+    return _Float8QKVRope.apply(x, weight, cos, sin, state, heads, kernel)
 
 
 class _Float8NormQKVRope(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, norm_weight, eps, weight, cos, sin, state, heads):  # noqa: ANN001, ANN205
+    def forward(ctx, x, norm_weight, eps, weight, cos, sin, state, heads, kernel):  # noqa: ANN001, ANN205
         x8, x8t, rstd = norm_cast(x.reshape(-1, x.shape[-1]).contiguous(), norm_weight, eps, state, IN)
-        qkv, w8t = _rotated_qkv(x8, weight, cos, sin, state, heads, x.shape, x.dtype)
+        qkv, w8t = _rotated_qkv(x8, weight, cos, sin, state, heads, x.shape, x.dtype, kernel)
         _save(ctx, x, weight, state, x8t, w8t, cos, sin, x, norm_weight, rstd)
         return *qkv, x.view_as(x)
 
@@ -257,15 +326,16 @@ class _Float8NormQKVRope(torch.autograd.Function):
         *saved, x, norm_weight, rstd = ctx.saved_tensors
         d_normed, grad_weight = _unrotated_grads(ctx, dq, dk, dv, *saved)
         dx, grad_norm = rmsnorm_backward_op(d_normed, x, norm_weight, rstd, d_residual)
-        return dx, grad_norm, None, grad_weight, None, None, None, None
+        return dx, grad_norm, None, grad_weight, None, None, None, None, None
 
 
 def float8_norm_qkv_rope(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor,
-                         cos: torch.Tensor, sin: torch.Tensor, state: ScaleState, heads: tuple[int, int, int]
+                         cos: torch.Tensor, sin: torch.Tensor, state: ScaleState, heads: tuple[int, int, int],
+                         kernel: bool = True
                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """float8_qkv_rope of transformers' RMSNorm of x (its weight `norm_weight`), the norm fused into
     the input's cast (kernels/float8_norm.py norm_cast), and x to carry on as the residual stream:
     use the fourth output in place of x after, and the backward adds the residual's gradient to the
     norm's in the norm's own kernel (kernels/rmsnorm.py rmsnorm_with_skip)."""
     check_tokens(x)
-    return _Float8NormQKVRope.apply(x, norm_weight, float(eps), weight, cos, sin, state, heads)
+    return _Float8NormQKVRope.apply(x, norm_weight, float(eps), weight, cos, sin, state, heads, kernel)

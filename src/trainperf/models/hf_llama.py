@@ -324,6 +324,10 @@ PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")  # an attention layer's L
 # (kernels/float8_linear.py float8_qkv_rope), or leaves RoPE to transformers' function after it
 # (always, for heads whose dimension that kernel does not take).
 ROPE_IN_QKV_PRODUCT = True
+# Whether that product's forward rotates q and k in trainperf's kernel (kernels/float8_linear.py
+# rope_qk) or as transformers writes it, for Inductor to compile; a float8 attention layer's
+# `rope_kernel` attribute, so that a probe can turn it off.
+ROPE_KERNEL = True
 
 
 def tune_projections(model: torch.nn.Module) -> None:
@@ -426,6 +430,7 @@ def float8_attention(model: torch.nn.Module) -> None:
         attn.llama_functions = (modeling_llama.apply_rotary_pos_emb, modeling_llama.ALL_ATTENTION_FUNCTIONS,
                                 modeling_llama.eager_attention_forward)
         attn.rope_in_product = ROPE_IN_QKV_PRODUCT and rope_grad_cast_takes(attn.head_dim)
+        attn.rope_kernel = ROPE_KERNEL
         attn.forward = types.MethodType(_attention_forward_float8, attn)
 
 
@@ -447,7 +452,8 @@ def _attention_forward_float8(self, hidden_states: torch.Tensor,  # noqa: ANN001
     input_shape = hidden_states.shape[:-1]
     if self.rope_in_product:
         query, key, value = (t.transpose(1, 2) for t in float8_qkv_rope(
-            hidden_states, _qkv_weight(self), *position_embeddings, self.float8_qkv, _qkv_heads(self)))
+            hidden_states, _qkv_weight(self), *position_embeddings, self.float8_qkv, _qkv_heads(self),
+            self.rope_kernel))
     else:
         qkv = float8_linear(hidden_states, _qkv_weight(self), self.float8_qkv)
         query, key, value = (t.view(*input_shape, -1, self.head_dim).transpose(1, 2)
@@ -467,7 +473,8 @@ def _normed_attention_float8(self, x: torch.Tensor, norm: torch.nn.Module,  # no
 
     _refuse_caches(kwargs)
     *qkv, residual = float8_norm_qkv_rope(x, norm.weight, norm.variance_epsilon, _qkv_weight(self),
-                                          *position_embeddings, self.float8_qkv, _qkv_heads(self))
+                                          *position_embeddings, self.float8_qkv, _qkv_heads(self),
+                                          self.rope_kernel)
     query, key, value = (t.transpose(1, 2) for t in qkv)
     return _attend_float8(self, query, key, value, attention_mask, **kwargs)[0], residual
 
