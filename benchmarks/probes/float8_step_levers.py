@@ -29,6 +29,10 @@ back at a time, and torchao's `fp8`, in one process:
 - `all-state-apart`: each scale state's history, amaxes, scales and inverse scales as tensors of
   their own, which the compiled backward clones and copies back one by one (trainperf keeps them
   as views of one buffer: kernels/float8_mlp.py ScaleState).
+- `all-scales-frozen`: the step captured without the small kernel that takes each cast's next
+  scale from its history (kernels/float8_mlp.py `_next_scale_kernel`, about 200 launches an
+  iteration), its scales left where the first iteration calibrated them: not a way to train, but
+  the most that folding those launches into the casts could give.
 Each step is captured once as a CUDA graph, as the suite runs it, and the variants take turns in
 three rounds of 10 replays (core/ab_rounds.py): CUDA-event time, energy, clock and power (the peak
 memory it prints is the replays' alone: each graph is captured before the rounds). Before its
@@ -37,9 +41,10 @@ of the stacked gradient through RoPE counted, so a build that did not take its s
 """
 
 import collections
+import contextlib
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -98,6 +103,22 @@ def states_apart(step: llama_sdpa.LlamaStep) -> None:
                     for t in (state.hist, state.now, state.scale, state.inv))
 
 
+def scales_frozen(step: llama_sdpa.LlamaStep) -> None:
+    """Nothing to the model: the variant's capture runs without the next-scale kernel
+    (`during_capture`)."""
+
+
+@contextlib.contextmanager
+def _no_next_scale_launches() -> Iterator[None]:
+    kernel = float8_mlp._next_scale_kernel
+    float8_mlp._next_scale_kernel = collections.defaultdict(lambda: lambda *args, **kwargs: None)
+    try:
+        yield
+    finally:
+        float8_mlp._next_scale_kernel = kernel
+
+
+scales_frozen.during_capture = _no_next_scale_launches
 EXPANDED = {"kv_heads": "expanded"}
 TUNED = {"compile": "layers-tuned"}
 ROPE_APART = with_attributes({"rope_in_product": False})  # the float8 attention layers' attributes
@@ -116,6 +137,7 @@ VARIANTS = {  # name: (recipe, fast backward, fields over the recipe's, what pre
     "all-gu-bf16": ("fp8-trainperf-all", True, {}, GU_BF16),
     "all-state-apart": ("fp8-trainperf-all", True, {}, states_apart),
     "all-norms-apart": ("fp8-trainperf-all", True, {}, NORMS_APART),
+    "all-scales-frozen": ("fp8-trainperf-all", True, {}, scales_frozen),
     "head": ("fp8-trainperf-head", True, {}, None),
     "head-tuned": ("fp8-trainperf-head", True, TUNED, None),
     "head-rope-apart": ("fp8-trainperf-head", True, {}, ROPE_APART),
@@ -132,7 +154,8 @@ def captured(shape: str, recipe: str, fast: bool, fields: dict[str, str],
     prepared = prepare.__name__ if prepare else ""
     print(f"{shape} {recipe} {fields or ''} fast backward {fast} {prepared}: built in "
           f"{time.time() - t0:.0f} s, calls {calls_seen(step)}", flush=True)
-    return step, GraphedIteration(step)
+    with getattr(prepare, "during_capture", contextlib.nullcontext)():
+        return step, GraphedIteration(step)
 
 
 def in_step(shape: str, names: list[str], deadline: float) -> None:
