@@ -15,9 +15,8 @@ transformers' Llama does, and its backward takes q's and k's gradients back thro
 stacks them with v's and casts them with the transpose in one kernel, a program per tile of one
 head, so that the stacked bf16 gradient is never written for the cast to read again; the forward's
 rotation of q and k is one kernel too (rope_qk), reading each element of the product's output once.
-In a decoder
-layer with trainperf's norms (float8_norm_qkv_rope) the RMSNorm before the product is fused into
-its input's cast, so that the normed bf16 input is never written either.
+In a decoder layer with trainperf's norms (float8_norm_qkv_rope) the RMSNorm before the product is
+fused into its input's cast, so that the normed bf16 input is never written either.
 """
 
 from __future__ import annotations
@@ -126,6 +125,24 @@ def qkv_rope_grad_reference(dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor
 
 
 @triton.jit
+def _head_tile(M, SEQ, HALF: tl.constexpr, BM: tl.constexpr):
+    """A program's BM rows (tokens) of one head, taken as its two halves: the rows, each row's
+    batch and position, the columns of a half and the mask of rows past M."""
+    rows = (tl.program_id(0) * BM + tl.arange(0, BM)).to(tl.int64)
+    j = tl.arange(0, HALF)[None, :]
+    return rows, rows // SEQ, rows % SEQ, j, (rows < M)[:, None] & (j < HALF)
+
+
+@triton.jit
+def _angles(COS, SIN, b, s, j, mask, scb, scs):
+    """cos and sin of the tile's rows (those of batch b and position s at b·scb + s·scs), a half's
+    columns: their halves repeat."""
+    cs = (b * scb + s * scs)[:, None] + j
+    cos = tl.load(COS + cs, mask=mask, other=0.0).to(tl.float32)
+    return cos, tl.load(SIN + cs, mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
 def _qkv_rope_grad_kernel(DQ, DK, DV, COS, SIN, Y, YT, SCALE, AMAX, M, N, SEQ, HQ, HK,
                           sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, scb, scs, D: tl.constexpr,
                           FMAX: tl.constexpr, BM: tl.constexpr):
@@ -134,10 +151,7 @@ def _qkv_rope_grad_kernel(DQ, DK, DV, COS, SIN, Y, YT, SCALE, AMAX, M, N, SEQ, H
     HALF: tl.constexpr = D // 2
     scale = tl.load(SCALE)
     head = tl.program_id(1)
-    rows = (tl.program_id(0) * BM + tl.arange(0, BM)).to(tl.int64)
-    b, s = rows // SEQ, rows % SEQ
-    j = tl.arange(0, HALF)[None, :]
-    mask = (rows < M)[:, None] & (j < HALF)
+    rows, b, s, j, mask = _head_tile(M, SEQ, HALF, BM)
     if head < HQ:
         at = DQ + (b * sqb + s * sqs + head * sqh)[:, None] + j
     elif head < HQ + HK:
@@ -147,9 +161,7 @@ def _qkv_rope_grad_kernel(DQ, DK, DV, COS, SIN, Y, YT, SCALE, AMAX, M, N, SEQ, H
     g1 = tl.load(at, mask=mask, other=0.0).to(tl.float32)
     g2 = tl.load(at + HALF, mask=mask, other=0.0).to(tl.float32)
     if head < HQ + HK:  # q and k went through RoPE: the rotation by −θ takes their gradients back
-        cs = (b * scb + s * scs)[:, None] + j
-        cos = tl.load(COS + cs, mask=mask, other=0.0).to(tl.float32)
-        sin = tl.load(SIN + cs, mask=mask, other=0.0).to(tl.float32)
+        cos, sin = _angles(COS, SIN, b, s, j, mask, scb, scs)
         g1, g2 = g1 * cos + g2 * sin, g2 * cos - g1 * sin
     atomic_amax(AMAX, tl.maximum(tl.abs(g1), tl.abs(g2)), mask)
     out = rows[:, None] * N + head * D + j
@@ -210,16 +222,11 @@ def _rope_qk_kernel(QKV, COS, SIN, Q, K, M, N, SEQ, HQ, HK, scb, scs, D: tl.cons
     one head (program_id(1)), as its two halves, each element read once."""
     HALF: tl.constexpr = D // 2
     head = tl.program_id(1)
-    rows = (tl.program_id(0) * BM + tl.arange(0, BM)).to(tl.int64)
-    b, s = rows // SEQ, rows % SEQ
-    j = tl.arange(0, HALF)[None, :]
-    mask = (rows < M)[:, None] & (j < HALF)
+    rows, b, s, j, mask = _head_tile(M, SEQ, HALF, BM)
     at = QKV + rows[:, None] * N + head * D + j
     x1 = tl.load(at, mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(at + HALF, mask=mask, other=0.0).to(tl.float32)
-    cs = (b * scb + s * scs)[:, None] + j
-    cos = tl.load(COS + cs, mask=mask, other=0.0).to(tl.float32)
-    sin = tl.load(SIN + cs, mask=mask, other=0.0).to(tl.float32)
+    cos, sin = _angles(COS, SIN, b, s, j, mask, scb, scs)
     if head < HQ:
         out = Q + rows[:, None] * (HQ * D) + head * D + j
     else:
