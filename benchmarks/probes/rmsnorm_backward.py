@@ -10,11 +10,13 @@ with the residual's gradient as `skip` instead. This times, at Llama-3.2-1B's wi
   attn and w from those of h and s (`torch.autograd.grad` of the compiled graph, so that nothing
   accumulates), as the step's compiled layer computes them;
 - `trainperf`: `rmsnorm_backward_op(dh, s, w, rstd, skip=ds)`: one program per 4 SMs' worth of
-  rows, a row at a time, dw from per-program partials;
-- `rows R`: the same arithmetic R rows at a time in a program (a candidate, `_rows_kernel`).
+  rows, a row at a time, dw from per-program partials that a second Triton kernel sums;
+- `torch.sum`: the same kernel, its partials summed by `torch.sum` and cast by `.to` (two kernels).
+(A candidate that took 2, 4 or 8 rows at a time in a program was slower than one row at a time:
+benchmarks/results/explorations/h200-2026-12-04/probes/.)
 Each is first checked against the float64 gradients, then timed replayed as a CUDA graph, as the step
-runs it (timed eagerly, two Triton launches a call cost more on the CPU than the kernels on the GPU;
-`inductor`, whose compiled backward does not capture, is timed eagerly). On the CPU (Triton's
+runs it (timed eagerly, a call's launches from Python can take longer than its kernels; `inductor`,
+whose compiled backward does not capture, is timed eagerly). On the CPU (Triton's
 interpreter) only the checks run, on small tensors, in float16.
 Usage: PYTHONPATH=src python3 benchmarks/probes/rmsnorm_backward.py [tokens ...]
 """
@@ -25,57 +27,26 @@ import sys
 
 import torch
 import triton
-import triton.language as tl
+import triton.testing
 
 from trainperf.kernels.float8_norm import rms_norm_reference
-from trainperf.kernels.rmsnorm import rmsnorm_backward_op
+from trainperf.kernels.rmsnorm import rmsnorm_backward_op, rmsnorm_backward_partials
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 WIDTH = 2048 if DEVICE == "cuda" else 256  # Llama-3.2-1B's
 DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float16  # the interpreter rounds bf16 wrong
 EPS = 1e-5
-ROWS = (2, 4, 8)  # rows a program of the candidate takes at a time
+
+
+def summed_by_torch(dx: torch.Tensor, partial: torch.Tensor, dtype: torch.dtype
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    return dx, partial.sum(0).to(dtype)
 
 
 def add_norm(x: torch.Tensor, attn: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """s = x + attn and transformers' LlamaRMSNorm of s."""
     s = x + attn
     return rms_norm_reference(s, w, EPS), s
-
-
-@triton.jit
-def _rows_kernel(X, W, DY, RSTD, SKIP, DX, DW_PARTIAL, M, N, STEPS, R: tl.constexpr, BLOCK: tl.constexpr):
-    """rmsnorm_backward_op's arithmetic, R rows at a time: program p takes rows [p·STEPS·R, ...)."""
-    cols = tl.arange(0, BLOCK)[None, :]
-    w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32)
-    dw = tl.zeros([R, BLOCK], tl.float32)
-    for i in range(0, STEPS):
-        row = ((tl.program_id(0) * STEPS + i) * R + tl.arange(0, R)).to(tl.int64)[:, None]
-        mask = (row < M) & (cols < N)
-        at = row * N + cols
-        x = tl.load(X + at, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(DY + at, mask=mask, other=0.0).to(tl.float32)
-        rstd = tl.load(RSTD + row, mask=row < M, other=0.0)
-        x_hat = x * rstd
-        wdy = w * dy
-        c = tl.sum(x_hat * wdy, 1)[:, None] / N
-        dx = rstd * (wdy - x_hat * c) + tl.load(SKIP + at, mask=mask, other=0.0).to(tl.float32)
-        tl.store(DX + at, dx.to(DX.dtype.element_ty), mask=mask)
-        dw += dy * x_hat
-    tl.store(DW_PARTIAL + tl.program_id(0) * N + cols, tl.sum(dw, 0)[None, :], mask=cols < N)
-
-
-def rows_backward(dh: torch.Tensor, s: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor, ds: torch.Tensor,
-                  r: int) -> tuple[torch.Tensor, torch.Tensor]:
-    m, n = s.shape
-    sms = torch.cuda.get_device_properties(s.device).multi_processor_count if s.is_cuda else 4
-    programs = min(triton.cdiv(m, r), 4 * sms)
-    steps = triton.cdiv(triton.cdiv(m, r), programs)
-    dx = torch.empty_like(s)
-    partial = torch.empty(programs, n, dtype=torch.float32, device=s.device)
-    _rows_kernel[(programs,)](s, w, dh, rstd, ds, dx, partial, m, n, steps, R=r,
-                              BLOCK=triton.next_power_of_2(n))
-    return dx, partial.sum(0).to(w.dtype)
 
 
 def main(tokens: int) -> None:
@@ -90,9 +61,8 @@ def main(tokens: int) -> None:
     compiled = torch.compile(add_norm) if DEVICE == "cuda" else add_norm
     outs = compiled(*leaves)
     runs = {"inductor": lambda: torch.autograd.grad(outs, leaves, (dh, ds), retain_graph=True)[0::2],
-            "trainperf": lambda: rmsnorm_backward_op(dh, s, w, rstd, ds)}
-    for r in ROWS:
-        runs[f"rows {r}"] = lambda r=r: rows_backward(dh, s, w, rstd, ds, r)
+            "trainperf": lambda: rmsnorm_backward_op(dh, s, w, rstd, ds),
+            "torch.sum": lambda: summed_by_torch(*rmsnorm_backward_partials(dh, s, w, rstd, ds), w.dtype)}
     for name, run in runs.items():
         dx, dw = run()
         errors = [((g.double() - t).norm() / t.norm()).item() for g, t in zip((dx, dw), want, strict=True)]

@@ -99,6 +99,17 @@ def rmsnorm_backward_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                         skip: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """dx (plus `skip`, the gradient x takes on another path, where given), and dweight summed
     from per-program float32 partials."""
+    dx, partial = rmsnorm_backward_partials(dy, x, weight, rstd, skip)
+    dw = torch.empty_like(weight)
+    programs, cols = partial.shape
+    _sum_partials[(triton.cdiv(cols, SUM_TILE[1]),)](partial, dw, programs, cols,
+                                                     BR=SUM_TILE[0], BN=SUM_TILE[1])
+    return dx, dw
+
+
+def rmsnorm_backward_partials(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, rstd: torch.Tensor,
+                              skip: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """rmsnorm_backward_op's first kernel: dx, and dweight's float32 partials [programs, features]."""
     x2 = x.reshape(-1, x.shape[-1]).contiguous()
     rows, cols = x2.shape
     programs = min(rows, 4 * _sm_count(x2.device))
@@ -108,10 +119,7 @@ def rmsnorm_backward_op(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     _rmsnorm_bwd[(programs,)](x2, weight, dy.reshape(-1, cols).contiguous(), rstd, skip, dx, partial, rows,
                               cols, triton.cdiv(rows, programs), HAS_SKIP=skip is not None,
                               BLOCK=triton.next_power_of_2(cols))
-    dw = torch.empty_like(weight)
-    _sum_partials[(triton.cdiv(cols, SUM_TILE[1]),)](partial, dw, programs, cols,
-                                                     BR=SUM_TILE[0], BN=SUM_TILE[1])
-    return dx.view(x.shape), dw
+    return dx.view(x.shape), partial
 
 
 @rmsnorm_backward_op.register_fake
