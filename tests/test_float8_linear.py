@@ -10,6 +10,7 @@ from test_float8_mlp import _cast_ref, assert_float8_equal
 
 from trainperf.core.errors import Unsupported
 from trainperf.kernels import float8_linear as f8l
+from trainperf.kernels import stores_right
 from trainperf.kernels.float8_linear import float8_linear, linear_state
 from trainperf.models import hf_llama
 
@@ -93,7 +94,7 @@ def test_the_rope_kernel_rotates_q_and_k_of_the_product_as_transformers_does(d, 
     b, t, heads = 2, 40, (4, 2, 2)
     qkv = torch.randn(b * t, sum(heads) * d, device=DEVICE).to(dtype)
     cos, sin = (x.to(dtype) for x in _rope_inputs(t, d, cos_batch))
-    assert f8l.rope_kernel_takes(qkv) == (DEVICE == "cuda" or dtype != torch.bfloat16)
+    assert stores_right(qkv) == (DEVICE == "cuda" or dtype != torch.bfloat16)
     q, k = f8l.rope_qk(qkv, cos, sin, b, heads)
     q64, k64, _ = qkv.double().view(b, t, sum(heads), d).split(heads, dim=2)
     want = apply_rotary_pos_emb(q64, k64, cos.double(), sin.double(), unsqueeze_dim=2)

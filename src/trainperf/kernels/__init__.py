@@ -40,6 +40,12 @@ def triton_runs(device: torch.device) -> bool:
     return triton_installed() and (device.type == "cuda" or interpreting())
 
 
+def stores_right(x: torch.Tensor) -> bool:
+    """Whether a Triton kernel writes x's dtype right where x is: on the GPU always, in Triton's
+    interpreter (on the CPU) all but bf16, whose stores it rounds wrong."""
+    return x.is_cuda or x.dtype != torch.bfloat16
+
+
 def require_triton(device: torch.device, what: str) -> None:
     """Unsupported (naming the install command or the device it needs) unless Triton runs here.
     Call it before importing a Triton kernel module: those import Triton at the top."""

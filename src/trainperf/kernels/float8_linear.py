@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from trainperf.kernels import float8_mlp
+from trainperf.kernels import float8_mlp, stores_right
 from trainperf.kernels.float8_mlp import (
     E4M3,
     E5M2,
@@ -242,20 +242,23 @@ ROPE_ROWS, ROPE_WARPS = TILE[0], WARPS  # rows of a head a program of _rope_qk_k
 def _rope_qk_op(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: int, hq: int,
                 hk: int) -> tuple[torch.Tensor, torch.Tensor]:
     m, n = qkv.shape
-    d, t = n // (hq + 2 * hk), m // batch
-    q, k = (qkv.new_empty(batch, t, h, d) for h in (hq, hk))
+    q, k = _rope_qk_outputs(qkv, batch, hq, hk)
     cos, sin = _unit_last(cos), _unit_last(sin)
     _rope_qk_kernel[triton.cdiv(m, ROPE_ROWS), hq + hk](
-        qkv, cos, sin, q, k, m, n, t, hq, hk, cos.stride(0) if cos.shape[0] > 1 else 0, cos.stride(1),
-        D=d, BM=ROPE_ROWS, num_warps=ROPE_WARPS)
+        qkv, cos, sin, q, k, m, n, q.shape[1], hq, hk, cos.stride(0) if cos.shape[0] > 1 else 0,
+        cos.stride(1), D=q.shape[3], BM=ROPE_ROWS, num_warps=ROPE_WARPS)
     return q, k
+
+
+def _rope_qk_outputs(qkv: torch.Tensor, batch: int, hq: int, hk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Empty q and k [batch, seq, heads, D] for the rotation of the product's output qkv."""
+    m, n = qkv.shape
+    return tuple(qkv.new_empty(batch, m // batch, h, n // (hq + 2 * hk)) for h in (hq, hk))
 
 
 @_rope_qk_op.register_fake
 def _(qkv, cos, sin, batch, hq, hk):  # noqa: ANN001, ANN202
-    m, n = qkv.shape
-    d, t = n // (hq + 2 * hk), m // batch
-    return tuple(qkv.new_empty(batch, t, h, d) for h in (hq, hk))
+    return _rope_qk_outputs(qkv, batch, hq, hk)
 
 
 def rope_qk(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: int,
@@ -264,12 +267,6 @@ def rope_qk(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: int,
     qkv [batch·seq, (Hq + 2·Hk)·D] in one kernel (cos, sin [batch or 1, seq, D] with repeated halves,
     as transformers' Llama makes them), computed in float32 and rounded once."""
     return _rope_qk_op(qkv, cos, sin, batch, heads[0], heads[1])
-
-
-def rope_kernel_takes(qkv: torch.Tensor) -> bool:
-    """Whether rope_qk takes this product's output: on the GPU, or in another dtype than bf16 in
-    Triton's interpreter (on the CPU), whose bf16 stores are wrong."""
-    return qkv.is_cuda or qkv.dtype != torch.bfloat16
 
 
 def _rotated_qkv(x8: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -281,7 +278,7 @@ def _rotated_qkv(x8: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin:
     backward takes."""
     qkv, w8t = _forward_product(x8, weight, state)
     q, k, v = qkv.view(*shape[:-1], sum(heads), -1).split(heads, dim=-2)
-    if kernel and rope_kernel_takes(qkv):
+    if kernel and stores_right(qkv):
         q, k = rope_qk(qkv, cos, sin, shape[0], heads)
     else:
         c, s = cos.unsqueeze(2), sin.unsqueeze(2)

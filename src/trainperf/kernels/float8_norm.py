@@ -42,12 +42,6 @@ from trainperf.kernels.rmsnorm import rmsnorm_backward_op
 NORM_TILE, NORM_WARPS = (64, 128), 8
 
 
-def fused_norms_take(x: torch.Tensor) -> bool:
-    """Whether the kernels here take x: on the GPU, or in another dtype than bf16 in Triton's
-    interpreter (on the CPU), whose bf16 stores are wrong."""
-    return x.is_cuda or x.dtype != torch.bfloat16
-
-
 def rms_norm_reference(s: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """transformers' LlamaRMSNorm.forward, which the kernel rounds as."""
     h = s.float()

@@ -393,9 +393,10 @@ _NORMS = ("input_layernorm", "post_attention_layernorm")  # a Llama decoder laye
 def _layer_forward_float8_norms(self, hidden_states: torch.Tensor, **kwargs: object) -> torch.Tensor:  # noqa: ANN001
     """transformers' Llama decoder layer with its norms and residual adds in trainperf's kernels
     around its float8 MLP (FLOAT8_NORMS)."""
-    from trainperf.kernels.float8_norm import float8_residual_mlp, fused_norms_take
+    from trainperf.kernels import stores_right
+    from trainperf.kernels.float8_norm import float8_residual_mlp
 
-    if not (self.float8_norms and fused_norms_take(hidden_states)):
+    if not (self.float8_norms and stores_right(hidden_states)):
         return type(self).forward(self, hidden_states, **kwargs)
     from trainperf.kernels.rmsnorm import rmsnorm_with_skip
 
@@ -485,7 +486,7 @@ def _refuse_caches(kwargs: dict[str, object]) -> None:
 
 
 def _qkv(attn: torch.nn.Module) -> list[torch.nn.Module]:
-    return [attn.q_proj, attn.k_proj, attn.v_proj]
+    return [getattr(attn, name) for name in PROJECTIONS[:3]]
 
 
 def _qkv_weight(attn: torch.nn.Module) -> torch.Tensor:
