@@ -66,8 +66,10 @@ def candidate(rows: int, warps: int) -> Launch:
 
 
 def inductor(heads: tuple[int, int, int]) -> Launch:
-    """The compiled rotation, writing q and k where its own outputs go, as in the step."""
-    compiled = torch.compile(rotated) if DEVICE == "cuda" else rotated
+    """The compiled rotation, writing q and k where its own outputs go, as in the step. Static
+    shapes: otherwise the second shape recompiles `rotated` for any shape, a slower kernel than the
+    step's (which compiles for its one shape)."""
+    compiled = torch.compile(rotated, dynamic=False) if DEVICE == "cuda" else rotated
     return lambda qkv, cos, sin, q, k: compiled(qkv, cos, sin, heads, q.shape[0], q.shape[1])
 
 
