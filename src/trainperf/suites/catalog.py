@@ -853,7 +853,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
            Part("calibration", ("shard",),  # one GPU's share of the leaderboard's step, for predict
                 gpu={**_LEADERBOARD, "--world-size": "1", "--batch": "1", "--layers": "12",
                      "--checkpoint": "all-but-8+attn", "--compile": "on", "--attention": "sdpa-cudnn,fa4",
-                     "--float8": "off,torchao,trainperf"},
+                     "--float8": "off,torchao,trainperf,trainperf-head"},
                 cpu={"--model": "tiny", "--world-size": "1", "--layers": "1", **_TINY}),
            Part("sizes", ("shard",),
                 gpu={"--model": "xl,2.7B", "--world-size": f"1,2,{GPUS}", "--shard": "full,none",
