@@ -232,6 +232,35 @@ def test_a_gpt_block_with_float8_products_follows_float64():
             if p.ndim == 2:  # every matrix product's weight
                 assert rel_err(p.grad, ref.get_parameter(name).grad) < BOUNDS[1], name
     assert all(fp8.mlp.float8.calibrated) and all(s.calibrated[0] for s in fp8.attn.float8)
+    assert fp8.attn.rope_in_product  # a head of 16 is one the RoPE-gradient cast takes
+
+
+def test_a_gpt_block_rotates_inside_the_float8_product_as_after_it():
+    """With RoPE inside the float8 q, k and v product the GPT block's forward and gradients are the
+    ones with RoPE after the product, up to where each rounds: in float32 on the CPU; on the GPU
+    the kernel writes q and k in the product's bf16, where RoPE after it rotates in float32, and
+    that moves which way the e5m2 gradients round, so the gradients agree within float8's bound."""
+    from trainperf.models.lm import Block, LMConfig, float8_blocks
+
+    cfg = LMConfig(vocab_size=64, context_length=32, d_model=64, d_ff=256, n_layers=1, n_heads=4,
+                   attention="naive")
+    torch.manual_seed(0)
+    blocks = [Block(cfg).to(DEVICE) for _ in range(2)]
+    blocks[1].load_state_dict(blocks[0].state_dict())
+    for block in blocks:
+        float8_blocks(block)
+    blocks[1].attn.rope_in_product = False
+    x = torch.randn(2, 32, 64, device=DEVICE)
+    dy = torch.randn_like(x)
+    ys = []
+    for block in blocks:
+        y = block(x)
+        y.backward(dy)
+        ys.append(y)
+    bounds = (1e-2, BOUNDS[1]) if DEVICE == "cuda" else (1e-5, 1e-3)  # (output, gradients)
+    assert rel_err(ys[0], ys[1]) < bounds[0]
+    for (name, p), q in zip(blocks[0].named_parameters(), blocks[1].parameters(), strict=True):
+        assert rel_err(p.grad, q.grad) < bounds[1], name
 
 
 @pytest.mark.parametrize("checkpoint", ["full", "full+attn"])

@@ -80,6 +80,11 @@ class Rope(nn.Module):
         seq = x.shape[-2]
         return rope_reference(x, self.cos[:seq], self.sin[:seq])
 
+    def tables(self, seq: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin [1, seq, head_dim] with repeated halves, in `dtype` as `_rotate` rounds them:
+        the form the float8 q, k and v product rotates with (kernels/float8_linear.py)."""
+        return tuple(torch.cat([t[:seq], t[:seq]], dim=-1).to(dtype)[None] for t in (self.cos, self.sin))
+
     def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.impl == "triton":
             from trainperf.kernels import require_triton
@@ -121,14 +126,22 @@ class SelfAttention(nn.Module):
         self.sdpa = AttentionOp(cfg.attention)
         self.o_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.float8 = None  # the scale states of qkv and o on float8 GEMMs (float8_blocks)
+        self.rope_in_product = False  # RoPE inside the float8 qkv product (float8_blocks)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
         float8 = self.float8 or (None, None)
-        qkv = _product(self.qkv_proj, self.prenorm(x), float8[0])
-        q, k, v = qkv.view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4).unbind(0)
-        q, k = self.rope(q, k)  # each [b, heads, t, head_dim]
-        y = self.sdpa(q, k, v)
+        if self.rope_in_product:
+            from trainperf.kernels.float8_linear import float8_qkv_rope
+
+            q, k, v = (y.transpose(1, 2) for y in float8_qkv_rope(
+                self.prenorm(x), self.qkv_proj.weight, *self.rope.tables(t, x.dtype), float8[0],
+                (self.n_heads,) * 3))
+        else:
+            qkv = _product(self.qkv_proj, self.prenorm(x), float8[0])
+            q, k, v = qkv.view(b, t, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4).unbind(0)
+            q, k = self.rope(q, k)
+        y = self.sdpa(q, k, v)  # q, k, v: [b, heads, t, head_dim]
         return _product(self.o_proj, y.transpose(1, 2).reshape(b, t, d), float8[1])
 
 
@@ -174,19 +187,21 @@ def float8_blocks(model: nn.Module) -> None:
     """Put every decoder block's matrix products on trainperf's float8 GEMMs with delayed scaling
     (`shard --float8 trainperf`; kernels/float8_linear.py and float8_mlp.py say how): q, k and v as
     one product (`qkv_proj` stacks them), o another, and the SwiGLU MLP with gate and up stacked,
-    as the Llama step's `--float8 trainperf-all` has them. The weights stay the Linears' own, so
-    sharding and the optimizer see the same parameters; the LM head stays in bf16."""
+    as the Llama step's `--float8 trainperf-all` has them, RoPE inside the q, k and v product where
+    its kernels take the heads. The weights stay the Linears' own, so sharding and the optimizer see
+    the same parameters; the LM head stays in bf16."""
     from trainperf.kernels import require_float8_gemms
 
     device = next(model.parameters()).device
     require_float8_gemms(device, "--float8 trainperf")
-    from trainperf.kernels.float8_linear import linear_state
+    from trainperf.kernels.float8_linear import linear_state, rope_grad_cast_takes
     from trainperf.kernels.float8_mlp import ScaleState, check_dims
 
     for m in model.modules():
         if isinstance(m, SelfAttention):
             check_dims(*m.qkv_proj.weight.shape, *m.o_proj.weight.shape)
             m.float8 = (linear_state(m.qkv_proj.weight), linear_state(m.o_proj.weight))
+            m.rope_in_product = rope_grad_cast_takes(m.qkv_proj.in_features // m.n_heads)
         elif isinstance(m, FeedForward):
             check_dims(*m.down_proj.weight.shape)
             m.float8 = ScaleState(device)
