@@ -52,9 +52,9 @@ def split(src: Path, out: Path, max_mib: float) -> list[Path]:
     files = sorted(p for p in src.iterdir() if p.is_file())
     if not files:
         raise SystemExit(f"{src} holds no files to split")
-    manifest = {"files": {p.name: {"sha256": _sha256(p), "pieces": [n for n, _, _ in _pieces(p, limit)]}
-                          for p in files}}
-    pieces = sorted(((p, *piece) for p in files for piece in _pieces(p, limit)), key=lambda t: -t[3])
+    cut = {p: _pieces(p, limit) for p in files}
+    manifest = {"files": {p.name: {"sha256": _sha256(p), "pieces": [n for n, _, _ in cut[p]]} for p in files}}
+    pieces = sorted(((p, *piece) for p in files for piece in cut[p]), key=lambda t: -t[3])
     parts: list[list[tuple[Path, str, int, int]]] = []
     room: list[int] = []
     for piece in pieces:
