@@ -351,6 +351,7 @@ def test_the_python_api_as_a_user_calls_it(models, tmp_path):
     }
     with pytest.raises(TypeError, match="batch must be"):
         trainperf.measure_step(model, batch=[2, 16])
+    assert dir(trainperf) == sorted(trainperf.__all__)  # what a notebook's completion offers
 
 
 def test_attention_with_grouped_kv_heads_counts_as_the_query_s_heads_on_the_cpu_too():

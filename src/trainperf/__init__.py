@@ -18,3 +18,8 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     raise AttributeError(f"module 'trainperf' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The public names, loaded or not, so that a notebook's completion offers the API."""
+    return sorted(__all__)

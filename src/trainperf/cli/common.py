@@ -249,7 +249,8 @@ def run_and_show(workload: str, specs: Sequence[Any], measure: Callable[[Any], d
     path = write_records_csv(records, out, workload, named)
     if not as_json:
         gpu = env.get("gpu_name") or f"CPU ({env['cpu_count']} cores)"
-        console.print(f"[dim]{len(records)} cases on {gpu}, torch {env['torch']}; stored in {db}; "
+        cases = f"{len(records)} case" + ("" if len(records) == 1 else "s")
+        console.print(f"[dim]{cases} on {gpu}, torch {env['torch']}; stored in {db}; "
                       f"table in {path}[/dim]", highlight=False)
     return records
 
