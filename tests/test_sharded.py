@@ -2,6 +2,7 @@
 exactly as one process does on the same global batch; the CLI records it; bad input is refused."""
 
 import json
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -263,14 +264,20 @@ def test_checkpointing_wraps_the_layers_its_policy_names():
             assert type(lm.layers[3]).__name__ != "CheckpointWrapper"
 
 
-def _attention_calls(checkpoint: str) -> int:
-    """How many times a tiny LM's attention kernel runs in one forward and backward under `checkpoint`."""
+def _calls(checkpoint: str, ops: str = "attention", float8: bool = False) -> int:
+    """How many times a tiny LM's attention kernel (or its matrix products) runs in one forward and
+    backward under `checkpoint`, its products trainperf's float8 GEMMs where `float8` says."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from trainperf.models.lm import LMConfig, TransformerLM
-    from trainperf.workloads.sharded import attention_ops
+    from trainperf.models.lm import LMConfig, TransformerLM, float8_blocks
+    from trainperf.workloads.sharded import attention_ops, product_ops
 
-    kernels = attention_ops()
+    torch.manual_seed(0)
+    lm = TransformerLM(LMConfig(vocab_size=64, context_length=16, d_model=32, d_ff=64, n_layers=3, n_heads=4))
+    if float8:
+        float8_blocks(lm)
+    kernels = attention_ops() if ops == "attention" else product_ops()
+    apply_checkpointing(lm.layers, checkpoint)
 
     class Count(TorchDispatchMode):
         calls = 0
@@ -279,9 +286,6 @@ def _attention_calls(checkpoint: str) -> int:
             Count.calls += func in kernels
             return func(*args, **(kwargs or {}))
 
-    torch.manual_seed(0)
-    lm = TransformerLM(LMConfig(vocab_size=64, context_length=16, d_model=32, d_ff=64, n_layers=3, n_heads=4))
-    apply_checkpointing(lm.layers, checkpoint)
     tokens = torch.randint(0, 64, (2, 16))
     with Count():
         lm(tokens).sum().backward()
@@ -291,11 +295,20 @@ def _attention_calls(checkpoint: str) -> int:
 def test_keeping_attention_spares_its_recomputation_and_nothing_else():
     # three layers: each attention runs once in the forward; full checkpointing runs it again in
     # the backward, +attn keeps its output instead
-    assert _attention_calls("none") == 3
-    assert _attention_calls("full") == 6
-    assert _attention_calls("full+attn") == 3
-    assert _attention_calls("all-but-1+attn") == 3
-    assert _attention_calls("every-2") == 5
+    assert _calls("none") == 3
+    assert _calls("full") == 6
+    assert _calls("full+attn") == 3
+    assert _calls("all-but-1+attn") == 3
+    assert _calls("every-2") == 5
+
+
+@pytest.mark.parametrize("float8", [False, True])
+def test_ops_keeps_every_matrix_product_float8_ones_too(float8):
+    """`ops` recomputes no product of the forward in the backward, PyTorch's or trainperf's float8
+    GEMMs, while full checkpointing computes each decoder product again."""
+    plain, ops, full = (_calls(c, "products", float8) for c in ("none", "ops", "full"))
+    assert ops == plain
+    assert full >= plain + 3 * 3  # q, k and v, o, gate and up again in each of the three layers
 
 
 def test_recomputed_flops_are_counted_apart_from_the_model_flops():
@@ -508,20 +521,31 @@ def test_a_rank_that_waited_for_its_peer_is_told_apart_from_the_one_the_step_wai
 
 
 def test_a_case_far_beyond_a_gpu_is_refused_up_front_with_what_it_needs():
-    from trainperf.workloads.sharded import memory_needed, too_large
+    from trainperf.workloads.sharded import bound_bytes, memory_needed, too_large
 
     h200 = 143771 * 2**20
     eight_b = dict(model="cs336-8b", world_size=2, shard="full", seq=32768, batch=2, loss="chunked",
                    dtype="bf16", dist_backend="nccl", vocab=None)
     ops = memory_needed(spec(**eight_b, checkpoint="ops"))
     why = too_large(ops, "ops", h200)
-    assert why.startswith("needs at least 157.2 GiB a rank: 60.5 GiB of fp32 weights") and "8.13B" in why
+    # the activations' peak holds the weights and AdamW's moments (12 bytes a parameter), not the gradients
+    assert why.startswith("needs at least 142.1 GiB a rank: 45.4 GiB of fp32 weights and AdamW's moments")
+    assert "8.13B" in why and "the gradients come as the activations go" in why
     assert "96.7 GiB of activations that --checkpoint ops keeps" in why and why.endswith("140.4 GiB")
-    assert too_large(memory_needed(spec(**eight_b, checkpoint="full")), "full", h200) is None  # 69 GiB
+    full = memory_needed(spec(**eight_b, checkpoint="full"))
+    assert bound_bytes(full) == full["state"] == 16 * full["params"] / 2  # the whole state, at the optimizer
+    assert too_large(full, "full", h200) is None
+    assert too_large(full, "full", 50 * 2**30).startswith("needs at least 60.5 GiB a rank: fp32 weights, "
+                                                          "gradients and AdamW state (8.13B parameters")
+    # replayed as a CUDA graph the gradients persist, beside the activations
+    graphed = memory_needed(spec(**eight_b, checkpoint="ops", cuda_graph=True))
+    assert graphed["beside_activations"] == graphed["state"] == ops["state"]
+    assert "96.7 GiB of activations" in too_large(graphed, "ops", h200)
+    assert "60.5 GiB of fp32 weights, gradients and AdamW state" in too_large(graphed, "ops", h200)
     # the float8 head keeps the float8 gradient of every logit of a rank's 32,768 tokens
-    head = memory_needed(spec(**eight_b, checkpoint="full", float8="trainperf-head"))
+    head = memory_needed(spec(**eight_b, checkpoint="all-but-8+attn", float8="trainperf-head"))
     assert head["logits"] == 32768 * 151_936
-    assert "4.6 GiB of the loss's logits" in too_large(head, "full", 70 * 2**30)
+    assert "4.6 GiB of the loss's logits" in too_large(head, "all-but-8+attn", 70 * 2**30)
     small = memory_needed(spec(checkpoint="every-2", loss="torch"))  # tiny: 2 layers, the first checkpointed
     cfg = spec().model_config()
     per_token = cfg.d_model + (9 * cfg.d_model + 3 * cfg.d_ff)
@@ -535,3 +559,42 @@ def test_a_case_far_beyond_a_gpu_is_refused_up_front_with_what_it_needs():
     # +attn keeps one more width a token in every checkpointed layer
     kept = memory_needed(spec(**eight_b, checkpoint="full+attn"))["activations"]
     assert kept - eight[0] == 34 * 4096 * 32768 * 2
+
+
+@pytest.mark.parametrize("float8, per_token", [
+    ("off", (9 * 4096 + 3 * 11008) * 2),
+    ("torchao", (6 * 4096 + 2 * 11008) * 2),  # inputs of its products a compiled layer may compute again
+    ("trainperf", 6 * 4096 * 2 + 3 * 4096 + 3 * 11008),  # its products' inputs, gate and up kept in float8
+])
+def test_float8_keeps_fewer_bytes_a_layer_by_what_its_products_save(float8, per_token):
+    from trainperf.workloads.sharded import memory_needed
+
+    s = spec(model="cs336-8b", world_size=2, seq=32768, batch=2, loss="chunked", dtype="bf16", vocab=None,
+             float8=float8)
+    none, full = (memory_needed(replace(s, checkpoint=c))["activations"] for c in ("none", "full"))
+    assert none == 34 * per_token * 32768
+    assert full == 34 * 4096 * 2 * 32768  # a layer checkpointed whole keeps its input, whatever float8 does
+
+
+def test_the_lower_bound_is_below_every_measured_peak():
+    """Every committed GPU row of the step at a preset, eager (a graphed row's peak is its capture's,
+    which left AdamW's moments out until the step counted them), against the bound of its spec."""
+    from dataclasses import fields
+    from pathlib import Path
+
+    from trainperf.workloads.sharded import bound_bytes, memory_needed
+
+    names = {f.name for f in fields(ShardSpec)}
+    rows = [r for db in Path(__file__).parents[1].glob("benchmarks/results/**/*.db")
+            for r in Store(db, create=False).records() if r.workload == "shard" and r.status == "ok"
+            and r.metrics.get("peak_mem_gb") and not r.spec.get("cuda_graph") and not r.spec.get("offload")]
+    checked = 0
+    for r in rows:
+        s = ShardSpec(**{k: v for k, v in r.spec.items() if k in names})
+        if s.model not in ("tiny", "small", "medium", "large", "xl", "2.7B", "cs336-8b"):
+            continue
+        assert bound_bytes(memory_needed(s)) / 2**30 <= r.metrics["peak_mem_gb"], s.label()
+        checked += 1
+    assert checked >= 40  # the 8B's frontier, xl's and 2.7B's scaling, the calibrations
+
+

@@ -211,48 +211,82 @@ def validate(spec: ShardSpec) -> None:
         raise SpecError(f"--unit-layers must be a number of decoder layers from 1 to {layers} "
                         f"({spec.model} has {layers}), got {spec.unit_layers}")
     if spec.dist_backend == "gloo":  # every rank on this host's CPU: refused, not ended by the OOM killer
-        need = memory_needed(spec)
-        check_fits(spec.world_size * (need["state"] + need["activations"] + need["logits"]),
+        check_fits(spec.world_size * bound_bytes(memory_needed(spec)),
                    f"shard {spec.label()} ({spec.world_size} ranks on this CPU)")
 
 
 # Values a decoder layer keeps for its backward, per token, at the least (d: model width, f: MLP
-# width): with no checkpointing its input, both norms' outputs, q, k, v, rotated q and k, the
-# attention output, the second residual, gate, up and their SwiGLU product (9 of d, 3 of f; the
-# count leaves some out); with `ops` the matrix products' and attention's outputs (6 d + 2 f); a
-# layer checkpointed whole its input (d), and with +attn the attention's output too.
-KEPT = {"none": (9, 3), "ops": (6, 2), "layer": (1, 0), "layer+attn": (2, 0)}
+# width), by checkpointing policy and float8 kind: (of d, of f) in the compute dtype, then (of d, of
+# f) in float8.
+# - none, bf16: its input, both norms' outputs, q, k, v, rotated q and k, the attention output, the
+#   second residual, gate, up and their SwiGLU product (9 d, 3 f; the count leaves some out).
+# - none, torchao: its input, q, k, v, the attention's output, the second residual, gate and up
+#   (6 d, 2 f): what the attention's and the SwiGLU's backward read, and the norms' inputs; the
+#   norms' outputs and the SwiGLU product a compiled layer may compute again.
+# - none, trainperf: the same less gate and up (6 d), and in float8 what its products save: each
+#   product's input transposed (3 d), gate and up, and the SwiGLU product transposed (3 f).
+# - ops: the matrix products' and attention's outputs (6 d, 2 f); trainperf's gate and up product is
+#   float8 (6 d in the compute dtype, 2 f in float8).
+# - a layer checkpointed whole: its input (d), and with +attn the attention's output too.
+KEPT: dict[tuple[str, str], tuple[tuple[float, float], tuple[float, float]]] = {
+    ("none", "off"): ((9, 3), (0, 0)), ("none", "torchao"): ((6, 2), (0, 0)),
+    ("none", "trainperf"): ((6, 0), (3, 3)),
+    ("ops", "off"): ((6, 2), (0, 0)), ("ops", "torchao"): ((6, 2), (0, 0)),
+    ("ops", "trainperf"): ((6, 0), (0, 2)),
+    ("layer", "any"): ((1, 0), (0, 0)), ("layer+attn", "any"): ((2, 0), (0, 0))}
+# State bytes a parameter takes at the activations' peak, the end of the forward: its fp32 weight
+# and AdamW's two moments. Its gradient comes in the backward as the activations go (the optimizer
+# sets the gradients to None after each step), except where the gradients persist: in DDP's buckets,
+# and in the tensors a replayed CUDA graph accumulates into.
+STATE_BESIDE_ACTIVATIONS = 12
+
+
+def state_beside_activations(spec: ShardSpec) -> int:
+    """Bytes of state a parameter takes at the activations' peak (STATE_BESIDE_ACTIVATIONS)."""
+    persistent = spec.shard == "none" or spec.cuda_graph
+    return STATE_BYTES_PER_PARAM if persistent else STATE_BESIDE_ACTIVATIONS
 
 
 def memory_needed(spec: ShardSpec) -> dict[str, float]:
-    """A lower bound of the bytes one rank needs: `state` (fp32 weights, gradients and AdamW's
-    moments over the shards), `activations` (what the checkpointing policy keeps, in the compute
-    dtype) and `logits` (the fp32 logits of `--loss torch`, or the float8 gradient of every logit
-    that `--float8 trainperf-head` keeps for the head weight's product; the chunked loss's bf16
-    blocks, one at a time, are left out).
-    Of a model not a preset, the state alone."""
+    """A lower bound of the bytes one rank needs (`bound_bytes` of it): `state` (fp32 weights,
+    gradients and AdamW's moments over the shards), `beside_activations` (the part of it held at the
+    activations' peak), `activations` (what the checkpointing policy keeps) and `logits` (the fp32
+    logits of `--loss torch`, or the float8 gradient of every logit that `--float8 trainperf-head`
+    keeps for the head weight's product; the chunked loss's bf16 blocks, one at a time, are left
+    out). Of a model not a preset, the state alone."""
     shards = {"full": spec.world_size, "hybrid": max(spec.world_size // 2, 1), "none": 1}[spec.shard]
+    beside = state_beside_activations(spec)
     if is_model_source(spec.model):
         params = source_parameters(spec.source())
         return {"params": params, "shards": shards, "state": params * STATE_BYTES_PER_PARAM / shards,
-                "activations": 0.0, "logits": 0.0}
+                "beside_activations": params * beside / shards, "activations": 0.0, "logits": 0.0}
     cfg = spec.model_config()
     with torch.device("meta"):
         params = sum(p.numel() for p in TransformerLM(cfg).parameters())
     tokens = spec.batch // spec.world_size * spec.seq
     whole = len(whole_layers(spec.checkpoint, cfg.n_layers))
-    policy = "ops" if spec.checkpoint == "ops" else "none"
-    def kept(kind: str) -> int:
-        of_d, of_f = KEPT[kind]
-        return of_d * cfg.d_model + of_f * cfg.d_ff
+    kind = "trainperf" if spec.float8.startswith("trainperf") else spec.float8
+    dtype_bytes = 2 if spec.dtype == "bf16" else 4
+
+    def kept(policy: str, kind: str) -> float:
+        """Bytes a token of one layer keeps."""
+        (of_d, of_f), (f8_d, f8_f) = KEPT[policy, kind]
+        return (of_d * cfg.d_model + of_f * cfg.d_ff) * dtype_bytes + f8_d * cfg.d_model + f8_f * cfg.d_ff
 
     layer = "layer+attn" if keeps_attention(spec.checkpoint) else "layer"
-    per_token = whole * kept(layer) + (cfg.n_layers - whole) * kept(policy)
+    policy = "ops" if spec.checkpoint == "ops" else "none"
+    per_token = whole * kept(layer, "any") + (cfg.n_layers - whole) * kept(policy, kind)
     return {"params": params, "shards": shards,
-            "state": params * STATE_BYTES_PER_PARAM / shards,
-            "activations": per_token * tokens * (2 if spec.dtype == "bf16" else 4),
+            "state": params * STATE_BYTES_PER_PARAM / shards, "beside_activations": params * beside / shards,
+            "activations": per_token * tokens,
             "logits": tokens * cfg.vocab_size * {"torch": 4, "chunked": 0}[spec.loss]
             + (tokens * cfg.vocab_size if spec.float8 == "trainperf-head" else 0.0)}
+
+
+def bound_bytes(need: dict[str, float]) -> float:
+    """The lower bound of memory_needed: the more of the activations' peak (the state held beside
+    them, the activations, the logits) and the whole state's, at the optimizer step."""
+    return max(need["state"], need["beside_activations"] + need["activations"] + need["logits"])
 
 
 def cannot_fit(spec: ShardSpec, device: torch.device) -> str | None:
@@ -266,15 +300,21 @@ def cannot_fit(spec: ShardSpec, device: torch.device) -> str | None:
 
 def too_large(need: dict[str, float], checkpoint: str, have: float) -> str | None:
     """The one-line reason a rank needing `need` cannot fit in `have` bytes, None if it may."""
-    total = need["state"] + need["activations"] + need["logits"]
+    total = bound_bytes(need)
     if total <= have:
         return None
     gib = 2**30
+    params = f"{need['params'] / 1e9:.2f}B parameters over {need['shards']} shard(s)"
+    if total == need["state"]:
+        return (f"needs at least {total / gib:.1f} GiB a rank: fp32 weights, gradients and AdamW state "
+                f"({params}); a GPU holds {have / gib:.1f} GiB")
+    state, when = ("fp32 weights, gradients and AdamW state", "")
+    if need["beside_activations"] < need["state"]:
+        state, when = "fp32 weights and AdamW's moments", "; the gradients come as the activations go"
     logits = f", {need['logits'] / gib:.1f} GiB of the loss's logits" if need["logits"] else ""
-    return (f"needs at least {total / gib:.1f} GiB a rank: {need['state'] / gib:.1f} GiB of fp32 weights, "
-            f"gradients and AdamW state ({need['params'] / 1e9:.2f}B parameters over {need['shards']} "
-            f"shard(s)), {need['activations'] / gib:.1f} GiB of activations that --checkpoint {checkpoint} "
-            f"keeps{logits}; a GPU holds {have / gib:.1f} GiB")
+    return (f"needs at least {total / gib:.1f} GiB a rank: {need['beside_activations'] / gib:.1f} GiB of "
+            f"{state} ({params}{when}), {need['activations'] / gib:.1f} GiB of activations that "
+            f"--checkpoint {checkpoint} keeps{logits}; a GPU holds {have / gib:.1f} GiB")
 
 
 ATTENTION_OPS = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
@@ -289,6 +329,19 @@ def attention_ops() -> set:
     found = {getattr(torch.ops.aten, name).default for name in ATTENTION_OPS if hasattr(torch.ops.aten, name)}
     return found | {getattr(torch.ops.trainperf, name).default for name in CUSTOM_ATTENTION_OPS
                     if hasattr(torch.ops.trainperf, name)}
+
+
+PRODUCT_OPS = ("mm", "addmm", "bmm", "_scaled_mm")  # PyTorch's matrix products, torchao's float8 one
+FLOAT8_PRODUCT_OPS = ("float8_mm", "float8_gate_up")  # trainperf's float8 GEMMs (kernels/float8_mlp.py)
+
+
+def product_ops() -> set:
+    """The matrix products `--checkpoint ops` keeps: PyTorch's, and float8's, torchao's and trainperf's
+    (those registered by now: `float8_blocks` registers trainperf's)."""
+    aten = torch.ops.aten
+    return {getattr(aten, name).default for name in PRODUCT_OPS} | {
+        getattr(torch.ops.trainperf, name).default for name in FLOAT8_PRODUCT_OPS
+        if hasattr(torch.ops.trainperf, name)}
 
 
 def _keep_policy(keep: set):  # noqa: ANN202
@@ -317,8 +370,7 @@ def apply_checkpointing(layers: nn.ModuleList, checkpoint: str) -> int:
     if checkpoint == "none":
         return 0
     if checkpoint == "ops":
-        aten = torch.ops.aten
-        wrap = _selective({aten.mm.default, aten.addmm.default, aten.bmm.default} | attention_ops())
+        wrap = _selective(product_ops() | attention_ops())
         chosen = range(len(layers))
     else:
         wrap = _selective(attention_ops()) if keeps_attention(checkpoint) else checkpoint_wrapper
