@@ -576,6 +576,25 @@ def test_float8_keeps_fewer_bytes_a_layer_by_what_its_products_save(float8, per_
     assert full == 34 * 4096 * 2 * 32768  # a layer checkpointed whole keeps its input, whatever float8 does
 
 
+def test_a_graphed_step_s_peak_counts_the_moments_made_after_its_capture():
+    """Replays allocate nothing: a graphed rank's peak is its capture's, taken before AdamW's
+    first step made the moments, plus the moments' bytes."""
+    from types import SimpleNamespace
+
+    from trainperf.workloads.sharded import peak_bytes
+
+    model = torch.nn.Linear(16, 8)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(4, 16)).sum().backward()
+    opt.step()
+    moments = 2 * 4 * (16 * 8 + 8)  # two fp32 moments a parameter; the two step counters are more
+    eager = SimpleNamespace(capture_peak=None, opt=opt)
+    assert peak_bytes(eager, 10**6) == 10**6
+    graphed = SimpleNamespace(capture_peak=10**6, opt=opt)
+    assert moments < peak_bytes(graphed, 10**5) - 10**6 <= moments + 2 * 8
+    assert peak_bytes(graphed, 10**7) == 10**7  # an eager peak above the capture's stands
+
+
 def test_the_lower_bound_is_below_every_measured_peak():
     """Every committed GPU row of the step at a preset, eager (a graphed row's peak is its capture's,
     which left AdamW's moments out until the step counted them), against the bound of its spec."""

@@ -49,6 +49,7 @@ from trainperf.core.spec import check_choice, check_non_negative, check_positive
 from trainperf.core.stats import summarize
 from trainperf.core.timing import PhaseTimer
 from trainperf.distributed.fsdp import fsdp2, shard_decoder
+from trainperf.distributed.sharded_optim import optimizer_state_bytes
 from trainperf.distributed.timing import per_rank_times, slowest
 from trainperf.kernels.chunked_loss import chunked_lm_loss
 from trainperf.models.head_loss import chunked_head_loss
@@ -496,6 +497,7 @@ class ShardedStep:
             raise Unsupported(f"--optimizer {spec.optimizer}: {str(exc).splitlines()[0]}") from None
         self.x, self.y = rows[:, :-1], rows[:, 1:]
         self.graphed: GraphedIteration | None = None
+        self.capture_peak: int | None = None  # bytes allocated at most until the graph was captured
 
     def forward_backward(self, phase: Phase = no_phase) -> torch.Tensor:
         # DDP trains fp32 weights under autocast; FSDP2's policy casts for itself
@@ -513,6 +515,7 @@ class ShardedStep:
             if self.graphed is None:  # the capture's eager iterations leave gradients, not steps
                 self.graphed = GraphedIteration(self.forward_backward, warmup=graph_warmup(self.spec),
                                                 thread_local=True, stream=self.stream)
+                self.capture_peak = torch.cuda.max_memory_allocated(self.device)
                 self.opt.zero_grad(set_to_none=False)
             with phase("forward_backward"):
                 loss = self.graphed()
@@ -566,14 +569,23 @@ def _time_steps(step: ShardedStep, spec: ShardSpec, device: torch.device) -> tup
     phases = {name: summarize(ms)["median"] for name, ms in timer.samples().items()}
     if device.type == "cuda":  # launch-bound where a phase's host time comes close to its GPU time
         phases.update({f"{name}_host": summarize(ms)["median"] for name, ms in timer.host_samples().items()})
-    memory = ({"peak_gb": torch.cuda.max_memory_allocated(device) / 2**30, "alloc_retries": retries}
-              if device.type == "cuda" else None)
+    memory = ({"peak_gb": peak_bytes(step, torch.cuda.max_memory_allocated(device)) / 2**30,
+               "alloc_retries": retries} if device.type == "cuda" else None)
     traced = None
     if device.type == "cuda":  # one more step, profiled: how much communication the compute hides
         from trainperf.profiling.overlap import step_communication_ms
 
         traced = step_communication_ms(step, device)
     return per_rank, phases, memory, traced, monitor.metrics()
+
+
+def peak_bytes(step: ShardedStep, allocated_peak: int) -> int:
+    """The most the rank held, from the allocator's peak. A replayed graph allocates nothing: its
+    working set shows in its capture alone, which came before the optimizer's first step made
+    AdamW's moments, so they are added to the capture's peak."""
+    if step.capture_peak is None:
+        return allocated_peak
+    return max(allocated_peak, step.capture_peak + optimizer_state_bytes(step.opt))
 
 
 def _alloc_retries(device: torch.device) -> int:
