@@ -164,13 +164,15 @@ def test_ddp_with_bf16_gradients_on_gloo_is_an_unsupported_row_naming_nccl(db, t
     assert rec.status == "unsupported" and "NCCL" in rec.reason and "--reduce-dtype bf16" in rec.reason
 
 
-def test_a_cuda_graph_on_gloo_is_an_unsupported_row_naming_cuda_beside_the_eager_step(db, tmp_path):
-    res = runner.invoke(app, ["shard", "--world-size", "2", "--cuda-graph", "off,on", "--iters", "1",
+@pytest.mark.parametrize("option, field", [("--cuda-graph", "cuda_graph"),
+                                           ("--expandable-segments", "expandable_segments")])
+def test_a_gpu_only_choice_on_gloo_is_an_unsupported_row_beside_the_plain_step(db, tmp_path, option, field):
+    res = runner.invoke(app, ["shard", "--world-size", "2", option, "off,on", "--iters", "1",
                               "--warmup", "0", "--db", str(db), "--out", str(tmp_path), "--quiet"])
     assert res.exit_code == 0, res.output
-    recs = {r.spec["cuda_graph"]: r for r in Store(db).records()}
+    recs = {r.spec[field]: r for r in Store(db).records()}
     assert recs[False].status == "ok"
-    assert recs[True].status == "unsupported" and "CUDA" in recs[True].reason
+    assert recs[True].status == "unsupported" and "CUDA" in recs[True].reason and option in recs[True].reason
 
 
 def test_explicit_prefetching_and_keeping_layers_gathered_train_as_one_process(tmp_path):

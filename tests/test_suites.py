@@ -293,8 +293,8 @@ def test_an_unknown_part_is_one_line_naming_the_suite_s_parts(tmp_path):
     assert res.exit_code == 2
     assert res.output.strip().splitlines() == [
         "error: --part of suite shard: unknown value 'nope'; valid choices: leaderboard, float8, "
-        "frontier, float8-attention, float8-attention-layers, leaderboard-graphed, overlap, graphed, "
-        "one-gpu, weak, weak-bf16, weak-graphed, calibration, sizes"]
+        "frontier, frontier-allocator, float8-attention, float8-attention-layers, leaderboard-graphed, "
+        "overlap, graphed, one-gpu, weak, weak-bf16, weak-graphed, calibration, sizes"]
 
 
 def test_a_folder_keeps_the_caption_its_suite_had_when_it_ran(ran, tmp_path):

@@ -413,6 +413,7 @@ SHARD_COLUMNS: list[report.Column] = [
     report.case("dtype", "dtype"), report.case("grads", "reduce_dtype"),
     report.case("optimizer", "optimizer"), report.case("loss", "loss"),
     report.case("compiled", "compile"), report.case("graphed", "cuda_graph"), report.case("float8", "float8"),
+    report.case("expandable", "expandable_segments"),
     ("step ms", report.timing("step")), ("MFU", report.metric("mfu", 3)),
     ("exposed comm ms", report.metric("exposed_comm_ms")), ("peak GB", report.metric("peak_mem_gb")),
     ("tok/s", report.metric("tokens_per_s")),
@@ -465,6 +466,7 @@ def shard(
     reduce_dtype: str = option("--reduce-dtype", "fp32", "Comma list ok."),
     compile: str = option("--compile", "off", "Here: off, on (each decoder layer); comma list ok."),
     cuda_graph: str = option("--cuda-graph", "off", "Comma list ok."),
+    expandable_segments: str = option("--expandable-segments", "off", "Comma list ok."),
     attention: str = option("--attention", "sdpa", "Comma list ok."),
     loss: str = option("--loss", "torch", "Comma list ok."),
     float8: str = option("--float8", "off", "Here off, torchao (gathered in float8 where sharded) or "
@@ -509,6 +511,7 @@ def shard(
                  reduce_dtype=parse_list(reduce_dtype, str, "--reduce-dtype", ("fp32", "bf16")),
                  compile=parse_list(compile, on_off, "--compile"),
                  cuda_graph=parse_list(cuda_graph, on_off, "--cuda-graph"),
+                 expandable_segments=parse_list(expandable_segments, on_off, "--expandable-segments"),
                  attention=parse_list(attention, str, "--attention", NAMES),
                  loss=parse_list(loss, str, "--loss", LOSSES),
                  float8=parse_list(float8, str, "--float8", FLOAT8))

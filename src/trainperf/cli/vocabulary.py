@@ -38,6 +38,11 @@ GLOSSARY: dict[str, str] = {
                  "layers-tuned (layers, with Inductor's coordinate-descent tuning).",
     "--cuda-graph": "on: the step's forward and backward captured once as a CUDA graph and replayed, "
                     "with no host launch work (FSDP2's hooks included); off: launched eagerly.",
+    "--expandable-segments": "on: PyTorch's CUDA caching allocator grows its segments in place "
+                             "(expandable_segments), so memory freed in one size is taken back in "
+                             "another instead of the cache being freed and allocated again; off: "
+                             "its fixed segments, PyTorch's default. Set per case, over "
+                             "PYTORCH_CUDA_ALLOC_CONF.",
     "--attention": "Attention implementation(s) by name.",
     "--kernel": "Fused kernel(s) and their references by name, <part>-<impl>: norm-triton, loss-torch, ...",
     "--tokens": "Tokens per call: the rows of the kernel's input.",

@@ -22,7 +22,7 @@ ADDED_FIELDS: dict[str, dict[str, Any]] = {"llama": {"library": "none", "float8"
                                            "comm": {"link": "auto"},
                                            "shard": {"reshard_after_forward": True, "prefetch": 0,
                                                      "unit_layers": 1, "reduce_dtype": "fp32",
-                                                     "cuda_graph": False}}
+                                                     "cuda_graph": False, "expandable_segments": False}}
 RENAMED_VALUES: dict[str, dict[str, dict[Any, Any]]] = {
     "attention": {"mode": {"fwd": "forward", "bwd": "backward", "fwd+bwd": "forward-backward"}},
     "comm": {"dtype": {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}},

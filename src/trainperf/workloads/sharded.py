@@ -19,6 +19,9 @@ The choices a user tunes are the spec's fields:
   cuda_graph  the forward and backward captured once as a CUDA graph and replayed (GPUs only):
               the host's launch work, FSDP2's hooks included, leaves the step, so each rank's
               collectives start when its GPU gets there, not when its host does
+  expandable_segments  the CUDA caching allocator's segments grow in place (GPUs only), so a
+              rank near its memory's end reuses freed memory of other sizes instead of freeing its
+              cache and allocating again (`alloc_retries`)
 `batch` is the global batch; each rank takes its slice. FLOPs: 6·N·tokens plus the attention
 term (core/flops.py) for the model; what checkpointing recomputes is counted apart and not in MFU.
 On GPUs one more step runs under the profiler: `comm_ms` is the time NCCL kernels run and
@@ -112,6 +115,7 @@ class ShardSpec:
     unit_layers: int = 1  # decoder layers a unit of FSDP2 gathers and reduces together
     reduce_dtype: str = "fp32"  # the gradients' dtype on the wire (FSDP2's reduce-scatter, DDP's all-reduce)
     cuda_graph: bool = False  # forward and backward replayed as one CUDA graph
+    expandable_segments: bool = False  # the CUDA caching allocator's segments grow (use_expandable_segments)
     vocab: int | None = None  # None: the preset's own, else 10000
     layers: int | None = None  # decoder layers built (None: the preset's): a part of a model too large
     # for one GPU, measured there to calibrate `trainperf predict`
@@ -124,7 +128,8 @@ class ShardSpec:
     def label(self) -> str:
         extras = "".join(f" {x}" for x, on in (("offload", self.offload), ("compiled", self.compile),
                                                 (f"float8={self.float8}", self.float8 != "off"),
-                                                ("graphed", self.cuda_graph)) if on)
+                                                ("graphed", self.cuda_graph),
+                                                ("expandable", self.expandable_segments)) if on)
         model = self.model if self.layers is None else f"{self.model}[{self.layers} layers]"
         return (f"{model} n={self.world_size} shard={self.shard} ckpt={self.checkpoint} "
                 f"{self.batch}x{self.seq} {self.dtype} {self.optimizer}{extras}")
@@ -592,8 +597,21 @@ def _alloc_retries(device: torch.device) -> int:
     return torch.cuda.memory_stats(device).get("num_alloc_retries", 0) if device.type == "cuda" else 0
 
 
+def use_expandable_segments(spec: ShardSpec, device: torch.device) -> None:
+    """The caching allocator's kind of segment for the case's memory, set after release_memory's
+    empty_cache: a sweep's cases run in the same processes, one after another. Segments that grow
+    in place (PyTorch's `expandable_segments`) take freed memory of any size back, where fixed ones
+    near a full GPU make the allocator free its cache and retry."""
+    if device.type != "cuda":
+        if spec.expandable_segments:
+            raise Unsupported("--expandable-segments on sets the CUDA caching allocator: it needs CUDA GPUs")
+        return
+    torch.cuda.memory._set_allocator_settings(f"expandable_segments:{spec.expandable_segments}")
+
+
 def measure_sharded(spec: ShardSpec, rank: int, world: int, device: torch.device) -> dict[str, Any]:
     release_memory(device)
+    use_expandable_segments(spec, device)
     step = ShardedStep(spec, rank, world, device)
     per_rank, phases, memory, traced, gpu_state = _time_steps(step, spec, device)
     if step.counted_flops is None:
