@@ -125,7 +125,8 @@ def _matrix_gradients(model: torch.nn.Module) -> torch.Tensor:
 def test_trainperf_s_float8_shards_and_checkpoints_within_float8_of_fp32(tmp_path):
     from conftest import rel_err
 
-    specs = [(ck, spec(shard="full", checkpoint=ck, float8="trainperf")) for ck in ("none", "full+attn")]
+    specs = [(ck, spec(shard="full", checkpoint=ck, float8="trainperf"))
+             for ck in ("none", "full+attn", "ops")]
     specs.append(("the LM head too", spec(shard="full", checkpoint="full+attn", float8="trainperf-head",
                                           loss="chunked")))
     out = tmp_path / "r.pt"
