@@ -769,7 +769,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           "checkpointing policy (every layer; every layer keeping its attention's output; all but 8 layers, "
           "keeping it) and attention kernel (cuDNN's through SDPA, FlashAttention 4), with torchao's float8 "
           "and trainperf's, launched eagerly and as CUDA graphs, and with 12 to 20 layers not checkpointed "
-          "where memory allows (the float8 head's also with the allocator's segments growing in place), "
+          "where memory allows, and with only the matrix products and attention kept (the float8 "
+          "head's also with the allocator's segments growing in place), "
           "and with its attention on cuDNN's float8 graphs beside FlashAttention 4 "
           "(the whole step, and four of its layers on one GPU); the GPT LM's xl and "
           "2.7B (every layer checkpointed, each compiled) on one, two and all GPUs, sharded or replicated, "
@@ -795,15 +796,16 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
            Part("frontier", ("shard",),  # fewer layers recomputed in the memory left, each float8 beside
                 # bf16: how far the fastest kind of case goes before a rank runs out of memory
                 gpu={**_LEADERBOARD, "--checkpoint": "all-but-8+attn,all-but-12+attn,all-but-16+attn,"
-                     "all-but-20+attn", "--compile": "on", "--attention": "fa4",
+                     "all-but-20+attn,ops", "--compile": "on", "--attention": "fa4",
                      "--float8": "off,torchao,trainperf,trainperf-head"},
                 cpu={"--model": "tiny", "--world-size": "2", "--checkpoint": "all-but-1+attn", **_TINY},
                 min_gpus=2),
            Part("frontier-allocator", ("shard",),  # the float8 head's frontier with the allocator's
-                # segments growing in place: near the memory's end fixed ones free the cache and retry
-                gpu={**_LEADERBOARD, "--checkpoint": "all-but-8+attn,all-but-12+attn,all-but-16+attn",
+                # segments growing in place, beside the frontier's fixed ones (near the memory's end
+                # they free the cache and retry)
+                gpu={**_LEADERBOARD, "--checkpoint": "all-but-8+attn,all-but-12+attn,all-but-16+attn,ops",
                      "--compile": "on", "--attention": "fa4", "--float8": "trainperf-head",
-                     "--expandable-segments": "off,on"},
+                     "--expandable-segments": "on"},
                 cpu={"--model": "tiny", "--world-size": "2", "--checkpoint": "all-but-1+attn",
                      "--expandable-segments": "off", **_TINY},
                 min_gpus=2),
