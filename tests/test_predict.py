@@ -209,7 +209,7 @@ def results_tree(root, measured_ms: float = 80.0):
     rows = [{**SHARD_ROW, "world_size": 1, "batch": 8, "step_ms_median": 128.0, "optimizer_ms": 8.0,
              "peak_mem_gb": 10.0, "created_at": "2026-01-01T00:00:00"},
             {**SHARD_ROW, "world_size": 2, "batch": 8, "step_ms_median": measured_ms, "optimizer_ms": 4.0,
-             "exposed_comm_ms": 3.0, "created_at": "2026-01-01T00:01:00"},
+             "exposed_comm_ms": 3.0, "peak_mem_gb": 6.0, "created_at": "2026-01-01T00:01:00"},
             {**SHARD_ROW, "world_size": 2, "batch": 8, "checkpoint": "full", "step_ms_median": 90.0,
              "created_at": "2026-01-01T00:02:00"}]
     pd.DataFrame(rows).to_csv(run / "shard.csv", index=False)
@@ -239,6 +239,11 @@ def test_check_predicts_each_multi_gpu_row_from_parts_measured_apart(tmp_path):
     assert math.isnan(missing.iloc[0].step_ms_predicted)
     table = summary(frame)
     assert table.iloc[-1].rows == 2  # the unpredicted row is listed, not counted
+    # the memory a rank holds, predicted beside the measured peak; ddp's rows predict none
+    assert shard.mem_gb_measured == 6.0 and 0 < shard.mem_gb_predicted < 10.0
+    assert shard.mem_error == pytest.approx(shard.mem_gb_predicted / 6.0 - 1)
+    assert math.isnan(ddp.mem_error)
+    assert table.iloc[-1].mem_error_median == pytest.approx(abs(shard.mem_error))
 
 
 def test_predict_command_writes_one_row_per_choice_and_count(tmp_path):
@@ -257,7 +262,7 @@ def test_predict_command_writes_one_row_per_choice_and_count(tmp_path):
     assert given.tolist() == [False, False, True] * 2
     assert (frame.mem_gb_per_rank[frame.shard == "full"].diff().dropna() < 0).all()
     assert (frame.checked_rows == 2).all()  # the tree's shard and ddp rows on this GPU: the stated error
-    assert frame.checked_error_median.notna().all()
+    assert frame.checked_error_median.notna().all() and frame.checked_mem_error_median.notna().all()
 
 
 def test_predict_check_command_writes_the_table_the_summary_and_says_what_it_could_not_predict(tmp_path):

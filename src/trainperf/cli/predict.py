@@ -3,6 +3,7 @@ model against every measured multi-GPU row)."""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -98,9 +99,11 @@ def predict(
                       f"graphed {c.cuda_graph}; {frame.inputs.iloc[0].split('; ', 1)[1]}; "
                       f"contention {frame.contention.iloc[0]:.2f}", soft_wrap=True, highlight=False)
         first = frame.iloc[0]
+        memory = first.checked_mem_error_median
+        memory = "" if math.isnan(memory) else f", of the memory a rank holds {memory:.1%}"
         console.print(f"checked error: median |predicted / measured - 1| {first.checked_error_median:.1%} "
-                      f"over {first.checked_rows} measured multi-GPU rows of {cal.gpu} (predict-check)",
-                      soft_wrap=True, highlight=False)
+                      f"over {first.checked_rows} measured multi-GPU rows of {cal.gpu}{memory} "
+                      "(predict-check)", soft_wrap=True, highlight=False)
         shown = frame[SHOWN].assign(fits=frame.fits.map({True: "yes", False: "no"}).fillna("?"))
         console.print(frame_table(shown, title=f"trainperf predict: {model} on {gpu or cal.gpu}"))
         err_console.print(f"wrote {out / 'predict.csv'}; how good the model is: trainperf predict-check")

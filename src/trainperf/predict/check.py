@@ -40,8 +40,9 @@ MATCHED = ("model", "seq", "checkpoint", "compile", "float8", "cuda_graph", "dty
            "optimizer", "vocab")
 OVERLAPPED = {"naive": False, "flat": False, "overlap": True, "bucketed": True, "ddp": True}
 COLUMNS = ["run", "workload", "case", "world_size", "gpu", "step_ms_measured", "step_ms_predicted",
-           "step_error", "exposed_comm_ms_measured", "exposed_comm_ms_predicted", "schedule_ms",
-           "hidden_comm_ms", "contention", "compute_from", "links_from", "reason"]
+           "step_error", "exposed_comm_ms_measured", "exposed_comm_ms_predicted", "mem_gb_measured",
+           "mem_gb_predicted", "mem_error", "schedule_ms", "hidden_comm_ms", "contention", "compute_from",
+           "links_from", "reason"]
 FITTED_ON = ("schedule_ms", "hidden_comm_ms", "step_ms_measured")
 CONTENTIONS = np.linspace(0.0, 1.0, 101)  # the slowdowns tried (predict/schedule.with_contention)
 
@@ -169,7 +170,8 @@ def check_shard(root: Path) -> Iterator[dict[str, Any]]:
             yield _compared(row, "shard", spec.label(), None, "", "", f"{missing} on {row.env_gpu_name}")
             continue
         p = predict_sharded(spec, cal, link)
-        yield _compared(row, "shard", spec.label(), p.timeline, cal.source, link.source)
+        yield _compared(row, "shard", spec.label(), p.timeline, cal.source, link.source,
+                        mem_gb=p.mem_gb_per_rank)
 
 
 def check_ddp(root: Path) -> Iterator[dict[str, Any]]:
@@ -204,13 +206,18 @@ def ddp_buckets(row: pd.Series) -> int:
 
 
 def _compared(row: pd.Series, workload: str, case: str, t: Timeline | None, compute_from: str,
-              links_from: str, reason: str = "") -> dict[str, Any]:
-    """A row of the check; without a timeline, one the model cannot predict, and why."""
+              links_from: str, reason: str = "", mem_gb: float | None = None) -> dict[str, Any]:
+    """A row of the check; without a timeline, one the model cannot predict, and why. `mem_gb`:
+    the peak memory a rank is predicted to hold, where the model predicts it."""
     nan = float("nan")
+    measured_mem = _value(row, "peak_mem_gb")
+    mem_error = mem_gb / measured_mem - 1 if mem_gb is not None and measured_mem else nan
     return {"run": row.run, "workload": workload, "case": case, "world_size": int(row.world_size),
             "gpu": row.env_gpu_name, "step_ms_measured": float(row.step_ms_median),
             "exposed_comm_ms_measured": _value(row, "exposed_comm_ms"),
             "exposed_comm_ms_predicted": t.exposed_comm_ms if t else nan,
+            "mem_gb_measured": measured_mem if measured_mem is not None else nan,
+            "mem_gb_predicted": mem_gb if mem_gb is not None else nan, "mem_error": mem_error,
             "schedule_ms": t.step_ms if t else nan, "hidden_comm_ms": t.hidden_comm_ms if t else nan,
             "compute_from": compute_from, "links_from": links_from, "reason": reason}
 
@@ -248,12 +255,14 @@ def contention_of(checked: pd.DataFrame) -> float:
 
 def summary(frame: pd.DataFrame) -> pd.DataFrame:
     """Per workload and GPU, and over all, of the rows predicted: rows, median |step error|, share
-    within 10%, median |exposed communication error| in ms."""
+    within 10%, median |exposed communication error| in ms, median |peak memory error| (of the
+    rows whose memory is predicted and measured)."""
     def stats(rows: pd.DataFrame) -> pd.Series:
         exposed = (rows.exposed_comm_ms_predicted - rows.exposed_comm_ms_measured).abs()
         return pd.Series({"rows": len(rows), "step_error_median": rows.step_error.abs().median(),
                           "within_10pct": (rows.step_error.abs() <= 0.1).mean(),
-                          "exposed_comm_error_ms_median": exposed.median()})
+                          "exposed_comm_error_ms_median": exposed.median(),
+                          "mem_error_median": rows.mem_error.abs().median()})
 
     predicted = frame.dropna(subset=["step_ms_predicted"])
     parts = [stats(rows).rename(key) for key, rows in predicted.groupby(["workload", "gpu"])]

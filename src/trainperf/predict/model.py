@@ -4,11 +4,10 @@ A rank's compute is the calibration's time per FLOP times the FLOPs of its share
 split over the decoder units and the root by their FLOPs (the checkpointed layers' forward counted
 again in their backward; predict/shape.py has a model's parameters and FLOPs); its collectives
 are the bytes FSDP2 (or DDP) moves per unit at the bus bandwidth the links give for that size and
-rank count (predict/links.py); predict/schedule.py orders them. Memory per rank: the state held at
-the activations' peak over the shards (the gradients come as the activations go), plus the
-calibration's activations scaled by the activations the policy keeps (workloads/sharded.memory_needed;
-of a model not a preset, by the tokens a rank trains, the policy being the calibration's), plus two
-gathered units; or the whole state, at the optimizer step, where that is more.
+rank count (predict/links.py); predict/schedule.py orders them. Memory per rank: the state over
+the shards, plus the calibration's activations scaled by the activations the policy keeps
+(workloads/sharded.memory_needed; of a model not a preset, by the tokens a rank trains, the policy
+being the calibration's), plus two gathered units.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from trainperf.workloads.sharded import (
     ShardSpec,
     keeps_attention,
     memory_needed,
-    state_beside_activations,
     whole_layers,
 )
 
@@ -170,7 +168,7 @@ def memory_gb(spec: ShardSpec, cal: Calibration, group: int, shape: Shape, their
     """Peak GB per rank (module doc); None without the calibration's peak."""
     if cal.peak_mem_gb is None:
         return None
-    measured_rest = cal.peak_mem_gb * 2**30 - theirs.params.total * state_beside_activations(cal.spec)
+    measured_rest = cal.peak_mem_gb * 2**30 - theirs.params.total * STATE_BYTES_PER_PARAM
     if is_model_source(spec.model):
         kept = rank_tokens(spec) / rank_tokens(cal.spec)
     else:
@@ -183,5 +181,4 @@ def memory_gb(spec: ShardSpec, cal: Calibration, group: int, shape: Shape, their
     layer = shape.params.layer_matmul + shape.params.layer_other
     gathered = 0.0 if group == 1 else GATHERED_UNITS * spec.unit_layers * layer * 2
     state = shape.params.total * STATE_BYTES_PER_PARAM / group
-    beside = shape.params.total * state_beside_activations(spec) / group
-    return max(state, beside + max(measured_rest, 0.0) * kept + gathered) / 2**30
+    return (state + max(measured_rest, 0.0) * kept + gathered) / 2**30

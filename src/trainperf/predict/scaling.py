@@ -27,7 +27,7 @@ from trainperf.predict.shape import parameters_of
 
 COLUMNS = ["model", "gpus", "nodes", "shard", "batch_per_gpu", "step_ms", "tokens_per_s_per_gpu", "mfu",
            "exposed_comm_ms", "comm_ms", "mem_gb_per_rank", "fits", "contention",
-           "checked_error_median", "checked_rows", "inputs"]
+           "checked_error_median", "checked_rows", "checked_mem_error_median", "inputs"]
 
 
 def find_calibration(root: Path, model: str, gpu: str | None, choices: Mapping[str, Any]) -> Calibration:
@@ -75,7 +75,8 @@ def predict_scaling(root: Path, cal: Calibration, gpus: Sequence[int], shards: S
                          "exposed_comm_ms": p.timeline.exposed_comm_ms, "comm_ms": p.timeline.comm_ms,
                          "mem_gb_per_rank": p.mem_gb_per_rank, "fits": p.fits,
                          "contention": contention, "checked_error_median": mine.step_error.abs().median(),
-                         "checked_rows": len(mine), "inputs": p.inputs})
+                         "checked_rows": len(mine),
+                         "checked_mem_error_median": mine.mem_error.abs().median(), "inputs": p.inputs})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
