@@ -247,12 +247,6 @@ KEPT: dict[tuple[str, str], tuple[tuple[float, float], tuple[float, float]]] = {
 STATE_BESIDE_ACTIVATIONS = 12
 
 
-def state_beside_activations(spec: ShardSpec) -> int:
-    """Bytes of state a parameter takes at the activations' peak (STATE_BESIDE_ACTIVATIONS)."""
-    persistent = spec.shard == "none" or spec.cuda_graph
-    return STATE_BYTES_PER_PARAM if persistent else STATE_BESIDE_ACTIVATIONS
-
-
 def memory_needed(spec: ShardSpec) -> dict[str, float]:
     """A lower bound of the bytes one rank needs (`bound_bytes` of it): `state` (fp32 weights,
     gradients and AdamW's moments over the shards), `beside_activations` (the part of it held at the
@@ -261,7 +255,8 @@ def memory_needed(spec: ShardSpec) -> dict[str, float]:
     keeps for the head weight's product; the chunked loss's bf16 blocks, one at a time, are left
     out). Of a model not a preset, the state alone."""
     shards = {"full": spec.world_size, "hybrid": max(spec.world_size // 2, 1), "none": 1}[spec.shard]
-    beside = state_beside_activations(spec)
+    persistent = spec.shard == "none" or spec.cuda_graph  # the gradients kept between steps
+    beside = STATE_BYTES_PER_PARAM if persistent else STATE_BESIDE_ACTIVATIONS
     if is_model_source(spec.model):
         params = source_parameters(spec.source())
         return {"params": params, "shards": shards, "state": params * STATE_BYTES_PER_PARAM / shards,
