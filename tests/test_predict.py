@@ -246,6 +246,19 @@ def test_check_predicts_each_multi_gpu_row_from_parts_measured_apart(tmp_path):
     assert table.iloc[-1].mem_error_median == pytest.approx(abs(shard.mem_error))
 
 
+def test_a_row_is_calibrated_by_a_one_gpu_row_of_its_own_sharding_first(tmp_path):
+    """FSDP2 on one GPU holds its state and pays its hooks otherwise than DDP: a later one-GPU DDP
+    row of the same choices does not calibrate the two-GPU FSDP2 row."""
+    root = results_tree(tmp_path)
+    csv = root / "shard" / "h200x2-2026-01-01" / "shard.csv"
+    ddp_one = {**SHARD_ROW, "shard": "none", "world_size": 1, "batch": 8, "step_ms_median": 200.0,
+               "optimizer_ms": 8.0, "peak_mem_gb": 30.0, "created_at": "2026-01-01T00:03:00"}
+    pd.concat([pd.read_csv(csv), pd.DataFrame([ddp_one])]).to_csv(csv, index=False)
+    shard = check(root).query("workload == 'shard' and reason == ''").iloc[0]
+    assert shard.schedule_ms < 200.0 / 2  # the FSDP2 row's 120 ms of compute, halved, and what waits
+    assert shard.mem_gb_predicted < 10.0  # its 10 GB peak over two ranks, not DDP's 30 GB
+
+
 def test_predict_command_writes_one_row_per_choice_and_count(tmp_path):
     root = results_tree(tmp_path / "results")
     out = tmp_path / "out"

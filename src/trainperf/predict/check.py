@@ -3,7 +3,8 @@ results tree with more than one rank that has what its prediction needs, predict
 measured apart from it, beside what was measured.
 
 shard rows: the compute from a one-GPU `shard` row of the same model and choices (the same folder
-first, then the same tokens per rank, then the same run, then the most layers, then the latest),
+first, then the same sharding (FSDP2 on one GPU pays its hooks and holds its state otherwise than
+DDP), then the same tokens per rank, then the same run, then the most layers, then the latest),
 the links from `comm` records of that GPU (else of a GPU with the same NVLink, named in the row).
 ddp rows: their own parts, timed apart in the same case (`compute_ms`: the step without synchronisation;
 `comm_alone_ms`: its collectives without compute), put together by the variant's schedule.
@@ -114,7 +115,9 @@ def calibration_for(row: pd.Series, ones: pd.DataFrame, specs: pd.Series) -> Cal
     depth = parameters_of(spec).n_layers
     fewer_layers = specs[same.index].map(lambda s: depth - parameters_of(s).n_layers)
     other_tokens = same.batch // same.world_size != row.batch // row.world_size
-    order = ((same.folder != row.folder) * 4 + other_tokens * 2 + (same.run != row.run)) * 1000 + fewer_layers
+    other_shard = same["shard"] != row["shard"]
+    order = ((same.folder != row.folder) * 8 + other_shard * 4 + other_tokens * 2
+             + (same.run != row.run)) * 1000 + fewer_layers
     latest = same.get("created_at", pd.Series("", index=same.index)).fillna("")
     ranked = pd.DataFrame({"order": order.astype(int), "latest": latest}).sort_values(
         ["order", "latest"], ascending=[True, False], kind="stable")
