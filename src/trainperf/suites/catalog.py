@@ -839,8 +839,9 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                 gpu={**_XL_LONG, "--world-size": "1,2", "--shard": "full,none", "--optimizer": "adamw-fused",
                      "--compile": "on", "--reshard-after-forward": "off", "--cuda-graph": "on"},
                 cpu={"--model": "tiny", "--world-size": "2", "--cuda-graph": "off,on", **_TINY}),
-           Part("one-gpu", ("shard",),
-                gpu={**_XL_LONG, "--world-size": "1", "--shard": "none", "--optimizer": "adamw-fused",
+           Part("one-gpu", ("shard",),  # the overlap part's step on one GPU, replicated and under FSDP2
+                # (what `predict` calibrates each two-GPU choice by)
+                gpu={**_XL_LONG, "--world-size": "1", "--shard": "full,none", "--optimizer": "adamw-fused",
                      "--compile": "off,on"},
                 cpu={"--model": "tiny", "--world-size": "1", "--shard": "none", **_TINY}),
            Part("weak", ("shard",),
