@@ -1,6 +1,7 @@
 """The sharded step on two GPUs: replayed as a CUDA graph it trains as it does launched eagerly
-(FSDP2 and DDP); torchao's float8 inside FSDP2, the decoder's Linears gathered in float8, trains
-on as the bf16 step does, and trainperf's float8 follows the bf16 step's losses."""
+(FSDP2 and DDP) and its peak memory counts what it holds; torchao's float8 inside FSDP2, the
+decoder's Linears gathered in float8, trains on as the bf16 step does, and trainperf's float8
+follows the bf16 step's losses."""
 
 from __future__ import annotations
 
@@ -74,3 +75,23 @@ def test_trainperf_s_float8_under_fsdp2_trains_as_the_bf16_step(tmp_path):
     for f in ("trainperf", "trainperf-head"):
         assert got[f][-1] < got[f][0]  # it trains
         assert got[f] == pytest.approx(got["off"], rel=2e-2)
+
+
+def test_a_graphed_step_holds_its_gradients_and_moments_beside_its_activations(tmp_path):
+    """A replay allocates nothing, so a graphed rank's peak is its capture's plus AdamW's moments,
+    which come after the capture; its gradients stay between steps, so it holds at least what the
+    eager step holds. With the allocator's segments growing in place the eager step runs too."""
+    from trainperf.core.store import Store
+
+    base = dict(model="small", world_size=2, shard="full", checkpoint="full", seq=512, batch=4,
+                optimizer="adamw-fused", compile=True, reshard_after_forward=False, iters=3)
+    specs = [ShardSpec(**base, cuda_graph=g) for g in (False, True)]
+    specs.append(ShardSpec(**base, expandable_segments=True))
+    Supervisor("shard", measure_sharded, 2, "nccl", tmp_path / "r.db", {}, tmp_path / "logs",
+               say=print).run(list(enumerate(specs)))
+    recs = {(r.spec["cuda_graph"], r.spec["expandable_segments"]): r
+            for r in Store(tmp_path / "r.db").records()}
+    assert all(r.status == "ok" for r in recs.values()), [r.reason for r in recs.values()]
+    eager, graphed = (recs[g, False].metrics["peak_mem_gb"] for g in (False, True))
+    assert graphed >= 0.98 * eager
+    assert recs[False, True].metrics["step_ms_median"] > 0
