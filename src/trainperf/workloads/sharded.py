@@ -269,9 +269,9 @@ def memory_needed(spec: ShardSpec) -> dict[str, float]:
     kind = "trainperf" if spec.float8.startswith("trainperf") else spec.float8
     dtype_bytes = 2 if spec.dtype == "bf16" else 4
 
-    def kept(policy: str, kind: str) -> float:
+    def kept(policy: str, float8: str) -> float:
         """Bytes a token of one layer keeps."""
-        (of_d, of_f), (f8_d, f8_f) = KEPT[policy, kind]
+        (of_d, of_f), (f8_d, f8_f) = KEPT[policy, float8]
         return (of_d * cfg.d_model + of_f * cfg.d_ff) * dtype_bytes + f8_d * cfg.d_model + f8_f * cfg.d_ff
 
     layer = "layer+attn" if keeps_attention(spec.checkpoint) else "layer"
