@@ -1,5 +1,7 @@
+import gc
 import multiprocessing as mp
 import sqlite3
+import weakref
 
 import pytest
 import torch
@@ -107,6 +109,35 @@ def test_off_a_terminal_each_finished_case_is_one_line_and_a_stored_one_says_so(
                         sweep(False))  # resumed from the store
     assert "(stored)" not in sweep(True) and "2/2" in sweep(True)  # the bar's own frames
     assert sweep(False, quiet=True) == ""
+
+
+class _Cycle:
+    """An object in a reference cycle: only the cycle collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_a_sweep_frees_each_case_s_cycles_with_the_heap_frozen_and_leaves_nothing_frozen(db):
+    """The heap alive before a sweep is frozen for it, so collections between cases walk only what
+    the cases made; a case's cycles are still freed before the next case, and an object alive
+    before the sweep that becomes garbage during it is freed once the sweep ends."""
+    older = [_Cycle()]
+    older_ref = weakref.ref(older[0])
+    made: list[weakref.ref] = []
+    seen = []
+
+    def measure(spec):
+        seen.append((gc.get_freeze_count() > 0, [ref() is None for ref in made]))
+        made.append(weakref.ref(_Cycle()))
+        older.clear()  # garbage now, but frozen
+        return {"x": spec["i"]}
+
+    run_sweep("step", [{"i": i} for i in range(3)], measure, Store(db), ENV, quiet=True)
+    assert seen == [(True, []), (True, [True]), (True, [True, True])]
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert older_ref() is None
 
 
 def test_same_case_on_another_gpu_is_not_skipped(db):
