@@ -170,6 +170,23 @@ def test_console_txt_keeps_python_s_lines_the_descriptors_and_child_processes(tm
     assert "from python" in seen.out and "[W from a library" in seen.err and "from a child" in seen.err
 
 
+def test_a_fork_server_started_during_the_run_leaves_console_txt_at_once_with_its_ranks_lines(tmp_path):
+    """A fork server started while the run's descriptors are pipes holds them as its own: the run
+    ends without waiting for their end of file, and a rank forked from it is kept in the file."""
+    from multiprocessing import forkserver, get_context
+
+    if forkserver._forkserver._forkserver_pid is not None:  # started by an earlier test
+        forkserver._forkserver._stop()
+    path = tmp_path / "console.txt"
+    with console_to(path):
+        rank = get_context("forkserver").Process(target=os.write, args=(1, b"from a rank\n"))
+        rank.start()
+        rank.join()
+        start = time.monotonic()
+    assert time.monotonic() - start < 2.5  # each pump waited 5 s for an end of file before
+    assert path.read_text().splitlines() == ["from a rank"]
+
+
 def test_console_txt_keeps_a_printed_line_whole_when_a_library_writes_while_it_is_printed(tmp_path):
     """print writes its text and its newline apart; a library's line written in between goes
     before the printed line in the file, not into it, and a last line without a newline is kept."""

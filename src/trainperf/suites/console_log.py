@@ -116,6 +116,21 @@ def console_to(path: Path) -> Iterator[None]:
                 if tee.stream is not stream:
                     tee.stream.close()
                 tee.detach(stream)
+            _stop_multiprocessing_servers()
+
+
+def _stop_multiprocessing_servers() -> None:
+    """Stop multiprocessing's fork server and resource tracker where this process started them (the
+    next launch starts them again). Started during the run, they hold the pipes as their stdout and
+    stderr, and each pump would wait out its timeout for an end of file they never let come: 10 s
+    at the end of every run that launched ranks."""
+    from multiprocessing import forkserver, resource_tracker
+
+    servers = (forkserver._forkserver, "_forkserver_pid"), (resource_tracker._resource_tracker, "_pid")
+    for server, pid in servers:
+        stop = getattr(server, "_stop", None)  # CPython's own, for its tests
+        if stop is not None and getattr(server, pid, None) is not None:  # started by this process
+            stop()
 
 
 def _terminal_stream(stream: IO[str], fd: int) -> IO[str]:
