@@ -4,6 +4,7 @@ helpers placed one a GPU; a helper that fails said and its cases measured here; 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
 import textwrap
@@ -91,16 +92,26 @@ def _helper_logs() -> dict[str, str]:
             for p in Path(tempfile.gettempdir()).glob("trainperf-helpers-*/helper-*.log")}
 
 
-def test_a_ctrl_c_in_the_command_ends_its_helpers(cases, tmp_path):
+@pytest.mark.parametrize("ignored", [False, True])
+def test_a_ctrl_c_in_the_command_ends_its_helpers(cases, tmp_path, ignored):
+    """At once, also where the command was started with SIGINT ignored (a script's background
+    job), a disposition its helpers inherit."""
     module, marks = cases
     specs = [{"i": i} for i in range(1000)]
-    with pytest.raises(KeyboardInterrupt), helpers("t", specs, module.measure, tmp_path / "r.db",
-                                                   ["cpu", "cpu"], rerun=False):
-        end = time.monotonic() + 60
-        while len({m.name.split("-")[1] for m in marks.iterdir()}) < 2:  # both helpers measuring
-            assert time.monotonic() < end, f"the helpers did not start; their logs: {_helper_logs()}"
-            time.sleep(0.05)
-        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if ignored else None
+    try:
+        with pytest.raises(KeyboardInterrupt), helpers("t", specs, module.measure, tmp_path / "r.db",
+                                                       ["cpu", "cpu"], rerun=False):
+            end = time.monotonic() + 60
+            while len({m.name.split("-")[1] for m in marks.iterdir()}) < 2:  # both helpers measuring
+                assert time.monotonic() < end, f"the helpers did not start; their logs: {_helper_logs()}"
+                time.sleep(0.05)
+            stop = time.monotonic()
+            raise KeyboardInterrupt
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, previous)
+    assert time.monotonic() - stop < 10  # not STOP_S for each helper, then a kill
     pids = {int(m.name.split("-")[1]) for m in marks.iterdir()}
     for pid in pids:
         with pytest.raises(ProcessLookupError):

@@ -112,6 +112,9 @@ def main(payload: str) -> None:
     from trainperf.core.sigint import quiet_forkserver
     from trainperf.core.store import Store
 
+    # the command stops its helpers with SIGINT (_stop): taken here even where the command was
+    # started with SIGINT ignored (a background job of a script), which its children inherit
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     quiet_forkserver()
     workload, specs, measure, db, rerun, device = pickle.loads(Path(payload).read_bytes())
     run_sweep(workload, specs, measure, Store(db), envmod.capture(torch.device(device)), rerun=rerun,
