@@ -36,7 +36,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 import pandas as pd
@@ -247,6 +247,14 @@ KEPT: dict[tuple[str, str], tuple[tuple[float, float], tuple[float, float]]] = {
 STATE_BESIDE_ACTIVATIONS = 12
 
 
+@cache
+def _parameters(cfg: LMConfig) -> int:
+    """A preset's parameters, counted on a model built on the meta device: once a configuration, for
+    a sweep asks for the bound of every case."""
+    with torch.device("meta"):
+        return sum(p.numel() for p in TransformerLM(cfg).parameters())
+
+
 def memory_needed(spec: ShardSpec) -> dict[str, float]:
     """A lower bound of the bytes one rank needs (`bound_bytes` of it): `state` (fp32 weights,
     gradients and AdamW's moments over the shards), `beside_activations` (the part of it held at the
@@ -262,8 +270,7 @@ def memory_needed(spec: ShardSpec) -> dict[str, float]:
         return {"params": params, "shards": shards, "state": params * STATE_BYTES_PER_PARAM / shards,
                 "beside_activations": params * beside / shards, "activations": 0.0, "logits": 0.0}
     cfg = spec.model_config()
-    with torch.device("meta"):
-        params = sum(p.numel() for p in TransformerLM(cfg).parameters())
+    params = _parameters(cfg)
     tokens = spec.batch // spec.world_size * spec.seq
     whole = len(whole_layers(spec.checkpoint, cfg.n_layers))
     kind = "trainperf" if spec.float8.startswith("trainperf") else spec.float8
