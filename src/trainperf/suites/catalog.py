@@ -662,7 +662,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                 gpu={"--recipe": "fast,fp8,fp8-trainperf,fp8-trainperf-all,fp8-trainperf-head",
                      "--batch-seq": "1x16384",
                      "--sdpa-backend": "CUDNN_ATTENTION", "--warmup": "3", "--iters": "30"},
-                cpu={"--recipe": "stock,fp8-trainperf-all", "--batch-seq": "1x32", "--sdpa-backend": "MATH",
+                cpu={"--recipe": "stock,fp8-trainperf-all", "--batch-seq": "1x16", "--sdpa-backend": "MATH",
                      **_TINY}),
            Part("llama-more", ("llama",),
                 gpu={"--recipe": "fast,fp8,fp8-trainperf-all,fp8-trainperf-head", "--batch-seq": "12x1024",
@@ -785,7 +785,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           (Part("leaderboard", ("shard",),  # what keeping attention and 8 layers' activations buy
                 gpu={**_LEADERBOARD, "--checkpoint": "full,full+attn,all-but-8+attn", "--compile": "on",
                      "--attention": "fa4"},
-                cpu={"--model": "tiny", "--world-size": "2", "--checkpoint": "full,ops", "--loss": "chunked",
+                cpu={"--model": "tiny", "--world-size": "2", "--checkpoint": "full+attn", "--loss": "chunked",
                      "--warmup": "1", "--iters": "2"}, min_gpus=2),
            Part("float8", ("shard",),  # the leaderboard's fastest kind of case: cuDNN's attention or
                 # FlashAttention 4, its products in bf16, torchao's float8 or trainperf's
