@@ -26,6 +26,7 @@ Report = Callable[[int, Record], None]
 Done = Callable[[int, Record], None]  # rank 0's: a case's index and the record it stored
 
 
+@frozen_heap()
 def run_ranked_cases(rank: int, world: int, workload: str, cases: Sequence[tuple[int, Any]],
                      measure: RankMeasure, device: torch.device, db: str | Path, env: dict[str, Any],
                      heartbeat: Any = None, report: Report | None = None,
@@ -36,37 +37,35 @@ def run_ranked_cases(rank: int, world: int, workload: str, cases: Sequence[tuple
     launcher restarts finds the case it was in."""
     store = Store(db) if rank == 0 else None
     where = placement(world)
-    with frozen_heap():
-        for index, spec in cases:
-            if heartbeat is not None:
-                heartbeat.start_case(index)
-            key = case_key_for(workload, spec, env)
-            if store is not None and launch_run:
-                store.claim(key, launch_run, remeasure=True)
-            rec = measure_case(workload, spec, lambda s: measure(s, rank, world, device), env,
-                               run_id=launch_run)
-            if rec.status not in ("ok", "unsupported") and report is not None:
-                report(index, rec)
-            outcomes: list[Any] = [None] * world
-            try:
-                dist.all_gather_object(outcomes, (rec.status, rec.reason))
-            except Exception as exc:  # a rank hung or died in this case: the exchange timed out
-                if rank == 0:
-                    why = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-                    store.append(Record(workload, rec.spec, "error", dict(where), env=env, run_id=launch_run,
-                                        reason=f"not every rank finished this case: {why}"))
-                raise
-            failed = [(r, st, why) for r, (st, why) in enumerate(outcomes) if st != "ok"]
+    for index, spec in cases:
+        if heartbeat is not None:
+            heartbeat.start_case(index)
+        key = case_key_for(workload, spec, env)
+        if store is not None and launch_run:
+            store.claim(key, launch_run, remeasure=True)
+        rec = measure_case(workload, spec, lambda s: measure(s, rank, world, device), env, run_id=launch_run)
+        if rec.status not in ("ok", "unsupported") and report is not None:
+            report(index, rec)
+        outcomes: list[Any] = [None] * world
+        try:
+            dist.all_gather_object(outcomes, (rec.status, rec.reason))
+        except Exception as exc:  # a rank hung or died in this case: the exchange timed out
             if rank == 0:
-                if failed:
-                    r, status, why = failed[0]
-                    rec = Record(workload, rec.spec, status, reason=f"rank {r}: {why}", env=env,
-                                 run_id=launch_run)
-                rec.metrics.update(where)
-                store.append(rec)
-                if launch_run:
-                    store.release(key, launch_run)
-                if on_done is not None:
-                    on_done(index, rec)
-            if heartbeat is not None:
-                heartbeat.done += 1
+                why = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+                store.append(Record(workload, rec.spec, "error", dict(where), env=env, run_id=launch_run,
+                                    reason=f"not every rank finished this case: {why}"))
+            raise
+        failed = [(r, st, why) for r, (st, why) in enumerate(outcomes) if st != "ok"]
+        if rank == 0:
+            if failed:
+                r, status, why = failed[0]
+                rec = Record(workload, rec.spec, status, reason=f"rank {r}: {why}", env=env,
+                             run_id=launch_run)
+            rec.metrics.update(where)
+            store.append(rec)
+            if launch_run:
+                store.release(key, launch_run)
+            if on_done is not None:
+                on_done(index, rec)
+        if heartbeat is not None:
+            heartbeat.done += 1
